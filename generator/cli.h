@@ -1,0 +1,33 @@
+// The convgen command line: one function per subcommand, each parsing its own options.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace convgen::cli {
+
+using Args = std::vector<std::string>;
+
+// Each returns the process exit code (docs/exit-codes.md) or throws convgen::Error.
+int compile_layer(const Args& args);
+int schedule(const Args& args);
+
+// Shared option helpers: "--key value" or "--key=value".
+struct OptionReader {
+  explicit OptionReader(const Args& args) : args_(args) {}
+  bool done() const { return pos_ >= args_.size(); }
+  const std::string& peek() const { return args_[pos_]; }
+  // True (and advances) if the current argument is `flag`.
+  bool flag(const std::string& name);
+  // True (and stores the value, advancing) if the current argument is `name` with a value.
+  bool value(const std::string& name, std::string* out);
+  std::string positional();
+
+ private:
+  const Args& args_;
+  size_t pos_ = 0;
+};
+
+void print_version();
+
+}  // namespace convgen::cli

@@ -1,0 +1,91 @@
+// convgen: the command-line driver. Every failure is a one-line message on stderr and a
+// stable exit code (docs/exit-codes.md); nothing here aborts on bad input.
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "build_info.h"
+#include "cli.h"
+#include "errors.h"
+
+namespace convgen::cli {
+
+bool OptionReader::flag(const std::string& name) {
+  if (done() || args_[pos_] != name) return false;
+  ++pos_;
+  return true;
+}
+
+bool OptionReader::value(const std::string& name, std::string* out) {
+  if (done()) return false;
+  const std::string& a = args_[pos_];
+  if (a == name) {
+    if (pos_ + 1 >= args_.size()) throw Error(ExitCode::Usage, fmt::format("{} needs a value", name));
+    *out = args_[pos_ + 1];
+    pos_ += 2;
+    return true;
+  }
+  if (a.rfind(name + "=", 0) == 0) {
+    *out = a.substr(name.size() + 1);
+    ++pos_;
+    return true;
+  }
+  return false;
+}
+
+std::string OptionReader::positional() {
+  const std::string& a = args_[pos_];
+  if (a.size() > 1 && a[0] == '-') throw Error(ExitCode::Usage, fmt::format("unknown option {}", a));
+  ++pos_;
+  return a;
+}
+
+void print_version() {
+  fmt::print("convgen {} (Halide {}, generator {})\n", CONVGEN_VERSION, CONVGEN_HALIDE_VERSION,
+             std::string(CONVGEN_GENERATOR_HASH).substr(0, 12));
+}
+
+namespace {
+
+const char* kUsage = R"(usage: convgen <command> [options]
+
+Commands:
+  compile-layer DESCRIPTOR -o DIR   generate the kernel of one convolution layer
+  schedule DESCRIPTOR               print the schedule convgen would use, and why
+
+Options for every command: --help, --version, --verbose.
+DESCRIPTOR is a layer in benchdnn-style form, e.g. mb8ic64ih56oc64oh56kh3ph1n"res2a",
+or a quoted row of a layer-set TSV (docs/descriptor.md). Exit codes: docs/exit-codes.md.
+)";
+
+int run(const Args& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    fmt::print("{}", kUsage);
+    return args.empty() ? static_cast<int>(ExitCode::Usage) : 0;
+  }
+  if (args[0] == "--version") {
+    print_version();
+    return 0;
+  }
+  const Args rest(args.begin() + 1, args.end());
+  if (args[0] == "compile-layer") return compile_layer(rest);
+  if (args[0] == "schedule") return schedule(rest);
+  throw Error(ExitCode::Usage, fmt::format("unknown command '{}' (see convgen --help)", args[0]));
+}
+
+}  // namespace
+}  // namespace convgen::cli
+
+int main(int argc, char** argv) {
+  try {
+    return convgen::cli::run(convgen::cli::Args(argv + 1, argv + argc));
+  } catch (const convgen::Error& e) {
+    std::fprintf(stderr, "convgen: %s\n", e.what());
+    return static_cast<int>(e.code());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "convgen: internal error: %s\n", e.what());
+    return static_cast<int>(convgen::ExitCode::Internal);
+  }
+}

@@ -1,0 +1,73 @@
+#include "conv_algorithm.h"
+
+namespace convgen {
+
+using namespace Halide;
+
+namespace {
+
+// Zero padding as a select on an in-bounds test; clamping the index keeps the
+// (discarded) load in bounds, so no boundary buffer is ever allocated.
+void define_in_padded(ConvAlgorithm& a, const ConvDescriptor& d, const Func& input,
+                      const ForwardBuildOptions& options) {
+  const int ih = static_cast<int>(d.ih), iw = static_cast<int>(d.iw);
+  // The deliberately broken kernel treats the row just past the bottom edge as real.
+  const int last_row_allowed = options.inject_padding_bug ? ih : ih - 1;
+  if (d.pt == 0 && d.pb == 0 && d.pl == 0 && d.pr == 0 && !options.inject_padding_bug) {
+    a.in_padded(a.c, a.g, a.x, a.y, a.n) = input(a.c, a.g, a.x, a.y, a.n);
+    return;
+  }
+  Expr inside = a.x >= 0 && a.x < iw && a.y >= 0 && a.y <= last_row_allowed;
+  Expr value = input(a.c, a.g, clamp(a.x, 0, iw - 1), clamp(a.y, 0, ih - 1), a.n);
+  a.in_padded(a.c, a.g, a.x, a.y, a.n) = select(inside, value, 0.0f);
+}
+
+}  // namespace
+
+ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr, const Func& input,
+                             const Func& weights, const Func& bias, const ForwardBuildOptions& options) {
+  ConvAlgorithm a;
+  a.strategy = strategy;
+  a.mr = mr;
+  const int cg = static_cast<int>(d.icg()), kgn = static_cast<int>(d.ocg());
+  const int q_extent = static_cast<int>(d.ow());
+  define_in_padded(a, d, input, options);
+
+  a.rd = RDom(0, cg, 0, static_cast<int>(d.kw), 0, static_cast<int>(d.kh), "rd");
+  RVar rc = a.rd.x, rs = a.rd.y, rr = a.rd.z;
+  auto tap_x = [&](Expr pix) {
+    return (pix % q_extent) * static_cast<int>(d.sw) + rs * static_cast<int>(d.dw) - static_cast<int>(d.pl);
+  };
+  auto tap_y = [&](Expr pix) {
+    return (pix / q_extent) * static_cast<int>(d.sh) + rr * static_cast<int>(d.dh) - static_cast<int>(d.pt);
+  };
+
+  if (strategy == Strategy::Gemm) {
+    // Weights blocked by mr output channels, zero-filled past K/g so every block is full.
+    Expr kg_full = a.kb * mr + a.kk;
+    a.weights_packed(a.kk, a.c, a.s, a.r, a.kb, a.g) =
+        select(kg_full < kgn, weights(a.s, a.r, a.c, min(kg_full, kgn - 1), a.g), 0.0f);
+    a.accum(a.kk, a.kb, a.pix, a.n, a.g) = 0.0f;
+    a.accum(a.kk, a.kb, a.pix, a.n, a.g) +=
+        a.weights_packed(a.kk, rc, rs, rr, a.kb, a.g) *
+        a.in_padded(rc, a.g, tap_x(a.pix), tap_y(a.pix), a.n);
+    Expr value = a.accum(a.kg % mr, a.kg / mr, a.pix, a.n, a.g);
+    if (d.bias) value += bias(a.g * kgn + a.kg);
+    if (d.relu) value = max(value, 0.0f);
+    a.output(a.kg, a.g, a.pix, a.n) = value;
+  } else {
+    // Channel vectors across groups: output channel k reads input group k / (K/g).
+    a.weights_packed(a.k, a.c, a.s, a.r) = weights(a.s, a.r, a.c, a.k % kgn, a.k / kgn);
+    a.accum(a.k, a.pix, a.n) = 0.0f;
+    a.accum(a.k, a.pix, a.n) += a.weights_packed(a.k, rc, rs, rr) *
+                                a.in_padded(rc, a.k / kgn, tap_x(a.pix), tap_y(a.pix), a.n);
+    Expr k = a.g * kgn + a.kg;
+    Expr value = a.accum(k, a.pix, a.n);
+    if (d.bias) value += bias(k);
+    if (d.relu) value = max(value, 0.0f);
+    a.output(a.kg, a.g, a.pix, a.n) = value;
+  }
+  return a;
+}
+
+}  // namespace convgen

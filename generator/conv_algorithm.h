@@ -1,0 +1,46 @@
+// The forward convolution stated once, as Halide Funcs, with no scheduling.
+//
+// Y[k][pix] = sum_{c,s,r} W[k][c][r][s] * Xpad[c][pix -> (x,y) + tap offset]
+// is an implicit GEMM: M = output channels, N = output pixels (flattened p*Q+q per
+// image), K = C/g*R*S. The Funcs below are the operands and stages a schedule places:
+//   in_padded       the input with zero padding (packing stages it, conv_packing.cpp)
+//   weights_packed  weights in the micro-kernel's order (blocked by MR for GEMM)
+//   accum           the accumulator tile the micro-kernel owns (conv_microkernel.cpp)
+//   output          accum plus the fused epilogue (bias, ReLU) in the caller's layout,
+//                   with output pixels flattened (pix = p*Q + q) so tiles never straddle rows
+#pragma once
+
+#include <Halide.h>
+
+#include "conv_descriptor.h"
+#include "conv_pipeline.h"
+#include "conv_schedule.h"
+
+namespace convgen {
+
+struct ConvAlgorithm {
+  Strategy strategy = Strategy::Gemm;
+  int mr = 8;  // GEMM strategy: output channels per packed weight block
+
+  // Pure variables, shared by every piece of the schedule.
+  Halide::Var c{"c"}, g{"g"}, x{"x"}, y{"y"}, n{"n"};       // input / padded input
+  Halide::Var s{"s"}, r{"r"};                                // kernel taps
+  Halide::Var kk{"kk"}, kb{"kb"}, k{"k"}, pix{"pix"};        // accumulator
+  Halide::Var kg{"kg"};                                      // output
+
+  Halide::RDom rd;  // (rc, rs, rr): input channel innermost, then kernel column, row
+  Halide::Func in_padded{"in_padded"};
+  Halide::Func weights_packed{"weights_packed"};
+  Halide::Func accum{"accum"};
+  Halide::Func output{"output"};
+};
+
+// Defines every Func. For Strategy::Gemm the accumulator is accum(kk, kb, pix, n, g) with
+// output channel kg = kb*mr + kk inside group g; for Strategy::Depthwise it is
+// accum(k, pix, n) with k = g*K/g + kg across all groups (vectors span groups).
+// input, weights and bias are the kernel's buffers in the views of conv_pipeline.h.
+ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr, const Halide::Func& input,
+                             const Halide::Func& weights, const Halide::Func& bias,
+                             const ForwardBuildOptions& options);
+
+}  // namespace convgen

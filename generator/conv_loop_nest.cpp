@@ -1,0 +1,101 @@
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "conv_schedule_pieces.h"
+
+namespace convgen {
+
+using namespace Halide;
+
+void explain(Why* why, const std::string& line) {
+  if (why) why->push_back(line);
+}
+
+namespace {
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// Tail strategy for splitting a pure output loop of constant extent by `factor`.
+TailStrategy output_tail(int extent, int factor, bool may_recompute) {
+  if (extent % factor == 0) return TailStrategy::RoundUp;  // exact: no tail at all
+  if (may_recompute && extent >= factor) return TailStrategy::ShiftInwards;
+  return TailStrategy::GuardWithIf;
+}
+
+}  // namespace
+
+LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSchedule& s,
+                         const TargetInfo& t, Why* why) {
+  LoopNest nest;
+  Func out = a.output;
+  const bool gemm = a.strategy == Strategy::Gemm;
+  const int pq = static_cast<int>(d.oh() * d.ow());
+  int chan_extent;
+  if (gemm) {
+    out.rename(a.kg, nest.chan);
+    chan_extent = static_cast<int>(d.ocg());
+  } else {
+    out.fuse(a.kg, a.g, nest.chan);  // chan = g*(K/g) + kg: channel vectors span groups
+    chan_extent = static_cast<int>(d.oc);
+  }
+  out.rename(a.pix, nest.pix);
+
+  // Register tile. GEMM's MR is fixed by the weight blocking (zero-filled past K/g, so a
+  // partial last tile is guarded); depthwise reads weights by k, so its MR may shrink.
+  nest.mr = gemm ? a.mr : std::min(s.mr, std::max(1, chan_extent));
+  nest.nr = std::min(s.nr, pq);
+  if (nest.nr != s.nr) explain(why, fmt::format("nr {} clamped to the {} output pixels", s.nr, pq));
+  if (!gemm && nest.mr != s.mr) explain(why, fmt::format("mr {} clamped to the {} channels", s.mr, chan_extent));
+  out.split(nest.chan, nest.k_tile, nest.k_inner, nest.mr, output_tail(chan_extent, nest.mr, !gemm));
+  out.split(nest.pix, nest.pix_tile, nest.pix_inner, nest.nr, output_tail(pq, nest.nr, true));
+
+  // Cache blocks, in whole tiles. Their loops only order work, so guards there are cheap.
+  const int k_tiles = ceil_div(chan_extent, nest.mr), pix_tiles = ceil_div(pq, nest.nr);
+  const int mc_tiles = s.mc == 0 ? k_tiles : ceil_div(s.mc, nest.mr);
+  const int nc_tiles = s.nc == 0 ? pix_tiles : ceil_div(s.nc, nest.nr);
+  nest.has_k_block = mc_tiles < k_tiles;
+  nest.has_pix_block = nc_tiles < pix_tiles;
+  if (nest.has_k_block) out.split(nest.k_tile, nest.k_block, nest.k_tile, mc_tiles, TailStrategy::GuardWithIf);
+  if (nest.has_pix_block) out.split(nest.pix_tile, nest.pix_block, nest.pix_tile, nc_tiles, TailStrategy::GuardWithIf);
+  explain(why, fmt::format("register tile {} channels x {} pixels; cache block {} x {} tiles ({} x {} tiles in all)",
+                           nest.mr, nest.nr, std::min(mc_tiles, k_tiles), std::min(nc_tiles, pix_tiles), k_tiles, pix_tiles));
+
+  // Loop order, innermost first. Within a block the channel tiles run inside the pixel
+  // tiles (BLIS's ir inside jr): the NR input pixels stay in L1 across channel tiles.
+  std::vector<VarOrRVar> order = {nest.k_inner, nest.pix_inner, nest.k_tile, nest.pix_tile};
+  std::vector<Var> blocks;  // innermost first
+  if (s.loop_order == LoopOrder::PixelsOuter) {
+    if (nest.has_k_block) blocks.push_back(nest.k_block);
+    if (nest.has_pix_block) blocks.push_back(nest.pix_block);
+  } else {
+    if (nest.has_pix_block) blocks.push_back(nest.pix_block);
+    if (nest.has_k_block) blocks.push_back(nest.k_block);
+  }
+  for (const Var& v : blocks) order.push_back(v);
+  if (gemm) order.push_back(a.g);
+  order.push_back(a.n);
+  out.reorder(order);
+
+  out.vectorize(nest.k_inner, std::min(t.vector_floats, nest.mr), TailStrategy::GuardWithIf);
+  out.unroll(nest.k_inner).unroll(nest.pix_inner);
+
+  nest.image_level = LoopLevel(out, a.n);
+  nest.tile_level = LoopLevel(out, nest.k_tile);
+  if (!blocks.empty()) {
+    nest.block_level = LoopLevel(out, blocks.front());
+  } else {
+    nest.block_level = gemm ? LoopLevel(out, a.g) : LoopLevel(out, a.n);
+  }
+  nest.rows_level = nest.has_pix_block ? LoopLevel(out, nest.pix_block) : nest.image_level;
+
+  if (s.parallel == Parallel::Pixels) {
+    Var par = nest.has_pix_block ? nest.pix_block : nest.pix_tile;
+    out.parallel(par);
+    explain(why, fmt::format("parallel over {} (non-reduction): the result does not depend on the thread count",
+                             nest.has_pix_block ? "pixel blocks" : "pixel tiles"));
+  }
+  return nest;
+}
+
+}  // namespace convgen

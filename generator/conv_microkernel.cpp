@@ -1,0 +1,62 @@
+// The micro-kernel: an MR x NR accumulator tile held in vector registers. Per reduction
+// step it loads MR/vl weight vectors from the packed panel, broadcasts NR input taps and
+// issues MR/vl * NR FMAs. The reduction runs input channel innermost (contiguous in
+// NHWC and in the packed weights), then kernel column, then row.
+//
+// Whole reduction in one go (kc = 0 or kc >= C/g): accum lives at the register tile
+// and the epilogue is applied straight from registers.
+// KC-blocked: accum lives at the cache block; the KC loop runs outside the tiles so a
+// KC slice of the weight panel and of the input taps stays in cache across tiles.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "conv_schedule_pieces.h"
+
+namespace convgen {
+
+using namespace Halide;
+
+void apply_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor& d, const ConvSchedule& s,
+                       const TargetInfo& t, Why* why) {
+  const int vl = std::min(t.vector_floats, nest.mr);
+  const bool gemm = a.strategy == Strategy::Gemm;
+  const int cg = static_cast<int>(d.icg());
+  const int kc = (s.kc > 0 && s.kc < cg) ? s.kc : 0;
+  RVar rc = a.rd.x, rs = a.rd.y, rr = a.rd.z;
+  Var chan = gemm ? a.kk : a.k;
+  Var vo("vo"), vi("vi"), po("po"), pi("pi"), to("to"), ti("ti");
+  RVar rco("rco"), rci("rci");
+  Func acc = a.accum;
+  Stage update = acc.update();
+
+  if (kc == 0) {
+    acc.compute_at(nest.tile_level);
+    acc.split(chan, vo, vi, vl, TailStrategy::GuardWithIf).vectorize(vi).unroll(vo).unroll(a.pix);
+    update.split(chan, vo, vi, vl, TailStrategy::GuardWithIf);
+    update.reorder(vi, vo, a.pix, rc, rs, rr).vectorize(vi).unroll(vo).unroll(a.pix);
+    explain(why, fmt::format("micro-kernel {}x{}: whole reduction of {} taps x {} channels per tile, in registers",
+                             nest.mr, nest.nr, d.kh * d.kw, cg));
+    return;
+  }
+
+  acc.compute_at(nest.block_level);
+  acc.split(chan, vo, vi, vl, TailStrategy::GuardWithIf).vectorize(vi).unroll(vo);
+  update.split(rc, rco, rci, kc);
+  update.split(a.pix, po, pi, nest.nr, TailStrategy::GuardWithIf);
+  if (gemm) {
+    // kb is already the MR block: tiles are (pix tile, kb).
+    update.split(chan, vo, vi, vl, TailStrategy::GuardWithIf);
+    update.reorder(vi, vo, pi, rci, rs, rr, a.kb, po, rco);
+  } else {
+    update.split(chan, to, chan, nest.mr, TailStrategy::GuardWithIf);
+    update.split(chan, vo, vi, vl, TailStrategy::GuardWithIf);
+    update.reorder(vi, vo, pi, rci, rs, rr, to, po, rco);
+  }
+  update.vectorize(vi).unroll(vo).unroll(pi);
+  explain(why, fmt::format("micro-kernel {}x{} with the reduction blocked by kc={} of {} input channels;"
+                           " accumulators kept per cache block",
+                           nest.mr, nest.nr, kc, cg));
+}
+
+}  // namespace convgen

@@ -1,0 +1,58 @@
+// Packing: where the two GEMM operands are staged.
+// - weights_packed is computed once per call (compute_root): for GEMM a [kb][r][s][c][MR]
+//   panel per block of MR output channels, so the micro-kernel reads MR contiguous floats
+//   per reduction step; its size is the weight tensor rounded up to MR.
+// - in_padded is the fused im2col: the micro-kernel gathers its taps straight from it,
+//   so no im2col matrix exists. Where it is staged decides who fills the zero padding:
+//     none   not staged; every tap load carries the in-bounds select (cheap when there
+//            is no padding, costly when there is)
+//     image  one zero-padded NHWC slab per image, packed before its pixel blocks
+//     rows   the padded row band one pixel block needs, packed per block
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "conv_schedule_pieces.h"
+
+namespace convgen {
+
+using namespace Halide;
+
+void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor& d, const ConvSchedule& s,
+                   const TargetInfo& t, Why* why) {
+  const int vl = t.vector_floats;
+  const bool gemm = a.strategy == Strategy::Gemm;
+
+  a.weights_packed.compute_root();
+  if (gemm) {
+    a.weights_packed.vectorize(a.kk, std::min(vl, a.mr));
+  } else if (d.oc >= vl) {
+    a.weights_packed.vectorize(a.k, vl, TailStrategy::ShiftInwards);
+  }
+
+  const bool padded = d.pt || d.pb || d.pl || d.pr;
+  switch (s.pack_input) {
+    case PackInput::None:
+      explain(why, padded ? "input not packed: every tap load checks the padding (refused the packer's zero fill)"
+                          : "input not packed: no padding, taps read the input directly");
+      return;
+    case PackInput::Image:
+      a.in_padded.compute_at(nest.image_level);
+      explain(why, "input packed per image into a zero-padded slab");
+      break;
+    case PackInput::Rows:
+      a.in_padded.compute_at(nest.rows_level);
+      explain(why, nest.has_pix_block ? "input packed per pixel block as a zero-padded row band"
+                                      : "input packed per image (rows asked, but one pixel block covers the image)");
+      break;
+  }
+  // Vectorise the copy along channels when they fill a vector, else along groups
+  // (depthwise: one channel per group, groups adjacent in memory).
+  if (d.icg() >= vl) {
+    a.in_padded.vectorize(a.c, vl, TailStrategy::ShiftInwards);
+  } else if (d.icg() == 1 && d.g >= vl) {
+    a.in_padded.vectorize(a.g, vl, TailStrategy::ShiftInwards);
+  }
+}
+
+}  // namespace convgen

@@ -1,0 +1,71 @@
+// build_forward: declares the kernel's buffers with every extent and stride pinned, states
+// the algorithm, then applies the three schedule pieces.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "conv_algorithm.h"
+#include "conv_pipeline.h"
+#include "conv_schedule_pieces.h"
+
+namespace convgen {
+
+using namespace Halide;
+
+namespace {
+
+int round_up(int v, int m) { return (v + m - 1) / m * m; }
+
+}  // namespace
+
+Target halide_target(const std::string& target_string) {
+  Target t(target_string);
+  return t.with_feature(Target::NoAsserts).with_feature(Target::NoBoundsQuery);
+}
+
+std::vector<Argument> ForwardPipeline::arguments() const { return {input, weights, bias}; }
+
+std::vector<std::vector<int>> forward_buffer_extents(const ConvDescriptor& d) {
+  const int n = int(d.mb), g = int(d.g), cg = int(d.icg()), kg = int(d.ocg());
+  return {{cg, g, int(d.iw), int(d.ih), n},
+          {int(d.kw), int(d.kh), cg, kg, g},
+          {int(d.oc)},
+          {kg, g, int(d.oh() * d.ow()), n}};
+}
+
+Func define_scheduled_forward(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t, const Func& input,
+                              const Func& weights, const Func& bias, Why* why, const ForwardBuildOptions& options) {
+  validate(d);
+  validate(s, t);
+  const int kg = static_cast<int>(d.ocg());
+  int mr = s.mr;
+  if (s.strategy == Strategy::Gemm) {
+    mr = std::min(s.mr, round_up(kg, t.vector_floats));
+    if (mr != s.mr) explain(why, fmt::format("mr {} clamped to {}: only {} output channels per group", s.mr, mr, kg));
+  }
+  explain(why, fmt::format("strategy {}: {}", to_string(s.strategy),
+                           s.strategy == Strategy::Gemm ? "implicit GEMM, vectors along output channels of a group"
+                                                        : "vectors along channels across groups"));
+  ConvAlgorithm a = define_forward(d, s.strategy, mr, input, weights, bias, options);
+  LoopNest nest = apply_loop_nest(a, d, s, t, why);
+  apply_packing(a, nest, d, s, t, why);
+  apply_microkernel(a, nest, d, s, t, why);
+  return a.output;
+}
+
+ForwardPipeline build_forward(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t, Why* why,
+                              const ForwardBuildOptions& options) {
+  ForwardPipeline fp;
+  fp.input = ImageParam(Float(32), 5, "input");
+  fp.weights = ImageParam(Float(32), 5, "weights");
+  fp.bias = ImageParam(Float(32), 1, "bias");
+  fp.output = define_scheduled_forward(d, s, t, fp.input, fp.weights, fp.bias, why, options);
+  const auto extents = forward_buffer_extents(d);
+  pin_dense([&](int i) { return fp.input.dim(i); }, extents[0]);
+  pin_dense([&](int i) { return fp.weights.dim(i); }, extents[1]);
+  pin_dense([&](int i) { return fp.bias.dim(i); }, extents[2]);
+  pin_dense([&](int i) { return fp.output.output_buffer().dim(i); }, extents[3]);
+  return fp;
+}
+
+}  // namespace convgen

@@ -1,0 +1,31 @@
+// Errors with stable exit codes (docs/exit-codes.md). Every user-facing failure is a
+// convgen::Error; main() prints its one-line message and returns its code.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace convgen {
+
+enum class ExitCode : int {
+  Ok = 0,
+  Internal = 1,         // a bug in convgen
+  Usage = 2,            // bad command line or bad layer descriptor
+  MissingDependency = 3,
+  Io = 4,               // a file could not be read or written
+  BadRecord = 5,        // malformed or incompatible schedule record
+  BadModel = 6,         // (reserved for model import)
+  Unsupported = 7,      // valid input that convgen does not support
+  BadData = 8,          // (reserved for training data)
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(ExitCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  ExitCode code() const { return code_; }
+
+ private:
+  ExitCode code_;
+};
+
+}  // namespace convgen

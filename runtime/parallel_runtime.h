@@ -1,0 +1,13 @@
+// One thread pool per process: Halide's parallel loops in AOT kernels run on the
+// process's OpenMP threads instead of Halide's own pool (two pools fighting over the
+// same cores is a classic slowdown). convgen kernels only parallelise non-reduction
+// loops, so results do not depend on how iterations are spread over threads.
+#pragma once
+
+namespace convgen {
+
+// Installs the OpenMP parallel runtime into the Halide runtime linked with the AOT
+// kernels. Idempotent; call before the first kernel runs.
+void install_openmp_parallel_runtime();
+
+}  // namespace convgen

@@ -1,0 +1,92 @@
+// ConvSchedule: how a convolution kernel is generated, as plain data. The generator
+// reads it; the analytic default (analytic_default.cpp) derives one from the layer
+// shape and the target's cache sizes; schedule_records.cpp stores it as JSON lines.
+//
+// The kernel is an implicit GEMM  Y[K x N*P*Q] = W[K x C*R*S] * im2col(X), with the
+// im2col gather fused into packing. In BLIS terms:
+//   MR  output channels per register tile (a multiple of the vector width)
+//   NR  output pixels per register tile (pixels are flattened p*Q+q per image)
+//   KC  input channels per reduction block (0 = the whole C/g in one block)
+//   MC  output channels per cache block (a multiple of MR; 0 = all of K/g)
+//   NC  output pixels per cache block (a multiple of NR; 0 = the whole image)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace convgen {
+
+struct ConvDescriptor;
+
+enum class Strategy { Gemm, Depthwise };           // GEMM tile, or channel vectors over groups
+enum class Layout { Nhwc };                        // internal activation layout
+enum class PackInput { None, Image, Rows };        // where the zero-padded input is staged
+enum class PackWeights { PerCall };                // weights blocked by MR once per call
+enum class LoopOrder { PixelsOuter, ChannelsOuter };
+enum class Parallel { None, Pixels };              // intra-kernel threads over non-reduction dims
+
+struct ConvSchedule {
+  static constexpr int kVersion = 1;
+
+  Strategy strategy = Strategy::Gemm;
+  int mr = 24;
+  int nr = 4;
+  int kc = 0;
+  int mc = 0;
+  int nc = 0;
+  Layout layout = Layout::Nhwc;
+  PackInput pack_input = PackInput::Image;
+  PackWeights pack_weights = PackWeights::PerCall;
+  LoopOrder loop_order = LoopOrder::PixelsOuter;
+  Parallel parallel = Parallel::None;
+
+  bool operator==(const ConvSchedule& o) const;
+  bool operator!=(const ConvSchedule& o) const { return !(*this == o); }
+};
+
+// Cache and register facts of a target, as data (BLIS keeps these per architecture).
+struct TargetInfo {
+  std::string target;      // Halide target string the kernel is compiled for
+  int vector_floats = 8;   // fp32 lanes per vector register
+  int vector_registers = 16;
+  int64_t l1_bytes = 32 * 1024;
+  int64_t l2_bytes = 512 * 1024;
+  int64_t l3_bytes = 32 * 1024 * 1024;
+};
+
+// The default target of this build (AVX2+FMA x86-64) and lookup by target string.
+TargetInfo default_target();
+TargetInfo target_info(const std::string& target_string);
+
+// Analytic default. `why` (if non-null) receives one line per decision for --verbose.
+ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t,
+                               std::vector<std::string>* why = nullptr);
+
+// Names of enum values as written in records and printed by --verbose.
+std::string to_string(Strategy v);
+std::string to_string(Layout v);
+std::string to_string(PackInput v);
+std::string to_string(PackWeights v);
+std::string to_string(LoopOrder v);
+std::string to_string(Parallel v);
+// One-line human summary: "gemm mr=24 nr=4 kc=0 ...".
+std::string describe(const ConvSchedule& s);
+
+// Every legal value of every field, for tests and the tuner's search space.
+struct ScheduleSpace {
+  std::vector<Strategy> strategy;
+  std::vector<int> mr, nr, kc, mc, nc;
+  std::vector<Layout> layout;
+  std::vector<PackInput> pack_input;
+  std::vector<PackWeights> pack_weights;
+  std::vector<LoopOrder> loop_order;
+  std::vector<Parallel> parallel;
+};
+ScheduleSpace schedule_space(const TargetInfo& t);
+
+// Throws Error(BadRecord) if the schedule is not legal for the target (e.g. MR not a
+// multiple of the vector width).
+void validate(const ConvSchedule& s, const TargetInfo& t);
+
+}  // namespace convgen

@@ -1,0 +1,383 @@
+// Schedule records as versioned JSON lines. Writing is done by hand with fmt so the key
+// order and number formatting are fixed; reading uses nlohmann::json and rejects
+// anything that is not exactly a version-1 record.
+#include "schedule_records.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "errors.h"
+
+namespace convgen {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kFormat = "convgen-schedule";
+constexpr int kRecordVersion = 1;
+const std::vector<std::string> kPasses = {"fwd", "bwd_data", "bwd_weights"};
+const std::vector<std::string> kSources = {"analytic", "tuned"};
+
+[[noreturn]] void fail(const std::string& where, const std::string& what) {
+  throw Error(ExitCode::BadRecord, where + ": " + what);
+}
+
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+  for (const auto& n : names) {
+    if (n == name) return true;
+  }
+  return false;
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// ---- writing ---------------------------------------------------------------------
+
+// A JSON string literal. Strict UTF-8: a record must read back exactly as written.
+std::string quote(const std::string& s, const char* field) {
+  try {
+    return json(s).dump(-1, ' ', false, json::error_handler_t::strict);
+  } catch (const json::type_error&) {
+    throw Error(ExitCode::BadRecord, fmt::format("record: {}: not valid UTF-8", field));
+  }
+}
+
+// Shortest text that parses back to the same double: reproducible and lossless.
+std::string number(double v) {
+  if (!std::isfinite(v)) {
+    throw Error(ExitCode::BadRecord, fmt::format("record: gflops: {} is not a finite number", v));
+  }
+  return fmt::format("{}", v);
+}
+
+std::string key_json(const ScheduleKey& k) {
+  return fmt::format(R"({{"descriptor":{},"pass":{},"target":{},"generator_hash":{}}})",
+                     quote(k.descriptor, "key.descriptor"), quote(k.pass, "key.pass"),
+                     quote(k.target, "key.target"), quote(k.generator_hash, "key.generator_hash"));
+}
+
+std::string schedule_json(const ConvSchedule& s) {
+  return fmt::format(
+      R"({{"strategy":"{}","mr":{},"nr":{},"kc":{},"mc":{},"nc":{},"layout":"{}",)"
+      R"("pack_input":"{}","pack_weights":"{}","loop_order":"{}","parallel":"{}"}})",
+      to_string(s.strategy), s.mr, s.nr, s.kc, s.mc, s.nc, to_string(s.layout),
+      to_string(s.pack_input), to_string(s.pack_weights), to_string(s.loop_order),
+      to_string(s.parallel));
+}
+
+// ---- reading ---------------------------------------------------------------------
+
+// "string \"x\"", "number 2.5", "array": what was found where something else was expected.
+std::string what_is(const json& v) {
+  if (v.is_structured()) return v.type_name();
+  return fmt::format("{} {}", v.type_name(), v.dump());
+}
+
+// Parses one line, rejecting duplicate keys (nlohmann would keep the last silently).
+json parse_json(const std::string& line, const std::string& where) {
+  std::vector<std::set<std::string>> open_objects;
+  std::string duplicate;
+  auto track_keys = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      open_objects.emplace_back();
+    } else if (event == json::parse_event_t::object_end) {
+      open_objects.pop_back();
+    } else if (event == json::parse_event_t::key && duplicate.empty() &&
+               !open_objects.back().insert(parsed.get<std::string>()).second) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
+  json j;
+  try {
+    j = json::parse(line, track_keys);
+  } catch (const json::exception& e) {
+    // Drop nlohmann's "[json.exception.parse_error.101] " prefix.
+    std::string msg = e.what();
+    const auto bracket = msg.find("] ");
+    fail(where, "not JSON: " + (bracket == std::string::npos ? msg : msg.substr(bracket + 2)));
+  }
+  if (!duplicate.empty()) fail(where, fmt::format("duplicate field \"{}\"", duplicate));
+  return j;
+}
+
+// One JSON object of a record, read field by field with type checks. `path` ("key",
+// "schedule", or "" at top level) qualifies field names in messages.
+class ObjectReader {
+ public:
+  ObjectReader(const json& j, std::string path, const std::string& where)
+      : j_(j), path_(std::move(path)), where_(where) {
+    if (!j_.is_object()) {
+      fail(where_, fmt::format("{}: expected an object, got {}", path_.empty() ? "record" : path_, what_is(j_)));
+    }
+  }
+
+  std::string name(const std::string& field) const { return path_.empty() ? field : path_ + "." + field; }
+
+  // Newer versions may add fields, so callers check "version" before calling this.
+  void reject_unknown(std::initializer_list<const char*> known) const {
+    for (const auto& item : j_.items()) {
+      bool ok = false;
+      for (const char* k : known) ok = ok || item.key() == k;
+      if (!ok) fail(where_, fmt::format("unknown field \"{}\"", name(item.key())));
+    }
+  }
+
+  const json& field(const std::string& field) const {
+    const auto it = j_.find(field);
+    if (it == j_.end()) fail(where_, fmt::format("missing field \"{}\"", name(field)));
+    return *it;
+  }
+
+  std::string str(const std::string& f) const {
+    const json& v = field(f);
+    if (!v.is_string()) fail(where_, fmt::format("{}: expected a string, got {}", name(f), what_is(v)));
+    return v.get<std::string>();
+  }
+
+  std::string non_empty_string(const std::string& f) const {
+    std::string s = str(f);
+    if (s.empty()) fail(where_, fmt::format("{}: must not be empty", name(f)));
+    return s;
+  }
+
+  std::string one_of(const std::string& f, const std::vector<std::string>& allowed) const {
+    std::string s = str(f);
+    if (!contains(allowed, s)) {
+      fail(where_, fmt::format("{}: unknown value \"{}\" (expected one of {})", name(f), s, join(allowed)));
+    }
+    return s;
+  }
+
+  int integer(const std::string& f) const {
+    const json& v = field(f);
+    if (!v.is_number_integer()) fail(where_, fmt::format("{}: expected an integer, got {}", name(f), what_is(v)));
+    const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t{INT_MAX}
+                                             : v.get<int64_t>() >= INT_MIN && v.get<int64_t>() <= INT_MAX;
+    if (!fits) fail(where_, fmt::format("{}: {} is out of range", name(f), v.dump()));
+    return static_cast<int>(v.get<int64_t>());
+  }
+
+  double non_negative_number(const std::string& f) const {
+    const json& v = field(f);
+    if (!v.is_number()) fail(where_, fmt::format("{}: expected a number, got {}", name(f), what_is(v)));
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || d < 0) fail(where_, fmt::format("{}: {} must be a finite number >= 0", name(f), v.dump()));
+    return d;
+  }
+
+  template <typename E>
+  E enumeration(const std::string& f, const std::vector<E>& all) const {
+    const std::string s = str(f);
+    E value{};
+    if (from_string(s, &value)) return value;
+    std::vector<std::string> names;
+    for (E v : all) names.push_back(to_string(v));
+    fail(where_, fmt::format("{}: unknown value \"{}\" (expected one of {})", name(f), s, join(names)));
+  }
+
+ private:
+  const json& j_;
+  std::string path_;
+  const std::string& where_;
+};
+
+// "format" and "version" are read first: a record of another version may have other
+// fields, and saying "version 2" is more useful than "unknown field".
+void check_format_and_version(const ObjectReader& top, const std::string& where) {
+  const std::string format = top.str("format");
+  if (format != kFormat) fail(where, fmt::format("format: expected \"{}\", got \"{}\"", kFormat, format));
+  const int version = top.integer("version");
+  if (version != kRecordVersion) {
+    fail(where, fmt::format("version {} is not supported; this convgen reads version {}", version,
+                            kRecordVersion));
+  }
+}
+
+ScheduleKey read_key(const json& j, const std::string& where) {
+  ObjectReader in(j, "key", where);
+  in.reject_unknown({"descriptor", "pass", "target", "generator_hash"});
+  ScheduleKey k;
+  k.descriptor = in.non_empty_string("descriptor");
+  k.pass = in.one_of("pass", kPasses);
+  k.target = in.non_empty_string("target");
+  k.generator_hash = in.non_empty_string("generator_hash");
+  return k;
+}
+
+ConvSchedule read_schedule(const json& j, const ScheduleSpace& space, const std::string& where) {
+  ObjectReader in(j, "schedule", where);
+  in.reject_unknown({"strategy", "mr", "nr", "kc", "mc", "nc", "layout", "pack_input", "pack_weights",
+                     "loop_order", "parallel"});
+  ConvSchedule s;
+  s.strategy = in.enumeration("strategy", space.strategy);
+  s.mr = in.integer("mr");
+  s.nr = in.integer("nr");
+  s.kc = in.integer("kc");
+  s.mc = in.integer("mc");
+  s.nc = in.integer("nc");
+  s.layout = in.enumeration("layout", space.layout);
+  s.pack_input = in.enumeration("pack_input", space.pack_input);
+  s.pack_weights = in.enumeration("pack_weights", space.pack_weights);
+  s.loop_order = in.enumeration("loop_order", space.loop_order);
+  s.parallel = in.enumeration("parallel", space.parallel);
+  return s;
+}
+
+// The record's own target decides what is legal (e.g. MR=64 on AVX-512 only).
+TargetInfo record_target(const ScheduleKey& k, const std::string& where) {
+  try {
+    return target_info(k.target);
+  } catch (const Error& e) {
+    fail(where, std::string("key.") + e.what());
+  }
+}
+
+// ---- files -----------------------------------------------------------------------
+
+[[noreturn]] void io_fail(const std::string& path, const std::string& what, int err) {
+  // std::ifstream does not promise to set errno; leave out a meaningless "Success".
+  if (err == 0) throw Error(ExitCode::Io, fmt::format("{}: {}", path, what));
+  throw Error(ExitCode::Io, fmt::format("{}: {}: {}", path, what, std::strerror(err)));
+}
+
+void write_all(int fd, const std::string& text, const std::string& path) {
+  const char* p = text.data();
+  std::size_t left = text.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) io_fail(path, "cannot write", errno);
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+}
+
+// Writes and fsyncs a new file; removes it again on failure.
+void write_synced_file(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) io_fail(path, "cannot create", errno);
+  try {
+    write_all(fd, text, path);
+    if (::fsync(fd) != 0) io_fail(path, "cannot fsync", errno);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(path.c_str());
+    throw;
+  }
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(path.c_str());
+    io_fail(path, "cannot close", err);
+  }
+}
+
+// Makes the rename itself durable. Best effort: the file is complete either way.
+void sync_parent_dir(const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+bool blank(const std::string& line) {
+  return line.find_first_not_of(" \t\r") == std::string::npos;
+}
+
+}  // namespace
+
+bool ScheduleKey::operator==(const ScheduleKey& o) const {
+  return descriptor == o.descriptor && pass == o.pass && target == o.target &&
+         generator_hash == o.generator_hash;
+}
+
+bool ScheduleRecord::operator==(const ScheduleRecord& o) const {
+  return key == o.key && schedule == o.schedule && source == o.source && gflops == o.gflops &&
+         note == o.note;
+}
+
+std::string to_json_line(const ScheduleRecord& r) {
+  return fmt::format(R"({{"format":"{}","version":{},"key":{},"schedule":{},"source":{},"gflops":{},"note":{}}})",
+                     kFormat, kRecordVersion, key_json(r.key), schedule_json(r.schedule),
+                     quote(r.source, "source"), number(r.gflops), quote(r.note, "note"));
+}
+
+ScheduleRecord parse_record_line(const std::string& line, const std::string& where) {
+  const json j = parse_json(line, where);
+  const ObjectReader top(j, "", where);
+  check_format_and_version(top, where);
+  top.reject_unknown({"format", "version", "key", "schedule", "source", "gflops", "note"});
+
+  ScheduleRecord r;
+  r.key = read_key(top.field("key"), where);
+  const TargetInfo target = record_target(r.key, where);
+  r.schedule = read_schedule(top.field("schedule"), schedule_space(target), where);
+  r.source = top.one_of("source", kSources);
+  r.gflops = top.non_negative_number("gflops");
+  r.note = top.str("note");
+  try {
+    validate(r.schedule, target);
+  } catch (const Error& e) {
+    fail(where, e.what());
+  }
+  return r;
+}
+
+std::vector<ScheduleRecord> read_records(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) io_fail(path, "cannot read", errno);
+  std::vector<ScheduleRecord> records;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (!blank(line)) records.push_back(parse_record_line(line, fmt::format("{}:{}", path, n)));
+  }
+  if (in.bad()) io_fail(path, "read error", errno);
+  return records;
+}
+
+void write_records(const std::string& path, const std::vector<ScheduleRecord>& records) {
+  // Build and re-read every line before touching the disk: never write a file that
+  // read_records would reject.
+  std::string text;
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const std::string line = to_json_line(records[i]);
+    parse_record_line(line, fmt::format("{}: record {}", path, i + 1));
+    text += line;
+    text += '\n';
+  }
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  write_synced_file(tmp, text);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    io_fail(path, "cannot replace", err);
+  }
+  sync_parent_dir(path);
+}
+
+const ScheduleRecord* find_record(const std::vector<ScheduleRecord>& records, const ScheduleKey& key) {
+  for (auto it = records.rbegin(); it != records.rend(); ++it) {
+    if (it->key == key) return &*it;
+  }
+  return nullptr;
+}
+
+}  // namespace convgen

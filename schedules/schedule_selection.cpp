@@ -1,0 +1,33 @@
+#include "schedule_selection.h"
+
+#include <fmt/format.h>
+
+#include "build_info.h"
+#include "schedule_records.h"
+
+namespace convgen {
+
+SelectedSchedule select_schedule(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t,
+                                 const std::string& records_path, std::vector<std::string>* why) {
+  const ScheduleKey key{d.normalised(), pass, t.target, CONVGEN_GENERATOR_HASH};
+  if (!records_path.empty()) {
+    const std::vector<ScheduleRecord> records = read_records(records_path);
+    if (const ScheduleRecord* r = find_record(records, key)) {
+      if (why) why->push_back(fmt::format("schedule from {} ({}, {:.1f} GF/s measured)", records_path, r->source, r->gflops));
+      return {r->schedule, fmt::format("record in {}", records_path)};
+    }
+    // Say why near misses were refused: the same layer under other code or target.
+    for (const ScheduleRecord& r : records) {
+      if (r.key.descriptor != key.descriptor || r.key.pass != key.pass) continue;
+      if (why && r.key.target != key.target)
+        why->push_back(fmt::format("record refused: measured for target {}", r.key.target));
+      else if (why && r.key.generator_hash != key.generator_hash)
+        why->push_back(fmt::format("record refused: measured for generator {}, this is {}",
+                                   r.key.generator_hash.substr(0, 12), key.generator_hash.substr(0, 12)));
+    }
+    if (why) why->push_back(fmt::format("no record in {} matches: using the analytic default", records_path));
+  }
+  return {analytic_schedule(d, t, why), "analytic default"};
+}
+
+}  // namespace convgen

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# End-to-end checks of `convgen compile-layer`: outputs, provenance, byte-identical
+# regeneration, and a stable exit code with a one-line message naming the field for
+# every kind of bad input.
+set -u
+convgen="$1"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect_error CODE FRAGMENT ARGS...: exit code CODE, one stderr line containing FRAGMENT.
+expect_error() {
+  local code="$1" fragment="$2"; shift 2
+  "$convgen" "$@" >"$work/out" 2>"$work/err"
+  local got=$?
+  [[ $got -eq $code ]] || fail "convgen $* exited $got, want $code"
+  grep -q -- "$fragment" "$work/err" || fail "convgen $*: stderr lacks '$fragment': $(cat "$work/err")"
+  [[ $(wc -l <"$work/err") -eq 1 ]] || fail "convgen $*: want one line of error, got: $(cat "$work/err")"
+}
+
+layer='mb2ic16ih12oc24oh12kh3ph1+bias+relu'
+"$convgen" compile-layer "$layer" -o "$work/a" --name conv_a --emit stmt >/dev/null || fail "compile-layer a"
+"$convgen" compile-layer "$layer" -o "$work/b" --name conv_a --emit stmt >/dev/null || fail "compile-layer b"
+for f in conv_a.a conv_a.h conv_a.manifest.json conv_a.stmt; do
+  [[ -f "$work/a/$f" ]] || fail "missing output $f"
+  cmp -s "$work/a/$f" "$work/b/$f" || fail "$f differs between two generations of the same layer"
+done
+grep -q "do not edit" "$work/a/conv_a.h" || fail "header lacks the do-not-edit provenance line"
+grep -q "Regenerate with: convgen compile-layer" "$work/a/conv_a.h" || fail "header lacks the regenerate command"
+grep -q "$work" "$work/a/conv_a.h" "$work/a/conv_a.manifest.json" && fail "absolute paths in generated files"
+ls -A "$work/a" | grep -q stage && fail "staging directory left behind"
+
+# --print echoes the normalised descriptor; a TSV row is accepted too.
+out=$("$convgen" compile-layer 'mb8ic64ih56oc64oh56kh3ph1n"res2a"' --print)
+grep -q '^g1mb8ic64ih56iw56oc64oh56ow56kh3kw3sh1sw1pt1pb1pl1pr1dh0dw0$' <<<"$out" || fail "--print: $out"
+out=$("$convgen" schedule $'res2\t8\t64\t56\t56\t64\t3\t3\t1\t1\t1\t1\t1\t1\t1' --verbose 2>&1)
+grep -q "schedule (analytic default)" <<<"$out" || fail "schedule of a TSV row: $out"
+grep -q "micro-kernel" <<<"$out" || fail "schedule --verbose says nothing of the micro-kernel: $out"
+
+"$convgen" --version | grep -q '^convgen 0\.' || fail "--version"
+"$convgen" --help | grep -q compile-layer || fail "--help"
+"$convgen" compile-layer --help | grep -q -- '--schedules' || fail "compile-layer --help"
+
+expect_error 2 "ic" compile-layer 'mb1ic0ih8oc8kh3' -o "$work/x"
+expect_error 2 "g" compile-layer 'g3mb1ic8ih8oc9kh3' -o "$work/x"
+expect_error 2 "oh" compile-layer 'mb1ic8ih2oc8kh5' -o "$work/x"
+expect_error 2 "key" compile-layer 'mb1ic8ih8oc8kh3zz4' -o "$work/x"
+expect_error 2 "tensor" compile-layer 'mb4096ic4096ih256oc8kh1' -o "$work/x"
+expect_error 2 "missing -o" compile-layer "$layer"
+expect_error 2 "unknown command" frobnicate
+expect_error 2 "--emit" compile-layer "$layer" -o "$work/x" --emit pdf
+expect_error 4 "missing.jsonl" compile-layer "$layer" -o "$work/x" --schedules "$work/missing.jsonl"
+echo '{"format":"convgen-schedule","version":9}' >"$work/bad.jsonl"
+expect_error 5 "version" compile-layer "$layer" -o "$work/x" --schedules "$work/bad.jsonl"
+expect_error 7 "target" compile-layer "$layer" -o "$work/x" --target arm-64-linux
+[[ -e "$work/x" && -n "$(ls -A "$work/x" 2>/dev/null)" ]] && fail "failed runs left files in $work/x"
+
+if [[ $failures -eq 0 ]]; then echo "cli.compile_layer: all checks passed"; else exit 1; fi

@@ -1,0 +1,175 @@
+#include "sweep_plan.h"
+
+#include <random>
+#include <stdexcept>
+
+namespace convgen::test {
+
+namespace {
+
+constexpr int kCasesPerClass = 16;  // >= the largest number of values of any schedule field
+
+// Random small layer; `shape` then imposes the class's edge.
+ConvDescriptor base_shape(std::mt19937& rng) {
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  ConvDescriptor d;
+  d.mb = pick(1, 3);
+  d.ic = pick(1, 40);
+  d.oc = pick(1, 56);
+  d.ih = pick(5, 17);
+  d.iw = pick(5, 17);
+  d.kh = d.kw = 3;
+  d.pt = d.pb = d.pl = d.pr = pick(0, 1);
+  d.bias = pick(0, 1);
+  d.relu = pick(0, 1);
+  return d;
+}
+
+void impose(const std::string& cls, int i, std::mt19937& rng, ConvDescriptor& d) {
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto square = [&](int k) { d.kh = d.kw = k; };
+  if (cls == "kernel_1x1") {
+    square(1);
+    d.pt = d.pb = d.pl = d.pr = 0;
+    d.sh = d.sw = 1 + i % 2;
+    d.ic = pick(1, 70);
+  } else if (cls == "kernel_3x3") {
+    square(3);
+  } else if (cls == "kernel_5x5") {
+    square(5);
+    d.pt = d.pb = d.pl = d.pr = pick(0, 2);
+    d.ih = d.iw = pick(5, 14);
+  } else if (cls == "kernel_7x7") {
+    square(7);
+    d.pt = d.pb = d.pl = d.pr = pick(0, 3);
+    d.ih = d.iw = pick(7, 16);
+    d.sh = d.sw = 1 + i % 2;
+  } else if (cls == "kernel_11x11") {
+    square(11);
+    d.ih = d.iw = pick(11, 20);
+    d.pt = d.pb = d.pl = d.pr = pick(0, 2);
+    d.sh = d.sw = 1 + i % 4;
+    d.ic = pick(1, 8);
+  } else if (cls == "non_square_kernel") {
+    const int shapes[][2] = {{1, 3}, {3, 1}, {1, 7}, {7, 1}, {5, 2}, {2, 5}, {3, 5}, {1, 5}};
+    d.kh = shapes[i % 8][0];
+    d.kw = shapes[i % 8][1];
+    d.ih = pick(7, 14);
+    d.iw = pick(7, 14);
+    d.pt = d.pb = d.kh / 2;
+    d.pl = d.pr = d.kw / 2;
+  } else if (cls == "stride") {
+    square(1 + 2 * pick(0, 1));
+    d.sh = 1 + i % 4;
+    d.sw = 1 + (i / 4) % 4;  // includes stride > kernel and sh != sw
+    d.ih = pick(8, 19);
+    d.iw = pick(8, 19);
+  } else if (cls == "asymmetric_padding") {
+    square(3 + 2 * (i % 2));
+    d.pt = pick(0, 2);
+    d.pb = pick(0, 3);
+    d.pl = pick(0, 3);
+    d.pr = pick(0, 2);
+    if (d.pt == d.pb) d.pb = d.pt + 1;  // top != bottom in every case
+    d.sh = d.sw = 1 + i % 3;
+  } else if (cls == "dilation") {
+    square(3);
+    d.dh = 2 + i % 2;
+    d.dw = 2 + (i / 2) % 2;
+    d.pt = d.pb = d.dh;
+    d.pl = d.pr = pick(0, d.dw);
+    d.ih = d.iw = pick(9, 16);
+    d.sh = d.sw = 1 + (i / 4) % 2;
+  } else if (cls == "groups") {
+    d.g = (i % 2) ? 2 : 4;
+    d.ic = d.g * pick(1, 12);
+    d.oc = d.g * pick(1, 20);
+  } else if (cls == "depthwise") {
+    d.g = d.ic = pick(1, 40);
+    d.oc = d.ic;
+    d.sh = d.sw = 1 + i % 2;
+  } else if (cls == "depthwise_multiplier") {
+    d.g = d.ic = pick(1, 24);
+    d.oc = d.ic * (2 + i % 2);
+    d.sh = d.sw = 1 + (i / 2) % 2;
+  } else if (cls == "odd_sizes") {
+    d.mb = 1;
+    d.ic = pick(1, 5) * 2 + 1;
+    d.oc = 8 * pick(1, 4) + pick(1, 7);  // never a multiple of the vector width
+    d.ih = pick(1, 4) * 2 + 3;
+    d.iw = pick(1, 6) * 2 + 1;
+  } else if (cls == "conv1d") {
+    d.ih = 1;
+    d.kh = 1;
+    d.pt = d.pb = 0;
+    d.kw = 1 + 2 * pick(0, 3);
+    d.iw = pick(d.kw, 40);
+    d.pl = d.pr = pick(0, d.kw / 2);
+    d.sh = 1;
+    d.sw = 1 + i % 3;
+    d.dw = 1 + (i / 3) % 2;
+  } else {
+    throw std::logic_error("unknown edge class " + cls);
+  }
+}
+
+// The i-th case of a class takes value (i + f) mod |values| for field f: over any
+// run of |values| consecutive cases every value appears once.
+template <typename T>
+T cycle(const std::vector<T>& values, int i, int field) {
+  return values[static_cast<size_t>(i + field) % values.size()];
+}
+
+ConvSchedule schedule_for(int i, const TargetInfo& t) {
+  const ScheduleSpace space = schedule_space(t);
+  ConvSchedule s;
+  s.strategy = cycle(space.strategy, i, 0);
+  s.mr = cycle(space.mr, i, 1);
+  s.nr = cycle(space.nr, i, 2);
+  s.kc = cycle(space.kc, i, 3);
+  s.mc = cycle(space.mc, i, 4);
+  s.nc = cycle(space.nc, i, 5);
+  s.layout = cycle(space.layout, i, 6);
+  s.pack_input = cycle(space.pack_input, i, 7);
+  s.pack_weights = cycle(space.pack_weights, i, 8);
+  s.loop_order = cycle(space.loop_order, i, 9);
+  s.parallel = cycle(space.parallel, i, 10);
+  return s;
+}
+
+}  // namespace
+
+const std::vector<std::string>& edge_classes() {
+  static const std::vector<std::string> classes = {
+      "kernel_1x1", "kernel_3x3", "kernel_5x5",  "kernel_7x7", "kernel_11x11",         "non_square_kernel",
+      "stride",     "asymmetric_padding",        "dilation",   "groups",               "depthwise",
+      "depthwise_multiplier",     "odd_sizes",   "conv1d"};
+  return classes;
+}
+
+std::vector<SweepCase> sweep_cases(const std::string& edge_class) {
+  std::seed_seq seed(edge_class.begin(), edge_class.end());
+  std::mt19937 rng(seed);
+  const TargetInfo t = default_target();
+  std::vector<SweepCase> cases;
+  for (int i = 0; i < kCasesPerClass; ++i) {
+    ConvDescriptor d = base_shape(rng);
+    impose(edge_class, i, rng, d);
+    while (d.oh() < 1) ++d.ih;  // keep every case a valid layer
+    while (d.ow() < 1) ++d.iw;
+    d.name = edge_class + "_" + std::to_string(i);
+    cases.push_back({edge_class, d, schedule_for(i, t)});
+  }
+  return cases;
+}
+
+std::vector<SweepCase> full_sweep() {
+  std::vector<SweepCase> all;
+  for (const auto& cls : edge_classes()) {
+    auto cases = sweep_cases(cls);
+    all.insert(all.end(), cases.begin(), cases.end());
+  }
+  return all;
+}
+
+}  // namespace convgen::test

@@ -1,0 +1,29 @@
+// The forward correctness sweep as data: edge classes of layer shapes, each shape paired
+// with a schedule so that, within every class, every value of every ConvSchedule field
+// is exercised. Tests execute the plan; a coverage test checks the plan itself.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "conv_descriptor.h"
+#include "conv_schedule.h"
+
+namespace convgen::test {
+
+struct SweepCase {
+  std::string edge_class;
+  ConvDescriptor descriptor;
+  ConvSchedule schedule;
+};
+
+// The edge classes, in a fixed order.
+const std::vector<std::string>& edge_classes();
+
+// Every case of one class (deterministic: same plan on every run).
+std::vector<SweepCase> sweep_cases(const std::string& edge_class);
+
+// All cases of all classes.
+std::vector<SweepCase> full_sweep();
+
+}  // namespace convgen::test

@@ -1,0 +1,207 @@
+// The forward correctness sweep: every edge class, every schedule field value, checked
+// bit for bit on integer-valued data and to a tight tolerance on real data, with guard
+// zones around the output. Kernels are JIT-compiled from the generator's own code.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+
+#include "conv_jit.h"
+#include "reference_conv.h"
+#include "sweep_plan.h"
+
+using namespace convgen;
+using namespace convgen::test;
+
+namespace {
+
+constexpr size_t kGuard = 64;             // floats of guard zone on each side of the output
+constexpr uint32_t kSentinelBits = 0x7fc0dead;  // a NaN payload no kernel computes
+
+float sentinel() {
+  float f;
+  std::memcpy(&f, &kSentinelBits, sizeof f);
+  return f;
+}
+
+bool is_sentinel(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits == kSentinelBits;
+}
+
+struct Tensors {
+  std::vector<float> x, w, b;
+};
+
+Tensors make_inputs(const ConvDescriptor& d, bool integer_valued, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Tensors t;
+  t.x.resize(d.mb * d.ih * d.iw * d.ic);
+  t.w.resize(d.oc * d.icg() * d.kh * d.kw);
+  t.b.resize(d.oc);
+  auto fill = [&](std::vector<float>& v, int range) {
+    std::uniform_int_distribution<int> ints(-range, range);
+    std::uniform_real_distribution<float> reals(-1.0f, 1.0f);
+    for (auto& e : v) e = integer_valued ? float(ints(rng)) : reals(rng);
+  };
+  fill(t.x, 3);
+  fill(t.w, 2);
+  fill(t.b, 4);
+  return t;
+}
+
+struct Outcome {
+  size_t mismatches = 0;
+  size_t guard_damage = 0;
+  std::string first_mismatch;
+};
+
+// Runs the kernel on one data set and compares with the reference. Integer-valued data
+// must match exactly; real data within a bound on fp32 rounding of the sum.
+Outcome run_and_compare(JitForwardKernel& kernel, const ConvDescriptor& d, bool integer_valued, uint32_t seed) {
+  const Tensors in = make_inputs(d, integer_valued, seed);
+  const ReferenceResult ref = reference_forward(d, in.x, in.w, in.b);
+  std::vector<float> out(ref.y.size() + 2 * kGuard, sentinel());
+  kernel.run(in.x.data(), in.w.data(), d.bias ? in.b.data() : nullptr, out.data() + kGuard);
+  Outcome o;
+  for (size_t i = 0; i < kGuard; ++i) {
+    o.guard_damage += !is_sentinel(out[i]);
+    o.guard_damage += !is_sentinel(out[kGuard + ref.y.size() + i]);
+  }
+  const double terms = double(d.icg() * d.kh * d.kw + 1);
+  for (size_t i = 0; i < ref.y.size(); ++i) {
+    const float got = out[kGuard + i];
+    bool ok;
+    if (integer_valued) {
+      ok = double(got) == ref.y[i];
+    } else {
+      const double bound = 2.0 * terms * 6e-8 * ref.abs_sum[i] + 1e-30;
+      ok = std::fabs(double(got) - ref.y[i]) <= bound;
+    }
+    if (!ok && o.mismatches++ == 0)
+      o.first_mismatch = "output " + std::to_string(i) + ": got " + std::to_string(got) + ", want " +
+                         std::to_string(ref.y[i]);
+  }
+  return o;
+}
+
+void check_exactness_precondition(const ConvDescriptor& d) {
+  const Tensors in = make_inputs(d, true, 1);
+  const ReferenceResult ref = reference_forward(d, in.x, in.w, in.b);
+  double worst = 0;
+  for (double m : ref.abs_sum) worst = std::max(worst, m);
+  INFO("sum |x*w| must stay below 2^24 for exact fp32 sums");
+  REQUIRE(worst < double(1 << 24));
+}
+
+void run_class(const std::string& cls) {
+  const TargetInfo t = default_target();
+  for (const SweepCase& c : sweep_cases(cls)) {
+    INFO(c.descriptor.to_string() << "  schedule: " << describe(c.schedule));
+    check_exactness_precondition(c.descriptor);
+    JitForwardKernel kernel(c.descriptor, c.schedule, t);
+    const Outcome exact = run_and_compare(kernel, c.descriptor, true, 7);
+    INFO(exact.first_mismatch);
+    CHECK(exact.mismatches == 0);
+    CHECK(exact.guard_damage == 0);
+    const Outcome real = run_and_compare(kernel, c.descriptor, false, 11);
+    INFO(real.first_mismatch);
+    CHECK(real.mismatches == 0);
+    CHECK(real.guard_damage == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("forward sweep: kernel_1x1", "[sweep]") { run_class("kernel_1x1"); }
+TEST_CASE("forward sweep: kernel_3x3", "[sweep]") { run_class("kernel_3x3"); }
+TEST_CASE("forward sweep: kernel_5x5", "[sweep]") { run_class("kernel_5x5"); }
+TEST_CASE("forward sweep: kernel_7x7", "[sweep]") { run_class("kernel_7x7"); }
+TEST_CASE("forward sweep: kernel_11x11", "[sweep]") { run_class("kernel_11x11"); }
+TEST_CASE("forward sweep: non_square_kernel", "[sweep]") { run_class("non_square_kernel"); }
+TEST_CASE("forward sweep: stride", "[sweep]") { run_class("stride"); }
+TEST_CASE("forward sweep: asymmetric_padding", "[sweep]") { run_class("asymmetric_padding"); }
+TEST_CASE("forward sweep: dilation", "[sweep]") { run_class("dilation"); }
+TEST_CASE("forward sweep: groups", "[sweep]") { run_class("groups"); }
+TEST_CASE("forward sweep: depthwise", "[sweep]") { run_class("depthwise"); }
+TEST_CASE("forward sweep: depthwise_multiplier", "[sweep]") { run_class("depthwise_multiplier"); }
+TEST_CASE("forward sweep: odd_sizes", "[sweep]") { run_class("odd_sizes"); }
+TEST_CASE("forward sweep: conv1d", "[sweep]") { run_class("conv1d"); }
+
+TEST_CASE("sweep plan: every edge class has a test case and every schedule value runs in every class", "[plan]") {
+  const ScheduleSpace space = schedule_space(default_target());
+  size_t total = 0;
+  for (const auto& cls : edge_classes()) {
+    const auto cases = sweep_cases(cls);
+    total += cases.size();
+    std::map<std::string, std::set<std::string>> seen;
+    for (const auto& c : cases) {
+      const ConvSchedule& s = c.schedule;
+      seen["strategy"].insert(to_string(s.strategy));
+      seen["mr"].insert(std::to_string(s.mr));
+      seen["nr"].insert(std::to_string(s.nr));
+      seen["kc"].insert(std::to_string(s.kc));
+      seen["mc"].insert(std::to_string(s.mc));
+      seen["nc"].insert(std::to_string(s.nc));
+      seen["layout"].insert(to_string(s.layout));
+      seen["pack_input"].insert(to_string(s.pack_input));
+      seen["pack_weights"].insert(to_string(s.pack_weights));
+      seen["loop_order"].insert(to_string(s.loop_order));
+      seen["parallel"].insert(to_string(s.parallel));
+    }
+    INFO("edge class " << cls);
+    CHECK(seen["strategy"].size() == space.strategy.size());
+    CHECK(seen["mr"].size() == space.mr.size());
+    CHECK(seen["nr"].size() == space.nr.size());
+    CHECK(seen["kc"].size() == space.kc.size());
+    CHECK(seen["mc"].size() == space.mc.size());
+    CHECK(seen["nc"].size() == space.nc.size());
+    CHECK(seen["layout"].size() == space.layout.size());
+    CHECK(seen["pack_input"].size() == space.pack_input.size());
+    CHECK(seen["pack_weights"].size() == space.pack_weights.size());
+    CHECK(seen["loop_order"].size() == space.loop_order.size());
+    CHECK(seen["parallel"].size() == space.parallel.size());
+  }
+  CHECK(total >= 200);
+}
+
+TEST_CASE("sweep plan: block sizes that do and do not divide the extents are both exercised", "[plan]") {
+  bool kc_divides = false, kc_not = false, nc_divides = false, nc_not = false;
+  for (const auto& c : full_sweep()) {
+    const auto& d = c.descriptor;
+    if (c.schedule.kc > 0 && c.schedule.kc < d.icg()) (d.icg() % c.schedule.kc ? kc_not : kc_divides) = true;
+    const int64_t pq = d.oh() * d.ow();
+    if (c.schedule.nc > 0 && c.schedule.nc < pq) (pq % c.schedule.nc ? nc_not : nc_divides) = true;
+  }
+  CHECK(kc_divides);
+  CHECK(kc_not);
+  CHECK(nc_divides);
+  CHECK(nc_not);
+}
+
+TEST_CASE("forward sweep fails on a deliberately broken kernel", "[sweep][broken]") {
+  // The broken kernel reads the row below the image instead of zero padding. Every case
+  // with bottom padding that the output actually reaches must be caught.
+  const TargetInfo t = default_target();
+  ForwardBuildOptions broken;
+  broken.inject_padding_bug = true;
+  int checked = 0;
+  for (const auto& cls : {"kernel_3x3", "asymmetric_padding", "dilation", "depthwise"}) {
+    for (const SweepCase& c : sweep_cases(cls)) {
+      const ConvDescriptor& d = c.descriptor;
+      const int64_t last_row_read = (d.oh() - 1) * d.sh + (d.kh - 1) * d.dh - d.pt;
+      if (last_row_read < d.ih) continue;  // the bottom padding is never read
+      INFO(d.to_string() << "  schedule: " << describe(c.schedule));
+      JitForwardKernel kernel(d, c.schedule, t, broken);
+      const Outcome o = run_and_compare(kernel, d, true, 7);
+      CHECK(o.mismatches > 0);
+      if (++checked == 12) return;
+    }
+  }
+  CHECK(checked >= 8);
+}
