@@ -11,6 +11,7 @@ using Args = std::vector<std::string>;
 // Each returns the process exit code (docs/exit-codes.md) or throws convgen::Error.
 int compile_layer(const Args& args);
 int schedule(const Args& args);
+int emit_runtime(const Args& args);
 
 // Shared option helpers: "--key value" or "--key=value".
 struct OptionReader {

@@ -12,6 +12,7 @@
 #include "conv_descriptor.h"
 #include "conv_pipeline.h"
 #include "errors.h"
+#include "schedule_records.h"
 #include "schedule_selection.h"
 
 namespace fs = std::filesystem;
@@ -30,6 +31,7 @@ DIR/NAME.h (its header) and DIR/NAME.manifest.json (provenance).
   --target STRING        Halide target (default x86-64-linux-avx-avx2-f16c-fma-sse41)
   --schedules FILE       schedule records (JSON lines); a matching record wins over
                          the analytic default
+  --schedule WORDS       override schedule fields, e.g. 'mr=16 nr=6 parallel=pixels'
   --emit LIST            also write stmt and/or asm (comma-separated): NAME.stmt, NAME.s
   --no-runtime           leave the Halide runtime out (link convgen::runtime instead)
   --print                print the normalised descriptor and the schedule
@@ -40,7 +42,8 @@ Kernel signature: int NAME(halide_buffer_t *input, halide_buffer_t *weights,
 halide_buffer_t *bias, halide_buffer_t *output), buffers as in docs/architecture.md.
 )";
 
-const char* kScheduleUsage = R"(usage: convgen schedule DESCRIPTOR [--target STRING] [--schedules FILE] [--verbose]
+const char* kScheduleUsage = R"(usage: convgen schedule DESCRIPTOR [--target STRING] [--schedules FILE]
+                        [--schedule WORDS] [--verbose]
 
 Prints the normalised descriptor and the schedule compile-layer would use.
 )";
@@ -82,13 +85,15 @@ std::string json_escape(const std::string& s) {
 }
 
 struct CompileOptions {
-  std::string descriptor_text, output_dir, name = "conv_fwd", target, schedules, emit;
+  std::string descriptor_text, output_dir, name = "conv_fwd", target, schedules, overrides, emit;
   bool no_runtime = false, print = false, verbose = false;
 };
 
 std::string regenerate_command(const ConvDescriptor& d, const CompileOptions& o) {
-  return fmt::format("convgen compile-layer '{}' --name {} --target {}{}{}", d.normalised(), o.name, o.target,
-                     o.schedules.empty() ? "" : " --schedules <records>", o.no_runtime ? " --no-runtime" : "");
+  return fmt::format("convgen compile-layer '{}' --name {} --target {}{}{}{}", d.normalised(), o.name, o.target,
+                     o.schedules.empty() ? "" : " --schedules <records>",
+                     o.overrides.empty() ? "" : fmt::format(" --schedule '{}'", o.overrides),
+                     o.no_runtime ? " --no-runtime" : "");
 }
 
 std::string provenance_comment(const ConvDescriptor& d, const CompileOptions& o, const SelectedSchedule& sel) {
@@ -124,6 +129,17 @@ std::string with_stable_include_guard(std::string header, const std::string& nam
   return header;
 }
 
+SelectedSchedule select_with_overrides(const ConvDescriptor& d, const TargetInfo& t, const std::string& records,
+                                       const std::string& overrides, std::vector<std::string>* why) {
+  SelectedSchedule sel = select_schedule(d, "fwd", t, records, why);
+  if (!overrides.empty()) {
+    apply_schedule_overrides(overrides, &sel.schedule);
+    validate(sel.schedule, t);
+    sel.source += fmt::format(" with overrides '{}'", overrides);
+  }
+  return sel;
+}
+
 void print_lines(const std::vector<std::string>& lines) {
   for (const auto& l : lines) fmt::print(stderr, "convgen: {}\n", l);
 }
@@ -144,7 +160,8 @@ int compile_layer(const Args& args) {
       return 0;
     }
     if (r.value("-o", &o.output_dir) || r.value("--output", &o.output_dir) || r.value("--name", &o.name) ||
-        r.value("--target", &o.target) || r.value("--schedules", &o.schedules) || r.value("--emit", &o.emit))
+        r.value("--target", &o.target) || r.value("--schedules", &o.schedules) || r.value("--emit", &o.emit) ||
+        r.value("--schedule", &o.overrides))
       continue;
     if (r.flag("--no-runtime")) { o.no_runtime = true; continue; }
     if (r.flag("--print")) { o.print = true; continue; }
@@ -166,7 +183,7 @@ int compile_layer(const Args& args) {
   const ConvDescriptor d = descriptor_argument(o.descriptor_text);
   const TargetInfo t = target_info(o.target);
   std::vector<std::string> why;
-  const SelectedSchedule sel = select_schedule(d, "fwd", t, o.schedules, &why);
+  const SelectedSchedule sel = select_with_overrides(d, t, o.schedules, o.overrides, &why);
   if (o.print) fmt::print("{}\nschedule ({}): {}\n", d.normalised(), sel.source, describe(sel.schedule));
   if (o.output_dir.empty()) {
     if (o.verbose) print_lines(why);
@@ -206,8 +223,36 @@ int compile_layer(const Args& args) {
   return 0;
 }
 
+int emit_runtime(const Args& args) {
+  std::string dir, target = default_target().target;
+  OptionReader r(args);
+  while (!r.done()) {
+    if (r.flag("--help") || r.flag("-h")) {
+      fmt::print("usage: convgen emit-runtime -o DIR [--target STRING]\n\n"
+                 "Writes DIR/halide_runtime.o: the one Halide runtime of a process, for kernels\n"
+                 "generated with --no-runtime.\n");
+      return 0;
+    }
+    if (r.flag("--version")) {
+      print_version();
+      return 0;
+    }
+    if (r.value("-o", &dir) || r.value("--output", &dir) || r.value("--target", &target)) continue;
+    throw Error(ExitCode::Usage, fmt::format("unexpected argument '{}'", r.peek()));
+  }
+  if (dir.empty()) throw Error(ExitCode::Usage, "emit-runtime: missing -o DIR (see --help)");
+  target_info(target);  // rejects non-x86-64 targets with a clear error
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(ExitCode::Io, fmt::format("{}: cannot create directory: {}", dir, ec.message()));
+  const std::string tmp = (fs::path(dir) / fmt::format(".halide_runtime.{}.o", ::getpid())).string();
+  Halide::compile_standalone_runtime(tmp, halide_target(target));
+  fs::rename(tmp, fs::path(dir) / "halide_runtime.o");
+  return 0;
+}
+
 int schedule(const Args& args) {
-  std::string text, target = default_target().target, records;
+  std::string text, target = default_target().target, records, overrides;
   bool verbose = false;
   OptionReader r(args);
   while (!r.done()) {
@@ -219,7 +264,7 @@ int schedule(const Args& args) {
       print_version();
       return 0;
     }
-    if (r.value("--target", &target) || r.value("--schedules", &records)) continue;
+    if (r.value("--target", &target) || r.value("--schedules", &records) || r.value("--schedule", &overrides)) continue;
     if (r.flag("--verbose") || r.flag("-v")) { verbose = true; continue; }
     if (!text.empty()) throw Error(ExitCode::Usage, fmt::format("unexpected argument '{}'", r.peek()));
     text = r.positional();
@@ -228,7 +273,7 @@ int schedule(const Args& args) {
   const ConvDescriptor d = descriptor_argument(text);
   const TargetInfo t = target_info(target);
   std::vector<std::string> why;
-  const SelectedSchedule sel = select_schedule(d, "fwd", t, records, &why);
+  const SelectedSchedule sel = select_with_overrides(d, t, records, overrides, &why);
   if (verbose) {
     build_forward(d, sel.schedule, t, &why);  // the generator's own decisions too
     print_lines(why);

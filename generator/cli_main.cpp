@@ -54,6 +54,8 @@ const char* kUsage = R"(usage: convgen <command> [options]
 Commands:
   compile-layer DESCRIPTOR -o DIR   generate the kernel of one convolution layer
   schedule DESCRIPTOR               print the schedule convgen would use, and why
+  emit-runtime -o DIR               write the Halide runtime object kernels built with
+                                    --no-runtime link against (convgen::runtime has it)
 
 Options for every command: --help, --version, --verbose.
 DESCRIPTOR is a layer in benchdnn-style form, e.g. mb8ic64ih56oc64oh56kh3ph1n"res2a",
@@ -72,6 +74,7 @@ int run(const Args& args) {
   const Args rest(args.begin() + 1, args.end());
   if (args[0] == "compile-layer") return compile_layer(rest);
   if (args[0] == "schedule") return schedule(rest);
+  if (args[0] == "emit-runtime") return emit_runtime(rest);
   throw Error(ExitCode::Usage, fmt::format("unknown command '{}' (see convgen --help)", args[0]));
 }
 

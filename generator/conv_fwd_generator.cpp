@@ -25,6 +25,7 @@ class ConvForwardGenerator : public Halide::Generator<ConvForwardGenerator> {
   Output<Buffer<float>> output{"output", 4};
 
   void generate() {
+    disable_llvm_slp_vectorizer();
     ConvDescriptor d;
     d.mb = mb; d.ic = ic; d.ih = ih; d.iw = iw; d.oc = oc; d.kh = kh; d.kw = kw; d.sh = sh; d.sw = sw;
     d.pt = pt; d.pb = pb; d.pl = pl; d.pr = pr; d.dh = dh; d.dw = dw; d.g = groups;

@@ -63,18 +63,23 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
 
   // Loop order, innermost first. Within a block the channel tiles run inside the pixel
   // tiles (BLIS's ir inside jr): the NR input pixels stay in L1 across channel tiles.
+  //   pixels_outer:   n, [g], pix_block, k_block, tiles
+  //   channels_outer: [g], k_block, n, pix_block, tiles -- a channel block's weights are
+  //                   packed once and reused over every image of the call.
   std::vector<VarOrRVar> order = {nest.k_inner, nest.pix_inner, nest.k_tile, nest.pix_tile};
   std::vector<Var> blocks;  // innermost first
-  if (s.loop_order == LoopOrder::PixelsOuter) {
-    if (nest.has_k_block) blocks.push_back(nest.k_block);
-    if (nest.has_pix_block) blocks.push_back(nest.pix_block);
-  } else {
-    if (nest.has_pix_block) blocks.push_back(nest.pix_block);
-    if (nest.has_k_block) blocks.push_back(nest.k_block);
-  }
+  const bool channels_outer = s.loop_order == LoopOrder::ChannelsOuter;
+  if (!channels_outer && nest.has_k_block) blocks.push_back(nest.k_block);
+  if (nest.has_pix_block) blocks.push_back(nest.pix_block);
   for (const Var& v : blocks) order.push_back(v);
-  if (gemm) order.push_back(a.g);
-  order.push_back(a.n);
+  if (channels_outer) {
+    order.push_back(a.n);
+    if (nest.has_k_block) order.push_back(nest.k_block);
+    if (gemm) order.push_back(a.g);
+  } else {
+    if (gemm) order.push_back(a.g);
+    order.push_back(a.n);
+  }
   out.reorder(order);
 
   out.vectorize(nest.k_inner, std::min(t.vector_floats, nest.mr), TailStrategy::GuardWithIf);
@@ -85,8 +90,10 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
   if (!blocks.empty()) {
     nest.block_level = LoopLevel(out, blocks.front());
   } else {
-    nest.block_level = gemm ? LoopLevel(out, a.g) : LoopLevel(out, a.n);
+    nest.block_level = (gemm && !channels_outer) ? LoopLevel(out, a.g) : LoopLevel(out, a.n);
   }
+  nest.k_blocks_outermost = nest.has_k_block && channels_outer;
+  if (nest.k_blocks_outermost) nest.k_block_level = LoopLevel(out, nest.k_block);
   nest.rows_level = nest.has_pix_block ? LoopLevel(out, nest.pix_block) : nest.image_level;
 
   if (s.parallel == Parallel::Pixels) {

@@ -35,6 +35,19 @@ void apply_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescrip
     acc.split(chan, vo, vi, vl, TailStrategy::GuardWithIf).vectorize(vi).unroll(vo).unroll(a.pix);
     update.split(chan, vo, vi, vl, TailStrategy::GuardWithIf);
     update.reorder(vi, vo, a.pix, rc, rs, rr).vectorize(vi).unroll(vo).unroll(a.pix);
+    if (!gemm && cg * d.kh * d.kw <= 49) {
+      // Channel vectors across groups have a tiny reduction (the kernel taps): unrolled,
+      // each tap's weight vector serves all NR pixels with no loop overhead.
+      update.unroll(rc).unroll(rs).unroll(rr);
+      explain(why, fmt::format("all {} taps unrolled", cg * d.kh * d.kw));
+    } else if (gemm && cg < 2 * t.vector_floats && d.dw == 1 && d.kw > 1) {
+      // Few input channels: with dilation 1 a kernel row's taps (s, c) are one contiguous
+      // run in NHWC and in the packed weights, so one loop of kw*C/g steps replaces a
+      // short inner loop of C/g steps.
+      RVar rcs("rcs");
+      update.fuse(rc, rs, rcs);
+      explain(why, fmt::format("kernel-row taps fused into one reduction loop of {} steps", cg * d.kw));
+    }
     explain(why, fmt::format("micro-kernel {}x{}: whole reduction of {} taps x {} channels per tile, in registers",
                              nest.mr, nest.nr, d.kh * d.kw, cg));
     return;

@@ -1,7 +1,8 @@
 // Packing: where the two GEMM operands are staged.
-// - weights_packed is computed once per call (compute_root): for GEMM a [kb][r][s][c][MR]
-//   panel per block of MR output channels, so the micro-kernel reads MR contiguous floats
-//   per reduction step; its size is the weight tensor rounded up to MR.
+// - weights_packed is computed once per call: for GEMM a [kb][r][s][c][MR] panel per
+//   block of MR output channels, so the micro-kernel reads MR contiguous floats per
+//   reduction step; all blocks up front, or one MC block at a time when channel blocks
+//   are the outermost loop.
 // - in_padded is the fused im2col: the micro-kernel gathers its taps straight from it,
 //   so no im2col matrix exists. Where it is staged decides who fills the zero padding:
 //     none   not staged; every tap load carries the in-bounds select (cheap when there
@@ -23,7 +24,15 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
   const int vl = t.vector_floats;
   const bool gemm = a.strategy == Strategy::Gemm;
 
-  a.weights_packed.compute_root();
+  // Weights are packed once per call either way: all at once, or one channel block at a
+  // time when channel blocks are the outermost loop (BLIS packs A per MC block), which
+  // bounds the packed panel to MC x C/g x R x S.
+  if (!nest.k_blocks_outermost) {
+    a.weights_packed.compute_root();
+  } else {
+    a.weights_packed.compute_at(nest.k_block_level);
+    explain(why, "weights packed per channel block (channel blocks outermost)");
+  }
   if (gemm) {
     a.weights_packed.vectorize(a.kk, std::min(vl, a.mr));
   } else if (d.oc >= vl) {

@@ -65,6 +65,11 @@ ForwardPipeline build_forward(const ConvDescriptor& d, const ConvSchedule& s, co
 
 // Halide target for a target string, with the features every convgen kernel uses
 // (no_asserts and no_bounds_query: the runtime validates shapes before calling).
+// Also configures LLVM for convgen kernels once per process (see conv_target.cpp);
+// call it before the first compilation.
 Halide::Target halide_target(const std::string& target_string);
+
+// The LLVM configuration halide_target applies; the Generator calls it directly.
+void disable_llvm_slp_vectorizer();
 
 }  // namespace convgen

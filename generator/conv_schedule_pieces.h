@@ -37,6 +37,8 @@ struct LoopNest {
   Halide::LoopLevel block_level;     // innermost cache-block loop (or the image when unblocked)
   Halide::LoopLevel rows_level;      // where a row band of the input is packed
   Halide::LoopLevel tile_level;      // innermost register-tile loop
+  bool k_blocks_outermost = false;   // channel blocks outside the images (channels_outer)
+  Halide::LoopLevel k_block_level;   // that channel-block loop, when k_blocks_outermost
 };
 
 using Why = std::vector<std::string>;

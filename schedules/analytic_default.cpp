@@ -17,49 +17,40 @@ void note(std::vector<std::string>* why, const std::string& line) {
   if (why) why->push_back("default: " + line);
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct Tile {
   int mr, nr;
-  double shape_efficiency;  // measured relative speed of the tile shape when nothing is wasted
 };
 
-// Register tiles that fit 16 ymm registers: (MR/vl)*NR accumulators + MR/vl weight
-// vectors + 1 broadcast. 3x4 and 2x6 (12 accumulators) measured 88 and 80 GF/s on a
-// 3x3 conv (Zen 3, 1 thread); 1x6 is the fallback for narrow groups; 4-vector tiles spill.
-std::vector<Tile> register_tiles(const TargetInfo& t) {
+// Register tile, from measurements on Zen 3 (1 thread, mb 8; docs/schedules.md). Twelve
+// accumulators is the sweet spot of 16 ymm registers: 3x4 (24 channels x 4 pixels) or
+// 2x6 (16 x 6); 4-vector tiles spill (32x3: 35 vs 81-86 GF/s on 3x3 64->64).
+// - K/g a multiple of 24: 3x4, no waste.
+// - K/g a multiple of 16 only: 3x4 would compute a zero-filled third of its last tile.
+//   2x6 wins on spatial kernels over large images (3x3 64->64 at 56x56: 81-86 vs 57-64;
+//   3x3 128->128 stride 2: 82 vs 78; 5x5 3->32: 61 vs 46-51); 3x4 still wins on 1x1
+//   kernels (256->64: 70 vs 58) and on small images (5x5 32->64 at 8x8: 77-83 vs 71;
+//   3x3 512->512 at 7x7: 56-59 vs 53), where 2x6 leaves more of its pixel tile unused.
+// - Narrow groups (K/g <= 8): one vector x 6 pixels.
+Tile choose_tile(const ConvDescriptor& d, int64_t channels, const TargetInfo& t, std::vector<std::string>* why) {
   const int vl = t.vector_floats;
-  return {{3 * vl, 4, 1.00}, {2 * vl, 6, 0.92}, {vl, 6, 0.55}};
-}
-
-// Fraction of issued FMAs that do useful work, with MR rounding of K/g and NR
-// tail-recompute over the flattened P*Q output pixels.
-double tile_utilisation(int64_t channels, int64_t pixels, const Tile& tile) {
-  const double chan = double(channels) / double(ceil_div(channels, tile.mr) * tile.mr);
-  const double pix = double(pixels) / double(ceil_div(pixels, tile.nr) * tile.nr);
-  return chan * pix;
-}
-
-Tile choose_tile(int64_t channels, int64_t pixels, const TargetInfo& t, std::vector<std::string>* why) {
-  Tile best = register_tiles(t).front();
-  double best_score = -1;
-  for (const Tile& tile : register_tiles(t)) {
-    const double score = tile.shape_efficiency * tile_utilisation(channels, pixels, tile);
-    if (score > best_score + 1e-9) {
-      best = tile;
-      best_score = score;
-    }
+  const Tile wide{3 * vl, 4}, tall{2 * vl, 6}, narrow{vl, 6};
+  const int64_t pixels = d.oh() * d.ow();
+  Tile tile = wide;
+  std::string reason;
+  if (channels <= vl) {
+    tile = narrow;
+    reason = fmt::format("{} channels fill one vector", channels);
+  } else if (channels % wide.mr == 0) {
+    reason = fmt::format("{} channels a multiple of {}", channels, wide.mr);
+  } else if (channels % tall.mr == 0 && d.kh * d.kw > 1 && pixels >= 256) {
+    tile = tall;
+    reason = fmt::format("{} channels a multiple of {} only; spatial kernel over {} pixels", channels, tall.mr, pixels);
+  } else {
+    reason = d.kh * d.kw == 1 ? "1x1 kernel" : fmt::format("small image ({} pixels)", pixels);
   }
-  note(why, fmt::format("tile {}x{} (expected {:.0f}% of the best tile's speed for {} channels x {} pixels)", best.mr,
-                        best.nr, 100 * best_score, channels, pixels));
-  return best;
-}
-
-// Largest divisor of c that is <= limit (at least 1).
-int64_t largest_divisor_at_most(int64_t c, int64_t limit) {
-  for (int64_t v = std::min(c, limit); v > 1; --v)
-    if (c % v == 0) return v;
-  return 1;
+  note(why, fmt::format("tile {}x{}: {}", tile.mr, tile.nr, reason));
+  return tile;
 }
 
 }  // namespace
@@ -67,7 +58,6 @@ int64_t largest_divisor_at_most(int64_t c, int64_t limit) {
 ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std::vector<std::string>* why) {
   ConvSchedule s;
   const int64_t pixels = d.oh() * d.ow();
-  const int64_t taps = d.kh * d.kw;
 
   // Strategy: GEMM needs enough output channels per group to fill a vector.
   if (d.ocg() < t.vector_floats) {
@@ -76,7 +66,7 @@ ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std
                           t.vector_floats));
   }
   const int64_t channels = s.strategy == Strategy::Gemm ? d.ocg() : d.oc;
-  const Tile tile = choose_tile(channels, pixels, t, why);
+  const Tile tile = choose_tile(d, channels, t, why);
   s.mr = tile.mr;
   s.nr = tile.nr;
 
@@ -88,44 +78,55 @@ ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std
   if (!padded) {
     s.pack_input = PackInput::None;
     note(why, "no padding: input read in place");
-  } else if (slab_bytes <= budget) {
+  } else if (slab_bytes <= std::min(budget, t.l3_bytes / 8)) {
     s.pack_input = PackInput::Image;
     note(why, fmt::format("padded slab per image: {} KiB within the workspace budget of {} KiB", slab_bytes / 1024,
                           budget / 1024));
   } else {
+    // Row bands: the slab is over the budget, or so large that packing it whole streams
+    // it through memory twice. A band of about L2 is reused by every channel tile while
+    // it is hot (VGG conv1_2, 12.5 MiB slab: 10-row bands 77 vs whole slab 65-73 GF/s).
     s.pack_input = PackInput::Rows;
-    // Rows of output per block so the padded band stays within budget.
     const int64_t row_bytes = (d.iw + d.pl + d.pr) * d.ic * 4;
-    const int64_t band_rows = std::max<int64_t>(1, budget / row_bytes - (d.kh - 1) * d.dh);
-    const int64_t out_rows = std::max<int64_t>(1, band_rows / d.sh);
+    const int64_t halo_rows = (d.kh - 1) * d.dh;
+    const int64_t band_bytes = std::min(budget, t.l2_bytes);
+    const int64_t band_rows = std::max<int64_t>(1, band_bytes / row_bytes - halo_rows);
+    // At least 4 output rows: the 7x7 stem ran 77 GF/s with 4-row bands, 67 with 1-row
+    // bands (re-packing the kh-1 overlapping rows per band).
+    const int64_t out_rows = std::max<int64_t>(std::min<int64_t>(4, d.oh()), band_rows / d.sh);
     s.nc = static_cast<int>(std::min(pixels, out_rows * d.ow()));
-    note(why, fmt::format("padded slab {} KiB over the budget of {} KiB: packing row bands of {} output rows",
+    note(why, fmt::format("padded slab {} KiB (budget {} KiB): packing row bands of {} output rows",
                           slab_bytes / 1024, budget / 1024, out_rows));
   }
 
-  // Cache blocks. All K/g weights of a tile row stream once per pixel tile; when they
-  // outgrow half of L2, block the channels so a block's panel stays in L2 across pixels.
-  const int64_t panel_bytes_per_channel = d.icg() * taps * 4;
-  const int64_t weights_bytes = channels * panel_bytes_per_channel;
-  if (weights_bytes > t.l2_bytes / 2) {
-    const int64_t mc = std::max<int64_t>(s.mr, (t.l2_bytes / 2) / panel_bytes_per_channel / s.mr * s.mr);
-    if (mc < channels) {
-      s.mc = static_cast<int>(mc);
-      s.loop_order = LoopOrder::ChannelsOuter;
-      note(why, fmt::format("weights {} KiB exceed half of L2: channel blocks of {} kept in L2, channels outer",
-                            weights_bytes / 1024, mc));
-    }
-  }
-  // Reduction blocks: the NR input taps of one tile should stay in L1 across the
-  // channel tiles of a block; past that, split the input channels.
-  const int64_t tile_inputs_bytes = int64_t(s.nr) * panel_bytes_per_channel;
-  if (s.strategy == Strategy::Gemm && tile_inputs_bytes > t.l2_bytes / 4) {
-    const int64_t kc = largest_divisor_at_most(d.icg(), (t.l2_bytes / 4) / (int64_t(s.nr) * taps * 4));
-    if (kc < d.icg() && kc >= 16) {
-      s.kc = static_cast<int>(kc);
-      note(why, fmt::format("reduction blocked by kc={} input channels (tile inputs {} KiB)", kc,
-                            tile_inputs_bytes / 1024));
-    }
+  // Channel blocks only to bound the packed weights by the workspace budget: then the
+  // blocks go outermost and each block's panel is packed once for all images. Blocks
+  // are a divisor of the tile count (a ragged last block measured 36 vs 83 GF/s on a
+  // 1x1 512->256 layer). Otherwise no cache blocking: with the whole reduction of a tile
+  // in registers, reduction blocks (kc) measured 37 vs 83 GF/s on that layer, so kc
+  // stays in the schedule space for the tuner only.
+  const int64_t panel_bytes_per_channel = d.icg() * d.kh * d.kw * 4;
+  const int64_t k_tiles = (channels + s.mr - 1) / s.mr;
+  const int64_t packed_weights = k_tiles * s.mr * panel_bytes_per_channel * (s.strategy == Strategy::Gemm ? d.g : 1);
+  // Largest block of whole tiles, dividing the tile count, whose panel fits `bytes`.
+  auto channel_block = [&](int64_t bytes) {
+    for (int64_t per = k_tiles - 1; per > 1; --per)
+      if (k_tiles % per == 0 && per * s.mr * panel_bytes_per_channel <= bytes) return static_cast<int>(per * s.mr);
+    return s.mr;
+  };
+  if (packed_weights > budget) {
+    s.mc = channel_block(budget);
+    s.loop_order = LoopOrder::ChannelsOuter;
+    note(why, fmt::format("packed weights {} KiB over the budget: channel blocks of {} ({} KiB), outermost",
+                          packed_weights / 1024, s.mc, s.mc * panel_bytes_per_channel / 1024));
+  } else if (packed_weights > t.l2_bytes && channels % s.mr == 0) {
+    // Weights past L2 would stream from L3 once per pixel tile; a block of them kept in
+    // L2 serves every pixel tile of the image (AlexNet conv2 5x5 96->256: 82 vs 67 GF/s
+    // with 32-channel blocks of 300 KiB). Only when MR divides the channels: blocks over
+    // a guarded last tile measured 27 vs 80 GF/s (1x1 256->512 stride 2).
+    s.mc = channel_block(t.l2_bytes * 6 / 10);
+    note(why, fmt::format("weights {} KiB exceed L2: channel blocks of {} ({} KiB) reused over the image",
+                          packed_weights / 1024, s.mc, s.mc * panel_bytes_per_channel / 1024));
   }
   return s;
 }

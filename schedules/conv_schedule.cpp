@@ -206,4 +206,47 @@ void validate(const ConvSchedule& s, const TargetInfo& t) {
   require_non_negative("nc", s.nc);
 }
 
+namespace {
+
+template <typename E>
+void set_enum(const std::string& field, const std::string& value, E* out) {
+  if (!from_string(value, out)) throw Error(ExitCode::Usage, fmt::format("schedule: {}: unknown value '{}'", field, value));
+}
+
+int parse_int_field(const std::string& field, const std::string& value) {
+  try {
+    size_t used = 0;
+    const int v = std::stoi(value, &used);
+    if (used == value.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw Error(ExitCode::Usage, fmt::format("schedule: {}: '{}' is not an integer", field, value));
+}
+
+}  // namespace
+
+void apply_schedule_overrides(const std::string& text, ConvSchedule* s) {
+  std::istringstream words(text);
+  for (std::string word; words >> word;) {
+    const size_t eq = word.find('=');
+    if (eq == std::string::npos) {
+      set_enum("strategy", word, &s->strategy);
+      continue;
+    }
+    const std::string field = word.substr(0, eq), value = word.substr(eq + 1);
+    if (field == "strategy") set_enum(field, value, &s->strategy);
+    else if (field == "mr") s->mr = parse_int_field(field, value);
+    else if (field == "nr") s->nr = parse_int_field(field, value);
+    else if (field == "kc") s->kc = parse_int_field(field, value);
+    else if (field == "mc") s->mc = parse_int_field(field, value);
+    else if (field == "nc") s->nc = parse_int_field(field, value);
+    else if (field == "layout") set_enum(field, value, &s->layout);
+    else if (field == "pack_input") set_enum(field, value, &s->pack_input);
+    else if (field == "pack_weights") set_enum(field, value, &s->pack_weights);
+    else if (field == "loop_order") set_enum(field, value, &s->loop_order);
+    else if (field == "parallel") set_enum(field, value, &s->parallel);
+    else throw Error(ExitCode::Usage, fmt::format("schedule: unknown field '{}'", field));
+  }
+}
+
 }  // namespace convgen

@@ -41,6 +41,10 @@ bool from_string(const std::string& name, PackWeights* out);
 bool from_string(const std::string& name, LoopOrder* out);
 bool from_string(const std::string& name, Parallel* out);
 
+// Applies "field=value" words (describe()'s form, e.g. "mr=16 nr=6 parallel=pixels";
+// a bare strategy name is accepted too) over `s`. Throws Error(Usage) naming the word.
+void apply_schedule_overrides(const std::string& text, ConvSchedule* s);
+
 // One line, no trailing newline, keys in a fixed order: the same record always gives
 // the same bytes. Throws Error(BadRecord) if the record cannot be written as JSON
 // (gflops not finite, a string that is not UTF-8).
