@@ -225,10 +225,11 @@ int compile_layer(const Args& args) {
 
 int emit_runtime(const Args& args) {
   std::string dir, target = default_target().target;
+  bool verbose = false;
   OptionReader r(args);
   while (!r.done()) {
     if (r.flag("--help") || r.flag("-h")) {
-      fmt::print("usage: convgen emit-runtime -o DIR [--target STRING]\n\n"
+      fmt::print("usage: convgen emit-runtime -o DIR [--target STRING] [--verbose]\n\n"
                  "Writes DIR/halide_runtime.o: the one Halide runtime of a process, for kernels\n"
                  "generated with --no-runtime.\n");
       return 0;
@@ -238,6 +239,10 @@ int emit_runtime(const Args& args) {
       return 0;
     }
     if (r.value("-o", &dir) || r.value("--output", &dir) || r.value("--target", &target)) continue;
+    if (r.flag("--verbose") || r.flag("-v")) {
+      verbose = true;
+      continue;
+    }
     throw Error(ExitCode::Usage, fmt::format("unexpected argument '{}'", r.peek()));
   }
   if (dir.empty()) throw Error(ExitCode::Usage, "emit-runtime: missing -o DIR (see --help)");
@@ -248,6 +253,7 @@ int emit_runtime(const Args& args) {
   const std::string tmp = (fs::path(dir) / fmt::format(".halide_runtime.{}.o", ::getpid())).string();
   Halide::compile_standalone_runtime(tmp, halide_target(target));
   fs::rename(tmp, fs::path(dir) / "halide_runtime.o");
+  if (verbose) fmt::print(stderr, "convgen: Halide runtime for {} written to {}\n", target, (fs::path(dir) / "halide_runtime.o").string());
   return 0;
 }
 

@@ -24,8 +24,9 @@ void define_in_padded(ConvAlgorithm& a, const ConvDescriptor& d, const Func& inp
 
 }  // namespace
 
-ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr, const Func& input,
-                             const Func& weights, const Func& bias, const ForwardBuildOptions& options) {
+ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr, bool skip_padded_rows,
+                             const Func& input, const Func& weights, const Func& bias,
+                             const ForwardBuildOptions& options) {
   ConvAlgorithm a;
   a.strategy = strategy;
   a.mr = mr;
@@ -42,6 +43,13 @@ ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr,
     return (pix / q_extent) * static_cast<int>(d.sh) + rr * static_cast<int>(d.dh) - static_cast<int>(d.pt);
   };
 
+  if (skip_padded_rows) {
+    // Taps that fall on padding rows add exact zeros: leave them out. Halide folds this
+    // predicate into the bounds of the kernel-row loop when a tile's pixels share a row.
+    const int last_row = options.inject_padding_bug ? int(d.ih) : int(d.ih) - 1;
+    Expr row = tap_y(a.pix);
+    a.rd.where(row >= 0 && row <= last_row);
+  }
   if (strategy == Strategy::Gemm) {
     // Weights blocked by mr output channels, zero-filled past K/g so every block is full.
     Expr kg_full = a.kb * mr + a.kk;

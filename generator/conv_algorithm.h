@@ -39,7 +39,10 @@ struct ConvAlgorithm {
 // output channel kg = kb*mr + kk inside group g; for Strategy::Depthwise it is
 // accum(k, pix, n) with k = g*K/g + kg across all groups (vectors span groups).
 // input, weights and bias are the kernel's buffers in the views of conv_pipeline.h.
-ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr, const Halide::Func& input,
+// skip_padded_rows restricts the reduction to kernel rows that land inside the image
+// (the skipped taps would add exact zeros), as oneDNN does.
+ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr, bool skip_padded_rows,
+                             const Halide::Func& input,
                              const Halide::Func& weights, const Halide::Func& bias,
                              const ForwardBuildOptions& options);
 

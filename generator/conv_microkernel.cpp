@@ -17,6 +17,12 @@ namespace convgen {
 
 using namespace Halide;
 
+bool fuses_kernel_row_taps(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t) {
+  const int64_t cg = d.icg();
+  const bool whole_reduction = s.kc == 0 || s.kc >= cg;
+  return s.strategy == Strategy::Gemm && whole_reduction && cg < 2 * t.vector_floats && d.dw == 1 && d.kw > 1;
+}
+
 void apply_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor& d, const ConvSchedule& s,
                        const TargetInfo& t, Why* why) {
   const int vl = std::min(t.vector_floats, nest.mr);
@@ -40,7 +46,7 @@ void apply_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescrip
       // each tap's weight vector serves all NR pixels with no loop overhead.
       update.unroll(rc).unroll(rs).unroll(rr);
       explain(why, fmt::format("all {} taps unrolled", cg * d.kh * d.kw));
-    } else if (gemm && cg < 2 * t.vector_floats && d.dw == 1 && d.kw > 1) {
+    } else if (fuses_kernel_row_taps(d, s, t)) {
       // Few input channels: with dilation 1 a kernel row's taps (s, c) are one contiguous
       // run in NHWC and in the packed weights, so one loop of kw*C/g steps replaces a
       // short inner loop of C/g steps.

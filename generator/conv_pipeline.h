@@ -63,6 +63,10 @@ ForwardPipeline build_forward(const ConvDescriptor& d, const ConvSchedule& s, co
                               std::vector<std::string>* why = nullptr,
                               const ForwardBuildOptions& options = {});
 
+// True when the kernel leaves out the kernel rows that fall on top/bottom padding
+// (exact: those taps add zeros). Exposed for tests and --verbose.
+bool skips_padded_rows(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t);
+
 // Halide target for a target string, with the features every convgen kernel uses
 // (no_asserts and no_bounds_query: the runtime validates shapes before calling).
 // Also configures LLVM for convgen kernels once per process (see conv_target.cpp);

@@ -50,6 +50,10 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
 void apply_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor& d,
                        const ConvSchedule& s, const TargetInfo& t, Why* why);
 
+// True when the micro-kernel walks a kernel row's (s, c) taps as one contiguous loop:
+// GEMM, whole reduction per tile, few channels per group, dilation 1 along the row.
+bool fuses_kernel_row_taps(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t);
+
 // Appends a line to `why` when it is non-null.
 void explain(Why* why, const std::string& line);
 

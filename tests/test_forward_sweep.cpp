@@ -205,3 +205,16 @@ TEST_CASE("forward sweep fails on a deliberately broken kernel", "[sweep][broken
   }
   CHECK(checked >= 8);
 }
+
+TEST_CASE("sweep plan: the padded-row skipping path runs in many cases and classes", "[plan]") {
+  const TargetInfo t = default_target();
+  int cases = 0;
+  std::set<std::string> classes;
+  for (const auto& c : full_sweep()) {
+    if (!skips_padded_rows(c.descriptor, c.schedule, t)) continue;
+    ++cases;
+    classes.insert(c.edge_class);
+  }
+  CHECK(cases >= 20);
+  CHECK(classes.size() >= 6);
+}
