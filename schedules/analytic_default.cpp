@@ -70,55 +70,62 @@ ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std
   s.mr = tile.mr;
   s.nr = tile.nr;
 
-  // Input staging. Padding wants the packer's zero fill; without padding, taps read the
-  // input in place (packing measured neutral or worse there).
-  const bool padded = d.pt || d.pb || d.pl || d.pr;
-  const int64_t slab_bytes = (d.ih + d.pt + d.pb) * (d.iw + d.pl + d.pr) * d.ic * 4;
+  // Workspace budget per call: the staged input plus the packed weights stay within
+  // max(5% of the im2col buffer, 1 MiB) (tests/test_workspace.cpp measures it).
   const int64_t budget = std::max<int64_t>(d.im2col_bytes() / 20, int64_t(1) << 20);
-  if (!padded) {
-    s.pack_input = PackInput::None;
-    note(why, "no padding: input read in place");
-  } else if (slab_bytes <= std::min(budget, t.l3_bytes / 8)) {
-    s.pack_input = PackInput::Image;
-    note(why, fmt::format("padded slab per image: {} KiB within the workspace budget of {} KiB", slab_bytes / 1024,
-                          budget / 1024));
-  } else {
-    // Row bands: the slab is over the budget, or so large that packing it whole streams
-    // it through memory twice. A band of about L2 is reused by every channel tile while
-    // it is hot (VGG conv1_2, 12.5 MiB slab: 10-row bands 77 vs whole slab 65-73 GF/s).
-    s.pack_input = PackInput::Rows;
-    const int64_t row_bytes = (d.iw + d.pl + d.pr) * d.ic * 4;
-    const int64_t halo_rows = (d.kh - 1) * d.dh;
-    const int64_t band_bytes = std::min(budget, t.l2_bytes);
-    const int64_t band_rows = std::max<int64_t>(1, band_bytes / row_bytes - halo_rows);
-    // At least 4 output rows: the 7x7 stem ran 77 GF/s with 4-row bands, 67 with 1-row
-    // bands (re-packing the kh-1 overlapping rows per band).
-    const int64_t out_rows = std::max<int64_t>(std::min<int64_t>(4, d.oh()), band_rows / d.sh);
-    s.nc = static_cast<int>(std::min(pixels, out_rows * d.ow()));
-    note(why, fmt::format("padded slab {} KiB (budget {} KiB): packing row bands of {} output rows",
-                          slab_bytes / 1024, budget / 1024, out_rows));
-  }
-
-  // Channel blocks only to bound the packed weights by the workspace budget: then the
-  // blocks go outermost and each block's panel is packed once for all images. Blocks
-  // are a divisor of the tile count (a ragged last block measured 36 vs 83 GF/s on a
-  // 1x1 512->256 layer). Otherwise no cache blocking: with the whole reduction of a tile
-  // in registers, reduction blocks (kc) measured 37 vs 83 GF/s on that layer, so kc
-  // stays in the schedule space for the tuner only.
   const int64_t panel_bytes_per_channel = d.icg() * d.kh * d.kw * 4;
   const int64_t k_tiles = (channels + s.mr - 1) / s.mr;
   const int64_t packed_weights = k_tiles * s.mr * panel_bytes_per_channel * (s.strategy == Strategy::Gemm ? d.g : 1);
-  // Largest block of whole tiles, dividing the tile count, whose panel fits `bytes`.
+
+  // Input staging. Padding wants the packer's zero fill; without padding, taps read the
+  // input in place (packing measured neutral or worse there).
+  const bool padded = d.pt || d.pb || d.pl || d.pr;
+  const int64_t row_bytes = (d.iw + d.pl + d.pr) * d.ic * 4;
+  const int64_t slab_bytes = (d.ih + d.pt + d.pb) * row_bytes;
+  const int64_t halo_rows = (d.kh - 1) * d.dh;
+  auto band_bytes = [&](int64_t out_rows) { return ((out_rows - 1) * d.sh + halo_rows + 1) * row_bytes; };
+  int64_t input_bytes = 0;
+  if (!padded) {
+    s.pack_input = PackInput::None;
+    note(why, "no padding: input read in place");
+  } else if (slab_bytes + std::min(packed_weights, budget / 2) <= budget && slab_bytes <= t.l3_bytes / 8) {
+    s.pack_input = PackInput::Image;
+    input_bytes = slab_bytes;
+    note(why, fmt::format("padded slab per image: {} KiB (budget {} KiB)", slab_bytes / 1024, budget / 1024));
+  } else {
+    // Row bands: the slab does not fit the budget beside the weights, or is so large
+    // that packing it whole streams it through memory twice. A band of about L2 is
+    // reused by every channel tile while it is hot (VGG conv1_2, 12.5 MiB slab: 10-row
+    // bands 77 vs whole slab 65-73 GF/s); at least 4 output rows when they fit (the
+    // 7x7 stem: 77 GF/s with 4-row bands, 67 with 1-row bands, which re-pack the halo).
+    s.pack_input = PackInput::Rows;
+    const int64_t target = std::min(t.l2_bytes, budget / 2);
+    int64_t out_rows = std::max<int64_t>(1, (target / row_bytes - halo_rows - 1) / d.sh + 1);
+    if (out_rows < 4 && band_bytes(std::min<int64_t>(4, d.oh())) <= budget / 2) out_rows = 4;
+    out_rows = std::min(out_rows, d.oh());
+    input_bytes = band_bytes(out_rows);
+    s.nc = static_cast<int>(std::min(pixels, out_rows * d.ow()));
+    note(why, fmt::format("padded slab {} KiB: packing row bands of {} output rows ({} KiB; budget {} KiB)",
+                          slab_bytes / 1024, out_rows, input_bytes / 1024, budget / 1024));
+  }
+
+  // Channel blocks. To keep the packed weights within what the budget leaves: blocks go
+  // outermost and each block's panel is packed once for all images. Blocks are whole
+  // tiles dividing the tile count (a ragged last block measured 36 vs 83 GF/s on a 1x1
+  // 512->256 layer). Reduction blocks (kc) stay off: 1x1 512->256 ran 37 vs 83 GF/s
+  // with kc=128, so kc is in the schedule space for the tuner only.
   auto channel_block = [&](int64_t bytes) {
     for (int64_t per = k_tiles - 1; per > 1; --per)
       if (k_tiles % per == 0 && per * s.mr * panel_bytes_per_channel <= bytes) return static_cast<int>(per * s.mr);
     return s.mr;
   };
-  if (packed_weights > budget) {
-    s.mc = channel_block(budget);
+  const int64_t weights_room = budget - input_bytes;
+  if (packed_weights > weights_room) {
+    s.mc = channel_block(weights_room);
     s.loop_order = LoopOrder::ChannelsOuter;
-    note(why, fmt::format("packed weights {} KiB over the budget: channel blocks of {} ({} KiB), outermost",
-                          packed_weights / 1024, s.mc, s.mc * panel_bytes_per_channel / 1024));
+    note(why, fmt::format("packed weights {} KiB over the {} KiB left in the budget: channel blocks of {} ({} KiB), "
+                          "outermost",
+                          packed_weights / 1024, weights_room / 1024, s.mc, s.mc * panel_bytes_per_channel / 1024));
   } else if (packed_weights > t.l2_bytes && channels % s.mr == 0) {
     // Weights past L2 would stream from L3 once per pixel tile; a block of them kept in
     // L2 serves every pixel tile of the image (AlexNet conv2 5x5 96->256: 82 vs 67 GF/s
