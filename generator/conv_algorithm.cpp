@@ -36,18 +36,18 @@ ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr,
 
   a.rd = RDom(0, cg, 0, static_cast<int>(d.kw), 0, static_cast<int>(d.kh), "rd");
   RVar rc = a.rd.x, rs = a.rd.y, rr = a.rd.z;
-  auto tap_x = [&](Expr pix) {
-    return (pix % q_extent) * static_cast<int>(d.sw) + rs * static_cast<int>(d.dw) - static_cast<int>(d.pl);
+  auto tap_x = [&](Expr pix, Expr s) {
+    return (pix % q_extent) * static_cast<int>(d.sw) + s * static_cast<int>(d.dw) - static_cast<int>(d.pl);
   };
-  auto tap_y = [&](Expr pix) {
-    return (pix / q_extent) * static_cast<int>(d.sh) + rr * static_cast<int>(d.dh) - static_cast<int>(d.pt);
+  auto tap_y = [&](Expr pix, Expr r) {
+    return (pix / q_extent) * static_cast<int>(d.sh) + r * static_cast<int>(d.dh) - static_cast<int>(d.pt);
   };
 
   if (skip_padded_rows) {
     // Taps that fall on padding rows add exact zeros: leave them out. Halide folds this
     // predicate into the bounds of the kernel-row loop when a tile's pixels share a row.
     const int last_row = options.inject_padding_bug ? int(d.ih) : int(d.ih) - 1;
-    Expr row = tap_y(a.pix);
+    Expr row = tap_y(a.pix, rr);
     a.rd.where(row >= 0 && row <= last_row);
   }
   if (strategy == Strategy::Gemm) {
@@ -55,10 +55,11 @@ ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr,
     Expr kg_full = a.kb * mr + a.kk;
     a.weights_packed(a.kk, a.c, a.s, a.r, a.kb, a.g) =
         select(kg_full < kgn, weights(a.s, a.r, a.c, min(kg_full, kgn - 1), a.g), 0.0f);
+    a.tap_panel(a.c, a.s, a.r, a.pix, a.n, a.g) =
+        a.in_padded(a.c, a.g, tap_x(a.pix, a.s), tap_y(a.pix, a.r), a.n);
     a.accum(a.kk, a.kb, a.pix, a.n, a.g) = 0.0f;
     a.accum(a.kk, a.kb, a.pix, a.n, a.g) +=
-        a.weights_packed(a.kk, rc, rs, rr, a.kb, a.g) *
-        a.in_padded(rc, a.g, tap_x(a.pix), tap_y(a.pix), a.n);
+        a.weights_packed(a.kk, rc, rs, rr, a.kb, a.g) * a.tap_panel(rc, rs, rr, a.pix, a.n, a.g);
     Expr value = a.accum(a.kg % mr, a.kg / mr, a.pix, a.n, a.g);
     if (d.bias) value += bias(a.g * kgn + a.kg);
     if (d.relu) value = max(value, 0.0f);
@@ -68,7 +69,7 @@ ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr,
     a.weights_packed(a.k, a.c, a.s, a.r) = weights(a.s, a.r, a.c, a.k % kgn, a.k / kgn);
     a.accum(a.k, a.pix, a.n) = 0.0f;
     a.accum(a.k, a.pix, a.n) += a.weights_packed(a.k, rc, rs, rr) *
-                                a.in_padded(rc, a.k / kgn, tap_x(a.pix), tap_y(a.pix), a.n);
+                                a.in_padded(rc, a.k / kgn, tap_x(a.pix, rs), tap_y(a.pix, rr), a.n);
     Expr k = a.g * kgn + a.kg;
     Expr value = a.accum(k, a.pix, a.n);
     if (d.bias) value += bias(k);

@@ -4,6 +4,7 @@
 // is an implicit GEMM: M = output channels, N = output pixels (flattened p*Q+q per
 // image), K = C/g*R*S. The Funcs below are the operands and stages a schedule places:
 //   in_padded       the input with zero padding (packing stages it, conv_packing.cpp)
+//   tap_panel       the taps of each output pixel, (c, s, r) contiguous (GEMM)
 //   weights_packed  weights in the micro-kernel's order (blocked by MR for GEMM)
 //   accum           the accumulator tile the micro-kernel owns (conv_microkernel.cpp)
 //   output          accum plus the fused epilogue (bias, ReLU) in the caller's layout,
@@ -30,6 +31,10 @@ struct ConvAlgorithm {
 
   Halide::RDom rd;  // (rc, rs, rr): input channel innermost, then kernel column, row
   Halide::Func in_padded{"in_padded"};
+  // GEMM only: the im2col panel of one register tile's pixels, (c, s, r) contiguous per
+  // pixel -- BLIS's packed B micro-panel with the im2col fused in. Inlined (no storage)
+  // unless the schedule stages it (pack_input = panel).
+  Halide::Func tap_panel{"tap_panel"};
   Halide::Func weights_packed{"weights_packed"};
   Halide::Func accum{"accum"};
   Halide::Func output{"output"};

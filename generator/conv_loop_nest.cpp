@@ -87,6 +87,7 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
 
   nest.image_level = LoopLevel(out, a.n);
   nest.tile_level = LoopLevel(out, nest.k_tile);
+  nest.pix_tile_level = LoopLevel(out, nest.pix_tile);
   if (!blocks.empty()) {
     nest.block_level = LoopLevel(out, blocks.front());
   } else {

@@ -17,10 +17,15 @@ namespace convgen {
 
 using namespace Halide;
 
+bool stages_tap_panel(const ConvSchedule& s) {
+  return s.strategy == Strategy::Gemm && s.pack_input == PackInput::Panel;
+}
+
 bool fuses_kernel_row_taps(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t) {
   const int64_t cg = d.icg();
   const bool whole_reduction = s.kc == 0 || s.kc >= cg;
-  return s.strategy == Strategy::Gemm && whole_reduction && cg < 2 * t.vector_floats && d.dw == 1 && d.kw > 1;
+  return s.strategy == Strategy::Gemm && whole_reduction && !stages_tap_panel(s) && cg < 2 * t.vector_floats &&
+         d.dw == 1 && d.kw > 1;
 }
 
 void apply_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor& d, const ConvSchedule& s,
@@ -46,6 +51,11 @@ void apply_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescrip
       // each tap's weight vector serves all NR pixels with no loop overhead.
       update.unroll(rc).unroll(rs).unroll(rr);
       explain(why, fmt::format("all {} taps unrolled", cg * d.kh * d.kw));
+    } else if (stages_tap_panel(s)) {
+      // The panel holds a tile's taps contiguously: the whole reduction is one loop.
+      RVar rcs("rcs"), rk("rk");
+      update.fuse(rc, rs, rcs).fuse(rcs, rr, rk);
+      explain(why, fmt::format("whole reduction of {} taps walked as one loop over the panel", cg * d.kh * d.kw));
     } else if (fuses_kernel_row_taps(d, s, t)) {
       // Few input channels: with dilation 1 a kernel row's taps (s, c) are one contiguous
       // run in NHWC and in the packed weights, so one loop of kw*C/g steps replaces a

@@ -9,6 +9,9 @@
 //            is no padding, costly when there is)
 //     image  one zero-padded NHWC slab per image, packed before its pixel blocks
 //     rows   the padded row band one pixel block needs, packed per block
+//     panel  (GEMM) the im2col panel of one pixel tile, (c, s, r) contiguous per pixel,
+//            packed once per pixel tile and reused by every channel tile: BLIS's B
+//            micro-panel with the im2col fused in; NR x C/g x R x S floats
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -40,7 +43,21 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
   }
 
   const bool padded = d.pt || d.pb || d.pl || d.pr;
-  switch (s.pack_input) {
+  PackInput pack = s.pack_input;
+  if (pack == PackInput::Panel && !gemm) {
+    pack = PackInput::Image;
+    explain(why, "panel packing refused: depthwise vectors run across groups, not along a pixel's taps; packing per image");
+  }
+  if (pack == PackInput::Panel) {
+    const bool whole_reduction = s.kc == 0 || s.kc >= d.icg();
+    a.tap_panel.compute_at(whole_reduction ? nest.pix_tile_level : nest.block_level);
+    if (d.icg() >= vl) a.tap_panel.vectorize(a.c, vl, TailStrategy::ShiftInwards);
+    explain(why, whole_reduction ? "im2col panel packed per pixel tile (taps contiguous, zeros for padding), reused by "
+                                   "every channel tile"
+                                 : "im2col panel packed per cache block (kc splits the reduction)");
+    return;
+  }
+  switch (pack) {
     case PackInput::None:
       explain(why, padded ? "input not packed: every tap load checks the padding (refused the packer's zero fill)"
                           : "input not packed: no padding, taps read the input directly");
@@ -54,6 +71,8 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
       explain(why, nest.has_pix_block ? "input packed per pixel block as a zero-padded row band"
                                       : "input packed per image (rows asked, but one pixel block covers the image)");
       break;
+    case PackInput::Panel:
+      break;  // handled above
   }
   // Vectorise the copy along channels when they fill a vector, else along groups
   // (depthwise: one channel per group, groups adjacent in memory).

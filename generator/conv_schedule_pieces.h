@@ -37,6 +37,7 @@ struct LoopNest {
   Halide::LoopLevel block_level;     // innermost cache-block loop (or the image when unblocked)
   Halide::LoopLevel rows_level;      // where a row band of the input is packed
   Halide::LoopLevel tile_level;      // innermost register-tile loop
+  Halide::LoopLevel pix_tile_level;  // the pixel-tile loop (outside the channel tiles)
   bool k_blocks_outermost = false;   // channel blocks outside the images (channels_outer)
   Halide::LoopLevel k_block_level;   // that channel-block loop, when k_blocks_outermost
 };
@@ -53,6 +54,9 @@ void apply_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescrip
 // True when the micro-kernel walks a kernel row's (s, c) taps as one contiguous loop:
 // GEMM, whole reduction per tile, few channels per group, dilation 1 along the row.
 bool fuses_kernel_row_taps(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t);
+
+// True when the schedule stages the per-tile im2col panel (GEMM with pack_input=panel).
+bool stages_tap_panel(const ConvSchedule& s);
 
 // Appends a line to `why` when it is non-null.
 void explain(Why* why, const std::string& line);

@@ -28,7 +28,8 @@ int round_up(int v, int m) { return (v + m - 1) / m * m; }
 // few-channel layers (5x5 RGB on 32x32: 26-65 vs 80-86), nor for depthwise, whose taps
 // are unrolled (neutral to worse: 15-23 either way).
 bool skips_padded_rows(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t) {
-  return (d.pt > 0 || d.pb > 0) && s.strategy == Strategy::Gemm && !fuses_kernel_row_taps(d, s, t);
+  return (d.pt > 0 || d.pb > 0) && s.strategy == Strategy::Gemm && !fuses_kernel_row_taps(d, s, t) &&
+         !stages_tap_panel(s);
 }
 
 // LLVM's SLP vectoriser packs the micro-kernel's NR per-pixel tap addresses into one

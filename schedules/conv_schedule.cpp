@@ -25,7 +25,7 @@ constexpr Named<Strategy> kStrategyNames[] = {{Strategy::Gemm, "gemm"},
                                               {Strategy::Depthwise, "depthwise"}};
 constexpr Named<Layout> kLayoutNames[] = {{Layout::Nhwc, "nhwc"}};
 constexpr Named<PackInput> kPackInputNames[] = {
-    {PackInput::None, "none"}, {PackInput::Image, "image"}, {PackInput::Rows, "rows"}};
+    {PackInput::None, "none"}, {PackInput::Image, "image"}, {PackInput::Rows, "rows"}, {PackInput::Panel, "panel"}};
 constexpr Named<PackWeights> kPackWeightsNames[] = {{PackWeights::PerCall, "per_call"}};
 constexpr Named<LoopOrder> kLoopOrderNames[] = {{LoopOrder::PixelsOuter, "pixels_outer"},
                                                 {LoopOrder::ChannelsOuter, "channels_outer"}};

@@ -21,7 +21,7 @@ struct ConvDescriptor;
 
 enum class Strategy { Gemm, Depthwise };           // GEMM tile, or channel vectors over groups
 enum class Layout { Nhwc };                        // internal activation layout
-enum class PackInput { None, Image, Rows };        // where the zero-padded input is staged
+enum class PackInput { None, Image, Rows, Panel };  // where the zero-padded input is staged
 enum class PackWeights { PerCall };                // weights blocked by MR once per call
 enum class LoopOrder { PixelsOuter, ChannelsOuter };
 enum class Parallel { None, Pixels };              // intra-kernel threads over non-reduction dims

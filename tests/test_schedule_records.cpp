@@ -250,7 +250,7 @@ TEST_CASE("strict reading: every malformed line is a BadRecord naming the field"
   }
   SECTION("bad enum values") {
     require_bad_line(replaced(kGolden, R"("pack_input":"image")", R"("pack_input":"tiles")"),
-                     {"schedule.pack_input", "\"tiles\"", "none, image, rows"});
+                     {"schedule.pack_input", "\"tiles\"", "none, image, rows, panel"});
     require_bad_line(replaced(kGolden, R"("strategy":"gemm")", R"("strategy":"GEMM")"), {"schedule.strategy"});
     require_bad_line(replaced(kGolden, R"("source":"analytic")", R"("source":"guessed")"), {"source", "guessed"});
   }
@@ -381,7 +381,7 @@ TEST_CASE("schedule_space spans the target's vector width", "[schedule]") {
   CHECK(space.mc == std::vector<int>{0, 48, 96});
   CHECK(space.nc == std::vector<int>{0, 8, 30, 96});
   CHECK(space.strategy.size() == 2);
-  CHECK(space.pack_input.size() == 3);
+  CHECK(space.pack_input.size() == 4);
   CHECK(schedule_space(default_target()).mr == std::vector<int>{8, 16, 24, 32});
 }
 
