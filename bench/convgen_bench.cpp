@@ -83,7 +83,8 @@ layers (at least one; each option may be repeated or take several values):
 options:
   --pass P                fwd (default) | all (= fwd for now); bwd_data, bwd_weights: not yet
   --mb N                  minibatch used for every layer (overrides the file; default 8)
-  --threads T             OpenMP / BLIS / oneDNN threads (default 1); convgen runs 1 thread
+  --threads T             OpenMP / BLIS / oneDNN threads (default 1); with T > 1 convgen runs
+                          its intra-kernel parallel variant (parallel=pixels) on T threads
   --runs R                interleaved timed runs per layer and peer (default 5)
   --json FILE             also write the results as JSON (atomically: temp file + rename)
   --peers LIST            comma-separated subset of convgen,blis,onednn (default all)
@@ -280,6 +281,7 @@ struct LayerResult {
   double flops = 0;
   PeerResult peer[kPeers];
   std::string schedule;                 // describe() of convgen's schedule
+  int convgen_threads = 1;
   std::vector<std::string> schedule_why;
   std::string onednn_impl, onednn_layouts;
   double onednn_reorder_ms = kNaN, onednn_reorder_in_ms = kNaN, onednn_reorder_out_ms = kNaN;
@@ -317,7 +319,15 @@ LayerResult bench_layer(const Layer& layer, const Options& o) {
 
   if (res.peer[kConvgen].enabled) {
     const convgen::TargetInfo target = convgen::default_target();
-    const convgen::ConvSchedule s = convgen::analytic_schedule(d, target, &res.schedule_why);
+    convgen::ConvSchedule s = convgen::analytic_schedule(d, target, &res.schedule_why);
+    if (o.threads > 1) {
+      // The intra-kernel parallel variant over the OpenMP threads (never the reduction,
+      // so the result is the same as on one thread): images when there are enough of
+      // them to share out, else pixel blocks of each image.
+      s.parallel = d.mb >= 2 * o.threads ? convgen::Parallel::Images : convgen::Parallel::Pixels;
+      res.schedule_why.push_back(fmt::format("bench: parallel={} for {} threads", convgen::to_string(s.parallel), o.threads));
+      res.convgen_threads = o.threads;
+    }
     res.schedule = convgen::describe(s);
     convgen_kernel = std::make_unique<convgen::JitForwardKernel>(d, s, target);
     y[kConvgen].assign(y_size, std::numeric_limits<float>::quiet_NaN());
@@ -480,7 +490,7 @@ json peer_json(const LayerResult& r, Peer p, double peak) {
   if (p == kConvgen) {
     j["schedule"] = r.schedule;
     j["schedule_why"] = r.schedule_why;
-    j["threads"] = 1;
+    j["threads"] = r.convgen_threads;
     j["max_rel_diff"] = num(r.convgen_diff);
     j["check_ref"] = r.check_ref;
   } else if (p == kBlis) {
@@ -536,8 +546,8 @@ int run_bench(const Options& o) {
   if (o.pass == "all")
     fmt::print("note: --pass all runs fwd only for now (backward passes are not implemented yet)\n");
   if (o.threads > 1 && o.peer_enabled[kConvgen])
-    fmt::print("note: the convgen kernel is single-threaded (no intra-kernel parallel variant "
-               "yet); its %pk is still against the {}-thread probe\n",
+    fmt::print("note: convgen runs its intra-kernel parallel variant (parallel=images, or pixels when the\n"
+               "      minibatch is small) on {} OpenMP threads\n",
                o.threads);
   std::fflush(stdout);
   const double peak_start = cb::measure_fma_peak_gflops(o.threads);
@@ -636,7 +646,7 @@ int run_bench(const Options& o) {
     doc["mb"] = o.mb;
     doc["runs"] = o.runs;
     doc["min_sample_seconds"] = kMinSampleSeconds;
-    doc["convgen_threads"] = 1;
+    doc["convgen_threads"] = o.threads;
     json layers_json = json::array();
     for (const LayerResult& r : results) {
       layers_json.push_back({{"set", r.layer.set},

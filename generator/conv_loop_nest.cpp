@@ -97,11 +97,13 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
   if (nest.k_blocks_outermost) nest.k_block_level = LoopLevel(out, nest.k_block);
   nest.rows_level = nest.has_pix_block ? LoopLevel(out, nest.pix_block) : nest.image_level;
 
+  // Threads split only non-reduction loops, so the result does not depend on them.
   if (s.parallel == Parallel::Pixels) {
-    Var par = nest.has_pix_block ? nest.pix_block : nest.pix_tile;
-    out.parallel(par);
-    explain(why, fmt::format("parallel over {} (non-reduction): the result does not depend on the thread count",
-                             nest.has_pix_block ? "pixel blocks" : "pixel tiles"));
+    out.parallel(nest.has_pix_block ? nest.pix_block : nest.pix_tile);
+    explain(why, fmt::format("parallel over {} of each image", nest.has_pix_block ? "pixel blocks" : "pixel tiles"));
+  } else if (s.parallel == Parallel::Images) {
+    out.parallel(a.n);
+    explain(why, "parallel over the images of the minibatch (each thread packs its own input)");
   }
   return nest;
 }

@@ -32,6 +32,7 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
   // bounds the packed panel to MC x C/g x R x S.
   if (!nest.k_blocks_outermost) {
     a.weights_packed.compute_root();
+    if (gemm && s.parallel != Parallel::None) a.weights_packed.parallel(a.kb);
   } else {
     a.weights_packed.compute_at(nest.k_block_level);
     explain(why, "weights packed per channel block (channel blocks outermost)");

@@ -29,8 +29,8 @@ constexpr Named<PackInput> kPackInputNames[] = {
 constexpr Named<PackWeights> kPackWeightsNames[] = {{PackWeights::PerCall, "per_call"}};
 constexpr Named<LoopOrder> kLoopOrderNames[] = {{LoopOrder::PixelsOuter, "pixels_outer"},
                                                 {LoopOrder::ChannelsOuter, "channels_outer"}};
-constexpr Named<Parallel> kParallelNames[] = {{Parallel::None, "none"},
-                                              {Parallel::Pixels, "pixels"}};
+constexpr Named<Parallel> kParallelNames[] = {
+    {Parallel::None, "none"}, {Parallel::Pixels, "pixels"}, {Parallel::Images, "images"}};
 
 template <typename E, std::size_t N>
 std::string name_of(const Named<E> (&table)[N], E v) {

@@ -24,7 +24,7 @@ enum class Layout { Nhwc };                        // internal activation layout
 enum class PackInput { None, Image, Rows, Panel };  // where the zero-padded input is staged
 enum class PackWeights { PerCall };                // weights blocked by MR once per call
 enum class LoopOrder { PixelsOuter, ChannelsOuter };
-enum class Parallel { None, Pixels };              // intra-kernel threads over non-reduction dims
+enum class Parallel { None, Pixels, Images };      // intra-kernel threads over non-reduction dims
 
 struct ConvSchedule {
   static constexpr int kVersion = 1;
