@@ -38,7 +38,16 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
     explain(why, "weights packed per channel block (channel blocks outermost)");
   }
   if (gemm) {
-    a.weights_packed.vectorize(a.kk, std::min(vl, a.mr));
+    // The copy is a transpose: ONNX keeps a channel's taps contiguous, the panel keeps
+    // MR channels contiguous. For 1x1 kernels read along input channels (contiguous) and
+    // scatter; otherwise write MR channels per tap with the channel loop unrolled.
+    // Measured as fixed per-call cost at minibatch 1: 1x1 2048->512 37 -> 45 GF/s, 3x3
+    // 512->512 48 -> 55 GF/s against an MR-wide gather.
+    if (d.kh * d.kw == 1) {
+      a.weights_packed.reorder(a.c, a.kk, a.kb, a.g);
+    } else {
+      a.weights_packed.reorder(a.kk, a.s, a.r, a.c, a.kb, a.g).unroll(a.kk);
+    }
   } else if (d.oc >= vl) {
     a.weights_packed.vectorize(a.k, vl, TailStrategy::ShiftInwards);
   }
