@@ -27,10 +27,15 @@ struct Tile {
 // 2x6 (16 x 6); 4-vector tiles spill (32x3: 35 vs 81-86 GF/s on 3x3 64->64).
 // - K/g a multiple of 24: 3x4, no waste.
 // - K/g a multiple of 16 only: 3x4 would compute a zero-filled third of its last tile.
-//   2x6 wins on spatial kernels over large images (3x3 64->64 at 56x56: 81-86 vs 57-64;
-//   3x3 128->128 stride 2: 82 vs 78; 5x5 3->32: 61 vs 46-51); 3x4 still wins on 1x1
-//   kernels (256->64: 70 vs 58) and on small images (5x5 32->64 at 8x8: 77-83 vs 71;
-//   3x3 512->512 at 7x7: 56-59 vs 53), where 2x6 leaves more of its pixel tile unused.
+//   2x6 wins on spatial kernels over images of >= 128 pixels (3x3 64->64 at 56x56: 81-86
+//   vs 57-64; 3x3 128->128 stride 2: 82 vs 78; 5x5 3->32: 61 vs 46-51; 3x3 256->256 and
+//   512->512 at 14x14: 73-86 vs 50-62); 3x4 still wins on 1x1 kernels (256->64: 70 vs
+//   58) and on tiny images (5x5 32->64 at 8x8: 77-83 vs 71; 3x3 512->512 at 7x7: 56-59
+//   vs 53), where 2x6 leaves more of its pixel tile unused.
+//   1x1 kernels with >= 128 channels take 2x6 too, reading a packed copy of the input
+//   (256->128 at 56x56: 76-80 vs 58-72 for 3x4 in place); with 64 channels it is a wash.
+//   Few-channel layers (C/g < 16, fused kernel-row loop) with >= 48 channels keep 3x4
+//   (VGG conv1_1 3->64: 53-69 vs 51-54).
 // - Narrow groups (K/g <= 8): one vector x 6 pixels.
 Tile choose_tile(const ConvDescriptor& d, int64_t channels, const TargetInfo& t, std::vector<std::string>* why) {
   const int vl = t.vector_floats;
@@ -43,11 +48,16 @@ Tile choose_tile(const ConvDescriptor& d, int64_t channels, const TargetInfo& t,
     reason = fmt::format("{} channels fill one vector", channels);
   } else if (channels % wide.mr == 0) {
     reason = fmt::format("{} channels a multiple of {}", channels, wide.mr);
-  } else if (channels % tall.mr == 0 && d.kh * d.kw > 1 && pixels >= 256) {
-    tile = tall;
-    reason = fmt::format("{} channels a multiple of {} only; spatial kernel over {} pixels", channels, tall.mr, pixels);
+  } else if (channels % tall.mr != 0 || pixels < 128) {
+    reason = channels % tall.mr != 0 ? fmt::format("{} channels not a multiple of {}", channels, tall.mr)
+                                     : fmt::format("small image ({} pixels)", pixels);
+  } else if (d.kh * d.kw == 1 && channels < 128) {
+    reason = fmt::format("1x1 kernel with {} channels", channels);
+  } else if (d.icg() < 2 * vl && channels >= 48) {
+    reason = fmt::format("{} input channels per group: the fused kernel-row loop is short", d.icg());
   } else {
-    reason = d.kh * d.kw == 1 ? "1x1 kernel" : fmt::format("small image ({} pixels)", pixels);
+    tile = tall;
+    reason = fmt::format("{} channels a multiple of {} only, over {} pixels", channels, tall.mr, pixels);
   }
   note(why, fmt::format("tile {}x{}: {}", tile.mr, tile.nr, reason));
   return tile;
@@ -85,7 +95,8 @@ ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std
   const int64_t halo_rows = (d.kh - 1) * d.dh;
   auto band_bytes = [&](int64_t out_rows) { return ((out_rows - 1) * d.sh + halo_rows + 1) * row_bytes; };
   int64_t input_bytes = 0;
-  if (!padded) {
+  const bool tall_1x1 = d.kh * d.kw == 1 && s.mr == 2 * t.vector_floats;
+  if (!padded && !tall_1x1) {
     s.pack_input = PackInput::None;
     note(why, "no padding: input read in place");
   } else if (slab_bytes + std::min(packed_weights, budget / 2) <= budget && slab_bytes <= t.l3_bytes / 8) {
