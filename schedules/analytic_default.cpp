@@ -110,11 +110,13 @@ ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std
     // bands 77 vs whole slab 65-73 GF/s); at least 4 output rows when they fit (the
     // 7x7 stem: 77 GF/s with 4-row bands, 67 with 1-row bands, which re-pack the halo).
     s.pack_input = PackInput::Rows;
+    // A pixel block of whole NR-tiles need not start at a row: it can touch one output
+    // row more than it covers, so bands are sized for out_rows + 1.
     const int64_t target = std::min(t.l2_bytes, budget / 2);
-    int64_t out_rows = std::max<int64_t>(1, (target / row_bytes - halo_rows - 1) / d.sh + 1);
-    if (out_rows < 4 && band_bytes(std::min<int64_t>(4, d.oh())) <= budget / 2) out_rows = 4;
+    int64_t out_rows = std::max<int64_t>(1, (target / row_bytes - halo_rows - 1) / d.sh);
+    if (out_rows < 4 && band_bytes(std::min<int64_t>(4, d.oh()) + 1) <= budget / 2) out_rows = 4;
     out_rows = std::min(out_rows, d.oh());
-    input_bytes = band_bytes(out_rows);
+    input_bytes = band_bytes(std::min(out_rows + 1, d.oh()));
     s.nc = static_cast<int>(std::min(pixels, out_rows * d.ow()));
     note(why, fmt::format("padded slab {} KiB: packing row bands of {} output rows ({} KiB; budget {} KiB)",
                           slab_bytes / 1024, out_rows, input_bytes / 1024, budget / 1024));
