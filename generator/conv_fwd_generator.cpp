@@ -21,7 +21,7 @@ class ConvForwardGenerator : public Halide::Generator<ConvForwardGenerator> {
 
   Input<Buffer<float>> input{"input", 5};
   Input<Buffer<float>> weights{"weights", 5};
-  Input<Buffer<float>> bias_values{"bias", 1};
+  Input<Buffer<float>> bias_values{"bias_vector", 1};  // "bias" names the GeneratorParam
   Output<Buffer<float>> output{"output", 4};
 
   void generate() {

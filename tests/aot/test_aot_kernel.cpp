@@ -10,13 +10,20 @@
 #include <omp.h>
 
 #include "conv_aot_test.h"
+#include "gen_aot_test.h"
 #include "conv_descriptor.h"
 #include "parallel_runtime.h"
 #include "reference_conv.h"
 
 using namespace convgen;
 
-TEST_CASE("AOT kernel from compile-layer matches the reference on 1 and 2 threads", "[aot]") {
+namespace {
+
+using Kernel = int (*)(halide_buffer_t*, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*);
+
+// Runs an AOT kernel of CONVGEN_AOT_LAYER on integer data with 1 and 2 OpenMP threads
+// and requires a bit-exact match with the reference.
+void check_aot_kernel(Kernel kernel) {
   install_openmp_parallel_runtime();
   const ConvDescriptor d = parse_descriptor(CONVGEN_AOT_LAYER);
   std::mt19937 rng(5);
@@ -33,10 +40,20 @@ TEST_CASE("AOT kernel from compile-layer matches the reference on 1 and 2 thread
     Halide::Runtime::Buffer<float> wt(w.data(), {int(d.kw), int(d.kh), cg, kg, g});
     Halide::Runtime::Buffer<float> bs(b.data(), {int(d.oc)});
     Halide::Runtime::Buffer<float> out(y.data(), {kg, g, int(d.oh() * d.ow()), int(d.mb)});
-    REQUIRE(conv_aot_test(in, wt, bs, out) == 0);
+    REQUIRE(kernel(in, wt, bs, out) == 0);
     size_t mismatches = 0;
     for (size_t i = 0; i < y.size(); ++i) mismatches += double(y[i]) != ref.y[i];
     INFO("threads " << threads);
     CHECK(mismatches == 0);
   }
+}
+
+}  // namespace
+
+TEST_CASE("AOT kernel from compile-layer matches the reference on 1 and 2 threads", "[aot]") {
+  check_aot_kernel(conv_aot_test);
+}
+
+TEST_CASE("AOT kernel from the Halide Generator (GenGen) matches the reference", "[aot]") {
+  check_aot_kernel(gen_aot_test);
 }
