@@ -63,6 +63,28 @@ Tile choose_tile(const ConvDescriptor& d, int64_t channels, const TargetInfo& t,
   return tile;
 }
 
+// Depthwise tile: vectors across channels, pixels along a row. With NR dividing the
+// output width a tile never wraps a row, Halide proves its pixels' taps adjacent, and
+// with the taps unrolled LLVM loads each input vector once for the neighbouring
+// pixels that share it (MobileNetV2 3x3 at 112x112: 16x7 29-30 GF/s vs 16x6 17-24;
+// stride 2: 9.4-10.7 vs 24x4 7.8-8.1; ResNeXt g32 via this strategy: 18-19 vs 14).
+Tile choose_depthwise_tile(const ConvDescriptor& d, int64_t channels, const TargetInfo& t,
+                           std::vector<std::string>* why) {
+  const int vl = t.vector_floats;
+  int mr = 2 * vl;
+  if (channels % (2 * vl) != 0) mr = channels % (3 * vl) == 0 ? 3 * vl : (channels % vl == 0 ? vl : 2 * vl);
+  int nr = 6;
+  for (int n = 7; n >= 3; --n) {
+    if ((mr / vl) * n <= 14 && d.ow() % n == 0) {
+      nr = n;
+      break;
+    }
+  }
+  note(why, fmt::format("depthwise tile {}x{}: {} channels; {} pixels per tile{}", mr, nr, channels, nr,
+                        d.ow() % nr == 0 ? " divide the row, so neighbouring taps share loads" : ""));
+  return {mr, nr};
+}
+
 }  // namespace
 
 ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std::vector<std::string>* why) {
@@ -76,7 +98,8 @@ ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std
                           t.vector_floats));
   }
   const int64_t channels = s.strategy == Strategy::Gemm ? d.ocg() : d.oc;
-  const Tile tile = choose_tile(d, channels, t, why);
+  const Tile tile = s.strategy == Strategy::Gemm ? choose_tile(d, channels, t, why)
+                                                 : choose_depthwise_tile(d, channels, t, why);
   s.mr = tile.mr;
   s.nr = tile.nr;
 
