@@ -54,6 +54,13 @@ expect_error 4 "missing.jsonl" compile-layer "$layer" -o "$work/x" --schedules "
 echo '{"format":"convgen-schedule","version":9}' >"$work/bad.jsonl"
 expect_error 5 "version" compile-layer "$layer" -o "$work/x" --schedules "$work/bad.jsonl"
 expect_error 7 "target" compile-layer "$layer" -o "$work/x" --target arm-64-linux
+expect_error 2 "unknown field 'foo'" compile-layer "$layer" -o "$work/x" --schedule 'foo=1'
+expect_error 2 "not an integer" compile-layer "$layer" -o "$work/x" --schedule 'mr=abc'
+expect_error 5 "mr" compile-layer "$layer" -o "$work/x" --schedule 'mr=20'
+expect_error 2 "ic" schedule 'mb1ic0ih8oc8kh3'
+expect_error 2 "missing -o" emit-runtime
+expect_error 7 "target" emit-runtime -o "$work/x" --target arm-64-linux
+expect_error 2 "unexpected argument" emit-runtime -o "$work/x" extra
 [[ -e "$work/x" && -n "$(ls -A "$work/x" 2>/dev/null)" ]] && fail "failed runs left files in $work/x"
 
 if [[ $failures -eq 0 ]]; then echo "cli.compile_layer: all checks passed"; else exit 1; fi
