@@ -1,5 +1,7 @@
 #include "conv_jit.h"
 
+#include "openmp_par_for.h"
+
 #include <atomic>
 #include <cstdlib>
 #include <stdexcept>
@@ -38,23 +40,6 @@ void counting_free(JITUserContext*, void* p) {
   std::free(header);
 }
 
-// Parallel loops of JIT kernels run on the process's OpenMP threads, as AOT kernels do
-// through convgen::runtime: one thread pool per process. Only non-reduction loops are
-// parallel, so the result does not depend on the split.
-int openmp_do_par_for(JITUserContext* context, int (*task)(JITUserContext*, int, uint8_t*), int min, int extent,
-                      uint8_t* closure) {
-  std::atomic<int> first_error{0};
-#pragma omp parallel for schedule(static)
-  for (int i = min; i < min + extent; ++i) {
-    const int status = task(context, i, closure);
-    if (status != 0) {
-      int expected = 0;
-      first_error.compare_exchange_strong(expected, status);
-    }
-  }
-  return first_error.load();
-}
-
 }  // namespace
 
 struct JitForwardKernel::Impl {
@@ -72,7 +57,9 @@ JitForwardKernel::JitForwardKernel(const ConvDescriptor& d, const ConvSchedule& 
   JITHandlers handlers;
   handlers.custom_malloc = counting_malloc;
   handlers.custom_free = counting_free;
-  handlers.custom_do_par_for = openmp_do_par_for;
+  // Parallel loops on the process's OpenMP threads, as AOT kernels do through
+  // convgen::runtime: one thread pool per process.
+  handlers.custom_do_par_for = openmp_par_for<JITUserContext>;
   impl_->pipeline.jit_handlers() = handlers;
   impl_->target = halide_target(t.target);
   impl_->pipeline.compile_jit(impl_->target);

@@ -21,11 +21,13 @@ bool stages_tap_panel(const ConvSchedule& s) {
   return s.strategy == Strategy::Gemm && s.pack_input == PackInput::Panel;
 }
 
+int reduction_block(const ConvDescriptor& d, const ConvSchedule& s) {
+  return (s.kc > 0 && s.kc < d.icg()) ? s.kc : 0;
+}
+
 bool fuses_kernel_row_taps(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t) {
-  const int64_t cg = d.icg();
-  const bool whole_reduction = s.kc == 0 || s.kc >= cg;
-  return s.strategy == Strategy::Gemm && whole_reduction && !stages_tap_panel(s) && cg < 2 * t.vector_floats &&
-         d.dw == 1 && d.kw > 1;
+  return s.strategy == Strategy::Gemm && reduction_block(d, s) == 0 && !stages_tap_panel(s) &&
+         d.icg() < 2 * t.vector_floats && d.dw == 1 && d.kw > 1;
 }
 
 void apply_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor& d, const ConvSchedule& s,
@@ -33,7 +35,7 @@ void apply_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescrip
   const int vl = std::min(t.vector_floats, nest.mr);
   const bool gemm = a.strategy == Strategy::Gemm;
   const int cg = static_cast<int>(d.icg());
-  const int kc = (s.kc > 0 && s.kc < cg) ? s.kc : 0;
+  const int kc = reduction_block(d, s);
   RVar rc = a.rd.x, rs = a.rd.y, rr = a.rd.z;
   Var chan = gemm ? a.kk : a.k;
   Var vo("vo"), vi("vi"), po("po"), pi("pi"), to("to"), ti("ti");

@@ -59,7 +59,7 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
     explain(why, "panel packing refused: depthwise vectors run across groups, not along a pixel's taps; packing per image");
   }
   if (pack == PackInput::Panel) {
-    const bool whole_reduction = s.kc == 0 || s.kc >= d.icg();
+    const bool whole_reduction = reduction_block(d, s) == 0;
     a.tap_panel.compute_at(whole_reduction ? nest.pix_tile_level : nest.block_level);
     if (d.icg() >= vl) a.tap_panel.vectorize(a.c, vl, TailStrategy::ShiftInwards);
     explain(why, whole_reduction ? "im2col panel packed per pixel tile (taps contiguous, zeros for padding), reused by "

@@ -51,6 +51,10 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
 void apply_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor& d,
                        const ConvSchedule& s, const TargetInfo& t, Why* why);
 
+// Input channels per reduction block actually used: 0 when the schedule's kc covers
+// all of C/g (the whole reduction runs per register tile).
+int reduction_block(const ConvDescriptor& d, const ConvSchedule& s);
+
 // True when the micro-kernel walks a kernel row's (s, c) taps as one contiguous loop:
 // GEMM, whole reduction per tile, few channels per group, dilation 1 along the row.
 bool fuses_kernel_row_taps(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t);

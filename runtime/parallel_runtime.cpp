@@ -6,23 +6,14 @@
 #include <HalideRuntime.h>
 #include <omp.h>
 
+#include "openmp_par_for.h"
+
 namespace convgen {
 
 namespace {
 
-// Iterations of a parallel loop, statically split over the OpenMP team. Inside an
-// enclosing parallel region (the batch-parallel driver) OpenMP runs it on one thread.
 int omp_do_par_for(void* user_context, halide_task_t f, int min, int size, uint8_t* closure) {
-  std::atomic<int> first_error{0};
-#pragma omp parallel for schedule(static)
-  for (int i = min; i < min + size; ++i) {
-    int result = f(user_context, i, closure);
-    if (result != 0) {
-      int expected = 0;
-      first_error.compare_exchange_strong(expected, result);
-    }
-  }
-  return first_error.load();
+  return openmp_par_for(user_context, f, min, size, closure);
 }
 
 int omp_do_task(void* user_context, halide_task_t f, int idx, uint8_t* closure) {

@@ -17,7 +17,6 @@ void note(std::vector<std::string>* why, const std::string& line) {
   if (why) why->push_back("default: " + line);
 }
 
-
 struct Tile {
   int mr, nr;
 };
