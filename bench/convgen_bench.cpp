@@ -32,6 +32,7 @@
 #include "conv_descriptor.h"
 #include "conv_jit.h"
 #include "conv_schedule.h"
+#include "schedule_records.h"
 #include "build_info.h"
 #include "errors.h"
 #include "fma_probe.h"
@@ -66,6 +67,7 @@ struct Options {
   std::string json_path;
   bool peer_enabled[kPeers] = {true, true, true};
   bool schedule_verbose = false;
+  std::string schedule_overrides;  // --schedule WORDS, applied over the analytic default
   bool help = false;
   bool version = false;
 };
@@ -89,6 +91,8 @@ options:
   --json FILE             also write the results as JSON (atomically: temp file + rename)
   --peers LIST            comma-separated subset of convgen,blis,onednn (default all)
   --schedule-verbose      print the analytic schedule's reasons for every layer
+  --schedule WORDS        override fields of convgen's schedule on every layer, e.g.
+                          'mr=8 nr=8' (same words as convgen compile-layer --schedule)
   --help                  this text
   --version               versions of convgen, its generator sources, Halide, BLIS, oneDNN
 )";
@@ -172,6 +176,8 @@ Options parse_options(int argc, char** argv) {
       }
     } else if (a == "--schedule-verbose") {
       o.schedule_verbose = true;
+    } else if (a == "--schedule") {
+      o.schedule_overrides = value();
     } else if (a == "--help" || a == "-h") {
       o.help = true;
     } else if (a == "--version") {
@@ -320,6 +326,10 @@ LayerResult bench_layer(const Layer& layer, const Options& o) {
   if (res.peer[kConvgen].enabled) {
     const convgen::TargetInfo target = convgen::default_target();
     convgen::ConvSchedule s = convgen::analytic_schedule(d, target, &res.schedule_why);
+    if (!o.schedule_overrides.empty()) {
+      convgen::apply_schedule_overrides(o.schedule_overrides, &s);
+      res.schedule_why.push_back(fmt::format("bench: --schedule '{}'", o.schedule_overrides));
+    }
     if (o.threads > 1) {
       // The intra-kernel parallel variant over the OpenMP threads (never the reduction,
       // so the result is the same as on one thread): images when there are enough of

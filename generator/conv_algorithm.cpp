@@ -34,8 +34,6 @@ ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr,
   const int q_extent = static_cast<int>(d.ow());
   define_in_padded(a, d, input, options);
 
-  a.rd = RDom(0, cg, 0, static_cast<int>(d.kw), 0, static_cast<int>(d.kh), "rd");
-  RVar rc = a.rd.x, rs = a.rd.y, rr = a.rd.z;
   auto tap_x = [&](Expr pix, Expr s) {
     return (pix % q_extent) * static_cast<int>(d.sw) + s * static_cast<int>(d.dw) - static_cast<int>(d.pl);
   };
@@ -43,6 +41,27 @@ ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr,
     return (pix / q_extent) * static_cast<int>(d.sh) + r * static_cast<int>(d.dh) - static_cast<int>(d.pt);
   };
 
+  if (strategy == Strategy::Grouped) {
+    // The reduction runs over the taps only; the input channels are vector lanes, and
+    // each output sums its group's C/g lanes once, after all taps.
+    a.rd = RDom(0, static_cast<int>(d.kw), 0, static_cast<int>(d.kh), "rd");
+    RVar rs = a.rd.x, rr = a.rd.y;
+    Expr c = a.ci % cg, g = a.ci / cg;
+    a.weights_packed(a.ci, a.kg, a.s, a.r) = weights(a.s, a.r, c, a.kg, g);
+    a.accum(a.ci, a.kg, a.pix, a.n) = 0.0f;
+    a.accum(a.ci, a.kg, a.pix, a.n) +=
+        a.weights_packed(a.ci, a.kg, rs, rr) *
+        a.in_padded(c, g, tap_x(a.pix, rs), tap_y(a.pix, rr), a.n);
+    Expr value = a.accum(a.g * cg, a.kg, a.pix, a.n);
+    for (int j = 1; j < cg; ++j) value += a.accum(a.g * cg + j, a.kg, a.pix, a.n);
+    if (d.bias) value += bias(a.g * kgn + a.kg);
+    if (d.relu) value = max(value, 0.0f);
+    a.output(a.kg, a.g, a.pix, a.n) = value;
+    return a;
+  }
+
+  a.rd = RDom(0, cg, 0, static_cast<int>(d.kw), 0, static_cast<int>(d.kh), "rd");
+  RVar rc = a.rd.x, rs = a.rd.y, rr = a.rd.z;
   if (skip_padded_rows) {
     // Taps that fall on padding rows add exact zeros: leave them out. Halide folds this
     // predicate into the bounds of the kernel-row loop when a tile's pixels share a row.

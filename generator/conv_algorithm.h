@@ -28,8 +28,10 @@ struct ConvAlgorithm {
   Halide::Var s{"s"}, r{"r"};                                // kernel taps
   Halide::Var kk{"kk"}, kb{"kb"}, k{"k"}, pix{"pix"};        // accumulator
   Halide::Var kg{"kg"};                                      // output
+  Halide::Var ci{"ci"};  // grouped: an input channel across groups, ci = g*(C/g) + c
 
-  Halide::RDom rd;  // (rc, rs, rr): input channel innermost, then kernel column, row
+  Halide::RDom rd;  // (rc, rs, rr): input channel innermost, then kernel column, row;
+                    // grouped: (rs, rr) only, input channels are vector lanes
   Halide::Func in_padded{"in_padded"};
   // GEMM only: the im2col panel of one register tile's pixels, (c, s, r) contiguous per
   // pixel -- BLIS's packed B micro-panel with the im2col fused in. Inlined (no storage)
@@ -42,7 +44,10 @@ struct ConvAlgorithm {
 
 // Defines every Func. For Strategy::Gemm the accumulator is accum(kk, kb, pix, n, g) with
 // output channel kg = kb*mr + kk inside group g; for Strategy::Depthwise it is
-// accum(k, pix, n) with k = g*K/g + kg across all groups (vectors span groups).
+// accum(k, pix, n) with k = g*K/g + kg across all groups (vectors span groups); for
+// Strategy::Grouped it is accum(ci, kg, pix, n), the partial sum over the kernel taps of
+// input channel ci (= g*C/g + c, vectors span the channels of adjacent groups) for
+// output channel kg of ci's group, and output sums the C/g lanes of each group.
 // input, weights and bias are the kernel's buffers in the views of conv_pipeline.h.
 // skip_padded_rows restricts the reduction to kernel rows that land inside the image
 // (the skipped taps would add exact zeros), as oneDNN does.

@@ -30,29 +30,63 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
   LoopNest nest;
   Func out = a.output;
   const bool gemm = a.strategy == Strategy::Gemm;
+  const bool grouped = a.strategy == Strategy::Grouped;
   const int pq = static_cast<int>(d.oh() * d.ow());
-  int chan_extent;
-  if (gemm) {
-    out.rename(a.kg, nest.chan);
-    chan_extent = static_cast<int>(d.ocg());
-  } else {
-    out.fuse(a.kg, a.g, nest.chan);  // chan = g*(K/g) + kg: channel vectors span groups
-    chan_extent = static_cast<int>(d.oc);
-  }
   out.rename(a.pix, nest.pix);
-
-  // Register tile. GEMM's MR is fixed by the weight blocking (zero-filled past K/g, so a
-  // partial last tile is guarded); depthwise reads weights by k, so its MR may shrink.
-  nest.mr = gemm ? a.mr : std::min(s.mr, std::max(1, chan_extent));
   nest.nr = std::min(s.nr, pq);
   if (nest.nr != s.nr) explain(why, fmt::format("nr {} clamped to the {} output pixels", s.nr, pq));
-  if (!gemm && nest.mr != s.mr) explain(why, fmt::format("mr {} clamped to the {} channels", s.mr, chan_extent));
-  out.split(nest.chan, nest.k_tile, nest.k_inner, nest.mr, output_tail(chan_extent, nest.mr, !gemm));
   out.split(nest.pix, nest.pix_tile, nest.pix_inner, nest.nr, output_tail(pq, nest.nr, true));
+  const int pix_tiles = ceil_div(pq, nest.nr);
+
+  int k_tiles = 0;          // channel tiles per image (and group, for GEMM)
+  int tile_channels = 0;    // output channels one channel tile covers
+  int k_inner_lanes = 0;    // vector width of the innermost output channel loop
+  if (grouped) {
+    // A tile covers the groups whose input channels fill one vector and kg_per_tile
+    // output channels of each: kg_per_tile x NR accumulator vectors.
+    const int cg = static_cast<int>(d.icg()), kgn = static_cast<int>(d.ocg()), groups = static_cast<int>(d.g);
+    const int groups_per_tile = std::min(t.vector_floats / cg, groups);
+    const int kg_per_tile = grouped_outputs_per_tile(d, s, t);
+    nest.mr = kg_per_tile * groups_per_tile;
+    Var kg_o("kg_o"), kg_i("kg_i"), g_o("g_o"), g_i("g_i");
+    out.split(a.kg, kg_o, kg_i, kg_per_tile, output_tail(kgn, kg_per_tile, true));
+    out.split(a.g, g_o, g_i, groups_per_tile, output_tail(groups, groups_per_tile, true));
+    out.reorder(kg_i, g_i, nest.pix_inner, kg_o, g_o, nest.pix_tile);
+    out.fuse(kg_o, g_o, nest.k_tile);
+    k_tiles = ceil_div(kgn, kg_per_tile) * ceil_div(groups, groups_per_tile);
+    tile_channels = nest.mr;
+    if (kg_per_tile == kgn) {
+      // The tile's outputs are contiguous (all of each group's channels): one vector
+      // run across the groups' boundaries.
+      out.fuse(kg_i, g_i, nest.k_inner);
+      k_inner_lanes = std::min(t.vector_floats, nest.mr);
+    } else {
+      out.rename(kg_i, nest.k_inner).unroll(g_i);
+      k_inner_lanes = std::min(t.vector_floats, kg_per_tile);
+    }
+    explain(why, fmt::format("grouped tile: {} group(s) of {} input channels per vector, {} of {} output channels each",
+                             groups_per_tile, cg, kg_per_tile, kgn));
+  } else {
+    int chan_extent;
+    if (gemm) {
+      out.rename(a.kg, nest.chan);
+      chan_extent = static_cast<int>(d.ocg());
+    } else {
+      out.fuse(a.kg, a.g, nest.chan);  // chan = g*(K/g) + kg: channel vectors span groups
+      chan_extent = static_cast<int>(d.oc);
+    }
+    // Register tile. GEMM's MR is fixed by the weight blocking (zero-filled past K/g, so a
+    // partial last tile is guarded); depthwise reads weights by k, so its MR may shrink.
+    nest.mr = gemm ? a.mr : std::min(s.mr, std::max(1, chan_extent));
+    if (!gemm && nest.mr != s.mr) explain(why, fmt::format("mr {} clamped to the {} channels", s.mr, chan_extent));
+    out.split(nest.chan, nest.k_tile, nest.k_inner, nest.mr, output_tail(chan_extent, nest.mr, !gemm));
+    k_tiles = ceil_div(chan_extent, nest.mr);
+    tile_channels = nest.mr;
+    k_inner_lanes = std::min(t.vector_floats, nest.mr);
+  }
 
   // Cache blocks, in whole tiles. Their loops only order work, so guards there are cheap.
-  const int k_tiles = ceil_div(chan_extent, nest.mr), pix_tiles = ceil_div(pq, nest.nr);
-  const int mc_tiles = s.mc == 0 ? k_tiles : ceil_div(s.mc, nest.mr);
+  const int mc_tiles = s.mc == 0 ? k_tiles : ceil_div(s.mc, tile_channels);
   const int nc_tiles = s.nc == 0 ? pix_tiles : ceil_div(s.nc, nest.nr);
   nest.has_k_block = mc_tiles < k_tiles;
   nest.has_pix_block = nc_tiles < pix_tiles;
@@ -82,7 +116,7 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
   }
   out.reorder(order);
 
-  out.vectorize(nest.k_inner, std::min(t.vector_floats, nest.mr), TailStrategy::GuardWithIf);
+  if (k_inner_lanes > 1) out.vectorize(nest.k_inner, k_inner_lanes, TailStrategy::GuardWithIf);
   out.unroll(nest.k_inner).unroll(nest.pix_inner);
 
   nest.image_level = LoopLevel(out, a.n);

@@ -22,7 +22,10 @@ bool stages_tap_panel(const ConvSchedule& s) {
 }
 
 int reduction_block(const ConvDescriptor& d, const ConvSchedule& s) {
-  return (s.kc > 0 && s.kc < d.icg()) ? s.kc : 0;
+  // GEMM only. Depthwise tiles run across groups, whose reductions are short; blocking
+  // them mis-compiled under Halide 14 when a ragged channel tile met a ragged pixel tile
+  // (an unguarded write past the accumulator, found by the sweep), so kc is refused there.
+  return (s.strategy == Strategy::Gemm && s.kc > 0 && s.kc < d.icg()) ? s.kc : 0;
 }
 
 bool fuses_kernel_row_taps(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t) {
@@ -30,15 +33,57 @@ bool fuses_kernel_row_taps(const ConvDescriptor& d, const ConvSchedule& s, const
          d.icg() < 2 * t.vector_floats && d.dw == 1 && d.kw > 1;
 }
 
+namespace {
+
+// Grouped: accum(ci, kg, pix) holds, per lane, one input channel's sum over the taps for
+// each of the tile's kg_per_tile output channels. Per tap: kg_per_tile weight vectors and
+// NR dense input vectors (no broadcasts), kg_per_tile x NR FMAs; the lanes of each group
+// are summed once per tile by the output.
+void apply_grouped_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor& d,
+                               const ConvSchedule& s, const TargetInfo& t, Why* why) {
+  const int vl = t.vector_floats;
+  RVar rs = a.rd.x, rr = a.rd.y;
+  Var vo("vo"), vi("vi");
+  Func acc = a.accum;
+  Stage update = acc.update();
+  acc.compute_at(nest.tile_level);
+  acc.split(a.ci, vo, vi, vl, TailStrategy::GuardWithIf).vectorize(vi).unroll(vo).unroll(a.kg).unroll(a.pix);
+  update.split(a.ci, vo, vi, vl, TailStrategy::GuardWithIf);
+  update.reorder(vi, vo, a.pix, a.kg, rs, rr).vectorize(vi).unroll(vo).unroll(a.kg).unroll(a.pix);
+  // Unrolled taps let neighbouring pixels share input loads; bounded like depthwise's
+  // (49 taps x 16 accumulators) to keep code size and compile time in check.
+  if (d.kh * d.kw * grouped_outputs_per_tile(d, s, t) * nest.nr <= 49 * 16) {
+    update.unroll(rs).unroll(rr);
+    explain(why, fmt::format("all {} taps unrolled", d.kh * d.kw));
+  }
+  if (s.kc > 0 && s.kc < d.icg()) {
+    explain(why, fmt::format("kc={} refused: the grouped strategy reduces over the taps only (input channels are lanes)",
+                             s.kc));
+  }
+  explain(why, fmt::format("micro-kernel: {} output channel(s) x {} pixels of accumulator vectors, lanes summed per "
+                           "group of {} after the taps",
+                           nest.mr, nest.nr, d.icg()));
+}
+
+}  // namespace
+
 void apply_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor& d, const ConvSchedule& s,
                        const TargetInfo& t, Why* why) {
+  if (a.strategy == Strategy::Grouped) {
+    apply_grouped_microkernel(a, nest, d, s, t, why);
+    return;
+  }
   const int vl = std::min(t.vector_floats, nest.mr);
   const bool gemm = a.strategy == Strategy::Gemm;
   const int cg = static_cast<int>(d.icg());
   const int kc = reduction_block(d, s);
+  if (!gemm && s.kc > 0 && s.kc < d.icg()) {
+    explain(why, fmt::format("kc={} refused: {} reductions are not blocked; whole reduction per tile", s.kc,
+                             to_string(a.strategy)));
+  }
   RVar rc = a.rd.x, rs = a.rd.y, rr = a.rd.z;
   Var chan = gemm ? a.kk : a.k;
-  Var vo("vo"), vi("vi"), po("po"), pi("pi"), to("to"), ti("ti");
+  Var vo("vo"), vi("vi"), po("po"), pi("pi");
   RVar rco("rco"), rci("rci");
   Func acc = a.accum;
   Stage update = acc.update();
@@ -75,15 +120,9 @@ void apply_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescrip
   acc.split(chan, vo, vi, vl, TailStrategy::GuardWithIf).vectorize(vi).unroll(vo);
   update.split(rc, rco, rci, kc);
   update.split(a.pix, po, pi, nest.nr, TailStrategy::GuardWithIf);
-  if (gemm) {
-    // kb is already the MR block: tiles are (pix tile, kb).
-    update.split(chan, vo, vi, vl, TailStrategy::GuardWithIf);
-    update.reorder(vi, vo, pi, rci, rs, rr, a.kb, po, rco);
-  } else {
-    update.split(chan, to, chan, nest.mr, TailStrategy::GuardWithIf);
-    update.split(chan, vo, vi, vl, TailStrategy::GuardWithIf);
-    update.reorder(vi, vo, pi, rci, rs, rr, to, po, rco);
-  }
+  // kb is already the MR block: tiles are (pix tile, kb).
+  update.split(chan, vo, vi, vl, TailStrategy::GuardWithIf);
+  update.reorder(vi, vo, pi, rci, rs, rr, a.kb, po, rco);
   update.vectorize(vi).unroll(vo).unroll(pi);
   explain(why, fmt::format("micro-kernel {}x{} with the reduction blocked by kc={} of {} input channels;"
                            " accumulators kept per cache block",

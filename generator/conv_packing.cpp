@@ -26,6 +26,7 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
                    const TargetInfo& t, Why* why) {
   const int vl = t.vector_floats;
   const bool gemm = a.strategy == Strategy::Gemm;
+  const bool grouped = a.strategy == Strategy::Grouped;
 
   // Weights are packed once per call either way: all at once, or one channel block at a
   // time when channel blocks are the outermost loop (BLIS packs A per MC block), which
@@ -48,6 +49,8 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
     } else {
       a.weights_packed.reorder(a.kk, a.s, a.r, a.c, a.kb, a.g).unroll(a.kk);
     }
+  } else if (grouped) {
+    if (d.ic >= vl) a.weights_packed.vectorize(a.ci, vl, TailStrategy::ShiftInwards);
   } else if (d.oc >= vl) {
     a.weights_packed.vectorize(a.k, vl, TailStrategy::ShiftInwards);
   }
@@ -56,7 +59,9 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
   PackInput pack = s.pack_input;
   if (pack == PackInput::Panel && !gemm) {
     pack = PackInput::Image;
-    explain(why, "panel packing refused: depthwise vectors run across groups, not along a pixel's taps; packing per image");
+    explain(why, fmt::format("panel packing refused: {} vectors run across groups, not along a pixel's taps; packing "
+                             "per image",
+                             to_string(a.strategy)));
   }
   if (pack == PackInput::Panel) {
     const bool whole_reduction = reduction_block(d, s) == 0;
@@ -84,12 +89,13 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
     case PackInput::Panel:
       break;  // handled above
   }
-  // Vectorise the copy along channels when they fill a vector, else along groups
-  // (depthwise: one channel per group, groups adjacent in memory).
+  // Vectorise the copy along channels when a group's fill a vector, else across groups
+  // (a pixel's channels are adjacent in memory whatever the grouping).
   if (d.icg() >= vl) {
     a.in_padded.vectorize(a.c, vl, TailStrategy::ShiftInwards);
-  } else if (d.icg() == 1 && d.g >= vl) {
-    a.in_padded.vectorize(a.g, vl, TailStrategy::ShiftInwards);
+  } else if (d.ic >= vl) {
+    Var cgf("cgf");
+    a.in_padded.fuse(a.c, a.g, cgf).vectorize(cgf, vl, TailStrategy::ShiftInwards);
   }
 }
 

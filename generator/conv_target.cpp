@@ -64,19 +64,28 @@ std::vector<std::vector<int>> forward_buffer_extents(const ConvDescriptor& d) {
           {kg, g, int(d.oh() * d.ow()), n}};
 }
 
-Func define_scheduled_forward(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t, const Func& input,
+Func define_scheduled_forward(const ConvDescriptor& d, const ConvSchedule& schedule, const TargetInfo& t, const Func& input,
                               const Func& weights, const Func& bias, Why* why, const ForwardBuildOptions& options) {
   validate(d);
-  validate(s, t);
+  validate(schedule, t);
+  ConvSchedule s = schedule;
+  if (s.strategy == Strategy::Grouped && !grouped_strategy_applies(d, t)) {
+    // oneDNN-style: say why the path was refused and take the general one.
+    s.strategy = Strategy::Depthwise;
+    explain(why, fmt::format("grouped strategy refused: {} input channels per group do not divide the {}-float "
+                             "vector; using depthwise",
+                             d.icg(), t.vector_floats));
+  }
   const int kg = static_cast<int>(d.ocg());
   int mr = s.mr;
   if (s.strategy == Strategy::Gemm) {
     mr = std::min(s.mr, round_up(kg, t.vector_floats));
     if (mr != s.mr) explain(why, fmt::format("mr {} clamped to {}: only {} output channels per group", s.mr, mr, kg));
   }
-  explain(why, fmt::format("strategy {}: {}", to_string(s.strategy),
-                           s.strategy == Strategy::Gemm ? "implicit GEMM, vectors along output channels of a group"
-                                                        : "vectors along channels across groups"));
+  const char* what = s.strategy == Strategy::Gemm        ? "implicit GEMM, vectors along output channels of a group"
+                     : s.strategy == Strategy::Depthwise ? "vectors along output channels across groups"
+                                                         : "vectors along the input channels of adjacent groups";
+  explain(why, fmt::format("strategy {}: {}", to_string(s.strategy), what));
   const bool skip_rows = skips_padded_rows(d, s, t);
   if (skip_rows) explain(why, "kernel rows that fall on top/bottom padding left out of each tile's reduction");
   ConvAlgorithm a = define_forward(d, s.strategy, mr, skip_rows, input, weights, bias, options);

@@ -22,7 +22,8 @@ struct Named {
 };
 
 constexpr Named<Strategy> kStrategyNames[] = {{Strategy::Gemm, "gemm"},
-                                              {Strategy::Depthwise, "depthwise"}};
+                                              {Strategy::Depthwise, "depthwise"},
+                                              {Strategy::Grouped, "grouped"}};
 constexpr Named<Layout> kLayoutNames[] = {{Layout::Nhwc, "nhwc"}};
 constexpr Named<PackInput> kPackInputNames[] = {
     {PackInput::None, "none"}, {PackInput::Image, "image"}, {PackInput::Rows, "rows"}, {PackInput::Panel, "panel"}};

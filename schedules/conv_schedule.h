@@ -19,7 +19,10 @@ namespace convgen {
 
 struct ConvDescriptor;
 
-enum class Strategy { Gemm, Depthwise };           // GEMM tile, or channel vectors over groups
+// gemm: MR x NR GEMM tile per group. depthwise: vectors of output channels across
+// groups. grouped: vectors of the input channels of adjacent groups (C/g divides the
+// vector width), lanes reduced per group after the taps.
+enum class Strategy { Gemm, Depthwise, Grouped };
 enum class Layout { Nhwc };                        // internal activation layout
 enum class PackInput { None, Image, Rows, Panel };  // where the zero-padded input is staged
 enum class PackWeights { PerCall };                // weights blocked by MR once per call
@@ -62,6 +65,16 @@ TargetInfo target_info(const std::string& target_string);
 // Analytic default. `why` (if non-null) receives one line per decision for --verbose.
 ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t,
                                std::vector<std::string>* why = nullptr);
+
+// True when the grouped strategy can run: the input channels of a group divide the
+// vector width, so a vector holds whole groups. Otherwise the generator refuses it
+// (with the reason, under --verbose) and runs depthwise.
+bool grouped_strategy_applies(const ConvDescriptor& d, const TargetInfo& t);
+
+// Grouped strategy: output channels of each group per register tile, mr * (C/g) / vl
+// (so mr still counts the tile's output channels), capped at 4 accumulator vectors per
+// pixel like GEMM's widest tile, and at K/g.
+int grouped_outputs_per_tile(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t);
 
 // Names of enum values as written in records and printed by --verbose.
 std::string to_string(Strategy v);

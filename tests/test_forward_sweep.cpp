@@ -170,6 +170,39 @@ TEST_CASE("sweep plan: every edge class has a test case and every schedule value
   CHECK(total >= 200);
 }
 
+TEST_CASE("sweep plan: the grouped strategy really runs, not only its refusal", "[plan]") {
+  // The generator refuses grouped (and runs depthwise) unless C/g divides the vector
+  // width; the sweep must still run the grouped kernel itself on grouped, depthwise and
+  // depthwise-multiplier shapes, with ragged group tiles (groups not a multiple of the
+  // groups per vector) among them.
+  const TargetInfo t = default_target();
+  std::map<std::string, int> runs;
+  int ragged = 0, several_kg_tiles = 0;
+  for (const auto& cls : edge_classes()) {
+    for (const auto& c : sweep_cases(cls)) {
+      if (c.schedule.strategy != Strategy::Grouped || !grouped_strategy_applies(c.descriptor, t)) continue;
+      ++runs[cls];
+      const int64_t groups_per_vector = t.vector_floats / c.descriptor.icg();
+      if (c.descriptor.g % groups_per_vector != 0) ++ragged;
+      if (grouped_outputs_per_tile(c.descriptor, c.schedule, t) < c.descriptor.ocg()) ++several_kg_tiles;
+    }
+  }
+  for (const char* cls : {"groups", "depthwise", "depthwise_multiplier"}) {
+    INFO("edge class " << cls);
+    CHECK(runs[cls] >= 3);
+  }
+  CHECK(ragged >= 3);
+  CHECK(several_kg_tiles >= 1);
+}
+
+TEST_CASE("analytic default: narrow groups take the grouped strategy when C/g divides the vector", "[plan]") {
+  const TargetInfo t = default_target();
+  CHECK(analytic_schedule(parse_descriptor("g32mb8ic128ih56oc128oh56kh3ph1"), t).strategy == Strategy::Grouped);
+  CHECK(analytic_schedule(parse_descriptor("g32mb8ic96ih56oc128oh56kh3ph1"), t).strategy == Strategy::Depthwise);
+  CHECK(analytic_schedule(parse_descriptor("g32mb8ic32ih56oc32oh56kh3ph1"), t).strategy == Strategy::Depthwise);
+  CHECK(analytic_schedule(parse_descriptor("g2mb8ic128ih56oc128oh56kh3ph1"), t).strategy == Strategy::Gemm);
+}
+
 TEST_CASE("sweep plan: block sizes that do and do not divide the extents are both exercised", "[plan]") {
   bool kc_divides = false, kc_not = false, nc_divides = false, nc_not = false;
   for (const auto& c : full_sweep()) {

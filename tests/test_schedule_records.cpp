@@ -361,6 +361,7 @@ TEST_CASE("schedule names, equality and describe", "[schedule]") {
   t.parallel = Parallel::Pixels;
   CHECK(t != s);
   CHECK(to_string(Strategy::Depthwise) == "depthwise");
+  CHECK(to_string(Strategy::Grouped) == "grouped");
   CHECK(to_string(PackInput::None) == "none");
   CHECK(to_string(PackInput::Rows) == "rows");
   CHECK(to_string(LoopOrder::ChannelsOuter) == "channels_outer");
@@ -380,7 +381,7 @@ TEST_CASE("schedule_space spans the target's vector width", "[schedule]") {
   CHECK(space.kc == std::vector<int>{0, 8, 24, 64});
   CHECK(space.mc == std::vector<int>{0, 48, 96});
   CHECK(space.nc == std::vector<int>{0, 8, 30, 96});
-  CHECK(space.strategy.size() == 2);
+  CHECK(space.strategy.size() == 3);
   CHECK(space.pack_input.size() == 4);
   CHECK(schedule_space(default_target()).mr == std::vector<int>{8, 16, 24, 32});
 }
