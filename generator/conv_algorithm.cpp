@@ -24,7 +24,7 @@ void define_in_padded(ConvAlgorithm& a, const ConvDescriptor& d, const Func& inp
 
 }  // namespace
 
-ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr, bool skip_padded_rows,
+ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr, int skip_padded_rows,
                              const Func& input, const Func& weights, const Func& bias,
                              const ForwardBuildOptions& options) {
   ConvAlgorithm a;
@@ -62,12 +62,13 @@ ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr,
 
   a.rd = RDom(0, cg, 0, static_cast<int>(d.kw), 0, static_cast<int>(d.kh), "rd");
   RVar rc = a.rd.x, rs = a.rd.y, rr = a.rd.z;
-  if (skip_padded_rows) {
-    // Taps that fall on padding rows add exact zeros: leave them out. Halide folds this
-    // predicate into the bounds of the kernel-row loop when a tile's pixels share a row.
+  if (skip_padded_rows > 0) {
+    // Kernel rows on padding for every pixel of the tile add exact zeros: leave them out.
+    // Rows grow with pix, so the tile's first and last pixels bound the rows it reads.
+    const int tile = skip_padded_rows, pq = static_cast<int>(d.oh() * d.ow());
     const int last_row = options.inject_padding_bug ? int(d.ih) : int(d.ih) - 1;
-    Expr row = tap_y(a.pix, rr);
-    a.rd.where(row >= 0 && row <= last_row);
+    Expr first = (a.pix / tile) * tile, last = min(first + (tile - 1), pq - 1);
+    a.rd.where(tap_y(last, rr) >= 0 && tap_y(first, rr) <= last_row);
   }
   if (strategy == Strategy::Gemm) {
     // Weights blocked by mr output channels, zero-filled past K/g so every block is full.

@@ -49,9 +49,13 @@ struct ConvAlgorithm {
 // input channel ci (= g*C/g + c, vectors span the channels of adjacent groups) for
 // output channel kg of ci's group, and output sums the C/g lanes of each group.
 // input, weights and bias are the kernel's buffers in the views of conv_pipeline.h.
-// skip_padded_rows restricts the reduction to kernel rows that land inside the image
-// (the skipped taps would add exact zeros), as oneDNN does.
-ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr, bool skip_padded_rows,
+// skip_padded_rows > 0 restricts the reduction to kernel rows that land inside the image
+// for at least one pixel of the tile of skip_padded_rows pixels holding pix (the skipped
+// taps would add exact zeros; kept taps that fall on padding for some of the tile's
+// pixels read the packer's zeros). The condition is the same for every pixel of a tile,
+// so Halide folds it into the bounds of the kernel-row loop instead of testing each
+// pixel inside the reduction.
+ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr, int skip_padded_rows,
                              const Halide::Func& input,
                              const Halide::Func& weights, const Halide::Func& bias,
                              const ForwardBuildOptions& options);
