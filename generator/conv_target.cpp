@@ -21,8 +21,11 @@ int round_up(int v, int m) { return (v + m - 1) / m * m; }
 }  // namespace
 
 // Skipping the kernel rows that land on top/bottom padding: a tighter bound on the
-// kernel-row loop, per register tile (Halide folds the predicate into the loop bounds;
-// a tile whose pixels span two rows takes the union). Measured (nominal GF/s): 4x4
+// kernel-row loop, per register tile (the predicate is on the tile's first and last
+// pixels, so Halide folds it into the loop bounds; see define_forward). A per-pixel
+// predicate branched per pixel inside the reduction: 5x5/3 on 37x41 0.70x oneDNN,
+// per tile 1.09x. Still off for the fused kernel-row loop: per tile, LeNet conv1
+// 0.93x vs 1.05-1.07x without, cifar10 conv1 level. Earlier figures (nominal GF/s): 4x4
 // image 5x5 pad 2: 100 vs 70; 5x5 pad 2 on 16x16: 90 vs 68-83; 7x1 pad 3 on 17x17:
 // 77-95 vs 60-84; 3x3 at 56x56: neutral. Not with the fused kernel-row loop of
 // few-channel layers (5x5 RGB on 32x32: 26-65 vs 80-86), nor for depthwise, whose taps
