@@ -25,6 +25,10 @@ TailStrategy output_tail(int extent, int factor, bool may_recompute) {
 
 }  // namespace
 
+int register_tile_pixels(const ConvDescriptor& d, const ConvSchedule& s) {
+  return static_cast<int>(std::min<int64_t>(s.nr, d.oh() * d.ow()));
+}
+
 LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSchedule& s,
                          const TargetInfo& t, Why* why) {
   LoopNest nest;
@@ -33,7 +37,7 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
   const bool grouped = a.strategy == Strategy::Grouped;
   const int pq = static_cast<int>(d.oh() * d.ow());
   out.rename(a.pix, nest.pix);
-  nest.nr = std::min(s.nr, pq);
+  nest.nr = register_tile_pixels(d, s);
   if (nest.nr != s.nr) explain(why, fmt::format("nr {} clamped to the {} output pixels", s.nr, pq));
   out.split(nest.pix, nest.pix_tile, nest.pix_inner, nest.nr, output_tail(pq, nest.nr, true));
   const int pix_tiles = ceil_div(pq, nest.nr);

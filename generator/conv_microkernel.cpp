@@ -56,10 +56,6 @@ void apply_grouped_microkernel(ConvAlgorithm& a, const LoopNest& nest, const Con
     update.unroll(rs).unroll(rr);
     explain(why, fmt::format("all {} taps unrolled", d.kh * d.kw));
   }
-  if (s.kc > 0 && s.kc < d.icg()) {
-    explain(why, fmt::format("kc={} refused: the grouped strategy reduces over the taps only (input channels are lanes)",
-                             s.kc));
-  }
   explain(why, fmt::format("micro-kernel: {} output channel(s) x {} pixels of accumulator vectors, lanes summed per "
                            "group of {} after the taps",
                            nest.mr, nest.nr, d.icg()));
@@ -69,18 +65,18 @@ void apply_grouped_microkernel(ConvAlgorithm& a, const LoopNest& nest, const Con
 
 void apply_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor& d, const ConvSchedule& s,
                        const TargetInfo& t, Why* why) {
+  const bool gemm = a.strategy == Strategy::Gemm;
+  if (!gemm && s.kc > 0 && s.kc < d.icg()) {
+    explain(why, fmt::format("kc={} refused: {} reductions are not blocked; whole reduction per tile", s.kc,
+                             to_string(a.strategy)));
+  }
   if (a.strategy == Strategy::Grouped) {
     apply_grouped_microkernel(a, nest, d, s, t, why);
     return;
   }
   const int vl = std::min(t.vector_floats, nest.mr);
-  const bool gemm = a.strategy == Strategy::Gemm;
   const int cg = static_cast<int>(d.icg());
   const int kc = reduction_block(d, s);
-  if (!gemm && s.kc > 0 && s.kc < d.icg()) {
-    explain(why, fmt::format("kc={} refused: {} reductions are not blocked; whole reduction per tile", s.kc,
-                             to_string(a.strategy)));
-  }
   RVar rc = a.rd.x, rs = a.rd.y, rr = a.rd.z;
   Var chan = gemm ? a.kk : a.k;
   Var vo("vo"), vi("vi"), po("po"), pi("pi");

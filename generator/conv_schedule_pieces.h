@@ -51,6 +51,10 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
 void apply_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor& d,
                        const ConvSchedule& s, const TargetInfo& t, Why* why);
 
+// Output pixels per register tile: the schedule's NR, clamped to the image. The loop
+// nest tiles by it and the algorithm's padded-row test groups pixels by it.
+int register_tile_pixels(const ConvDescriptor& d, const ConvSchedule& s);
+
 // Input channels per reduction block actually used: 0 when the schedule's kc covers
 // all of C/g (the whole reduction runs per register tile).
 int reduction_block(const ConvDescriptor& d, const ConvSchedule& s);

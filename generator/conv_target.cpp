@@ -91,8 +91,8 @@ Func define_scheduled_forward(const ConvDescriptor& d, const ConvSchedule& sched
   explain(why, fmt::format("strategy {}: {}", to_string(s.strategy), what));
   const bool skip_rows = skips_padded_rows(d, s, t);
   if (skip_rows) explain(why, "kernel rows that fall on top/bottom padding left out of each tile's reduction");
-  const int pixel_tile = static_cast<int>(std::min<int64_t>(s.nr, d.oh() * d.ow()));
-  ConvAlgorithm a = define_forward(d, s.strategy, mr, skip_rows ? pixel_tile : 0, input, weights, bias, options);
+  ConvAlgorithm a =
+      define_forward(d, s.strategy, mr, skip_rows ? register_tile_pixels(d, s) : 0, input, weights, bias, options);
   LoopNest nest = apply_loop_nest(a, d, s, t, why);
   apply_packing(a, nest, d, s, t, why);
   apply_microkernel(a, nest, d, s, t, why);

@@ -91,14 +91,13 @@ Tile choose_depthwise_tile(const ConvDescriptor& d, int64_t channels, const Targ
 Tile choose_grouped_tile(const ConvDescriptor& d, const TargetInfo& t, std::vector<std::string>* why) {
   const int vl = t.vector_floats;
   const int cg = static_cast<int>(d.icg()), kgn = static_cast<int>(d.ocg());
-  ConvSchedule probe;
-  probe.mr = std::clamp(vl * ((kgn + cg - 1) / cg), vl, 4 * vl);
-  const int mr = probe.mr;
-  const int kg_per_tile = grouped_outputs_per_tile(d, probe, t);
-  const int nr = std::clamp(12 / kg_per_tile, 1, 8);
+  ConvSchedule tile;
+  tile.mr = std::clamp(vl * ((kgn + cg - 1) / cg), vl, 4 * vl);
+  const int kg_per_tile = grouped_outputs_per_tile(d, tile, t);
+  tile.nr = std::clamp(12 / kg_per_tile, 1, 8);
   note(why, fmt::format("grouped tile: {} groups per vector, {} output channels each x {} pixels = {} accumulators",
-                        vl / cg, kg_per_tile, nr, kg_per_tile * nr));
-  return {mr, nr};
+                        vl / cg, kg_per_tile, tile.nr, kg_per_tile * tile.nr));
+  return {tile.mr, tile.nr};
 }
 
 }  // namespace

@@ -38,6 +38,18 @@ out=$("$convgen" schedule $'res2\t8\t64\t56\t56\t64\t3\t3\t1\t1\t1\t1\t1\t1\t1' 
 grep -q "schedule (analytic default)" <<<"$out" || fail "schedule of a TSV row: $out"
 grep -q "micro-kernel" <<<"$out" || fail "schedule --verbose says nothing of the micro-kernel: $out"
 
+# A strategy or field the layer cannot use is refused with the reason, and the general
+# path runs: grouped needs C/g to divide the vector (3 does not); kc is GEMM-only.
+out=$("$convgen" schedule 'g2mb1ic6ih8oc6oh8kh3ph1' --schedule 'grouped kc=1' --verbose 2>&1) ||
+  fail "schedule with refused fields: $out"
+grep -q "grouped strategy refused: 3 input channels per group" <<<"$out" || fail "no grouped refusal: $out"
+grep -q "kc=1 refused: depthwise" <<<"$out" || fail "no kc refusal: $out"
+out=$("$convgen" schedule 'g2mb1ic8ih8oc6oh8kh3ph1' --schedule 'grouped kc=1' --verbose 2>&1) ||
+  fail "schedule grouped: $out"
+grep -q "strategy grouped" <<<"$out" || fail "grouped strategy not taken: $out"
+grep -q "kc=1 refused: grouped" <<<"$out" || fail "no kc refusal for grouped: $out"
+expect_error 2 "strategy: unknown value 'groupwise'" schedule 'g2mb1ic8ih8oc6oh8kh3ph1' --schedule groupwise
+
 "$convgen" --version | grep -q '^convgen 0\.' || fail "--version"
 "$convgen" --help | grep -q compile-layer || fail "--help"
 "$convgen" compile-layer --help | grep -q -- '--schedules' || fail "compile-layer --help"
