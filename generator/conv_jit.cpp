@@ -1,5 +1,6 @@
 #include "conv_jit.h"
 
+#include "conv_backward.h"
 #include "openmp_par_for.h"
 
 #include <atomic>
@@ -40,6 +41,37 @@ void counting_free(JITUserContext*, void* p) {
   std::free(header);
 }
 
+// Heap and parallel-loop hooks every convgen JIT pipeline uses.
+void install_handlers(Pipeline& pipeline) {
+  JITHandlers handlers;
+  handlers.custom_malloc = counting_malloc;
+  handlers.custom_free = counting_free;
+  // Parallel loops on the process's OpenMP threads, as AOT kernels do through
+  // convgen::runtime: one thread pool per process.
+  handlers.custom_do_par_for = openmp_par_for<JITUserContext>;
+  pipeline.jit_handlers() = handlers;
+}
+
+// Runs `realize` and returns the peak heap bytes it allocated beyond what was live.
+template <typename F>
+int64_t measure_workspace(F&& realize) {
+  g_peak_bytes = g_live_bytes.load();
+  const int64_t base = g_live_bytes.load();
+  realize();
+  return g_peak_bytes.load() - base;
+}
+
+// The forward output's 4-D view (kg, g, pix, n) of an NHWK tensor.
+Halide::Buffer<float> nhwk_view(const ConvDescriptor& d, const float* data) {
+  return Halide::Buffer<float>(const_cast<float*>(data), {int(d.ocg()), int(d.g), int(d.oh() * d.ow()), int(d.mb)});
+}
+
+// A y buffer for kernels that ignore it (no fused ReLU): one element, never read.
+Halide::Buffer<float> unused_mask() {
+  static float storage[1] = {0.0f};
+  return Halide::Buffer<float>(storage, {1, 1, 1, 1});
+}
+
 }  // namespace
 
 struct JitForwardKernel::Impl {
@@ -54,13 +86,7 @@ JitForwardKernel::JitForwardKernel(const ConvDescriptor& d, const ConvSchedule& 
     : d_(d), s_(s), impl_(std::make_unique<Impl>()) {
   impl_->fp = build_forward(d, s, t, nullptr, options);
   impl_->pipeline = Pipeline(impl_->fp.output);
-  JITHandlers handlers;
-  handlers.custom_malloc = counting_malloc;
-  handlers.custom_free = counting_free;
-  // Parallel loops on the process's OpenMP threads, as AOT kernels do through
-  // convgen::runtime: one thread pool per process.
-  handlers.custom_do_par_for = openmp_par_for<JITUserContext>;
-  impl_->pipeline.jit_handlers() = handlers;
+  install_handlers(impl_->pipeline);
   impl_->target = halide_target(t.target);
   impl_->pipeline.compile_jit(impl_->target);
 }
@@ -81,12 +107,102 @@ void JitForwardKernel::run(const float* x, const float* w, const float* bias, fl
   params.set(impl_->fp.input, in);
   params.set(impl_->fp.weights, wt);
   params.set(impl_->fp.bias, bs);
-  g_peak_bytes = g_live_bytes.load();
-  const int64_t base = g_live_bytes.load();
-  impl_->pipeline.realize(out, impl_->target, params);
-  impl_->last_peak = g_peak_bytes.load() - base;
+  impl_->last_peak = measure_workspace([&] { impl_->pipeline.realize(out, impl_->target, params); });
 }
 
 int64_t JitForwardKernel::last_workspace_bytes() const { return impl_->last_peak; }
+
+// ---- backward-data ------------------------------------------------------------------
+
+struct JitBackwardDataKernel::Impl {
+  BackwardDataPipeline bp;
+  Pipeline pipeline;
+  Target target;
+  int64_t last_peak = 0;
+};
+
+JitBackwardDataKernel::JitBackwardDataKernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
+                                             const ForwardBuildOptions& options)
+    : d_(d), impl_(std::make_unique<Impl>()) {
+  impl_->bp = build_backward_data(d, s, t, nullptr, options);
+  const auto extents = forward_buffer_extents(d);
+  const std::vector<int> nhwk = extents[3];
+  pin_dense([&](int i) { return impl_->bp.dy.dim(i); }, nhwk);
+  pin_dense([&](int i) { return impl_->bp.weights.dim(i); }, extents[1]);
+  pin_dense([&](int i) { return impl_->bp.dx.output_buffer().dim(i); },
+            {int(d.icg()), int(d.g), int(d.ih * d.iw), int(d.mb)});
+  if (d.relu) pin_dense([&](int i) { return impl_->bp.y.dim(i); }, nhwk);
+  impl_->pipeline = Pipeline(impl_->bp.dx);
+  install_handlers(impl_->pipeline);
+  impl_->target = halide_target(t.target);
+  impl_->pipeline.compile_jit(impl_->target);
+}
+
+JitBackwardDataKernel::~JitBackwardDataKernel() = default;
+
+void JitBackwardDataKernel::run(const float* dy, const float* w, const float* y, float* dx) {
+  const ConvDescriptor& d = d_;
+  if (d.relu && !y) throw std::invalid_argument("JitBackwardDataKernel::run: the layer fused a ReLU but y is null");
+  using B = Halide::Buffer<float>;
+  B wt(const_cast<float*>(w), {int(d.kw), int(d.kh), int(d.icg()), int(d.ocg()), int(d.g)});
+  B out(dx, {int(d.icg()), int(d.g), int(d.ih * d.iw), int(d.mb)});
+  ParamMap params;
+  params.set(impl_->bp.dy, nhwk_view(d, dy));
+  params.set(impl_->bp.weights, wt);
+  params.set(impl_->bp.y, d.relu ? nhwk_view(d, y) : unused_mask());
+  impl_->last_peak = measure_workspace([&] { impl_->pipeline.realize(out, impl_->target, params); });
+}
+
+int64_t JitBackwardDataKernel::last_workspace_bytes() const { return impl_->last_peak; }
+
+// ---- backward-weights ---------------------------------------------------------------
+
+struct JitBackwardWeightsKernel::Impl {
+  BackwardWeightsPipeline bp;
+  Pipeline pipeline;
+  Target target;
+  int64_t last_peak = 0;
+};
+
+JitBackwardWeightsKernel::JitBackwardWeightsKernel(const ConvDescriptor& d, const ConvSchedule& s,
+                                                   const TargetInfo& t, const ForwardBuildOptions& options)
+    : d_(d), impl_(std::make_unique<Impl>()) {
+  impl_->bp = build_backward_weights(d, s, t, nullptr, options);
+  const auto extents = forward_buffer_extents(d);
+  pin_dense([&](int i) { return impl_->bp.x.dim(i); }, extents[0]);
+  pin_dense([&](int i) { return impl_->bp.dy.dim(i); }, extents[3]);
+  if (d.relu) pin_dense([&](int i) { return impl_->bp.y.dim(i); }, extents[3]);
+  pin_dense([&](int i) { return impl_->bp.dw.output_buffer().dim(i); }, extents[1]);
+  if (d.bias) pin_dense([&](int i) { return impl_->bp.db.output_buffer().dim(i); }, extents[2]);
+  impl_->pipeline = Pipeline(impl_->bp.outputs());
+  install_handlers(impl_->pipeline);
+  impl_->target = halide_target(t.target);
+  impl_->pipeline.compile_jit(impl_->target);
+}
+
+JitBackwardWeightsKernel::~JitBackwardWeightsKernel() = default;
+
+void JitBackwardWeightsKernel::run(const float* x, const float* dy, const float* y, float* dw, float* db) {
+  const ConvDescriptor& d = d_;
+  if (d.relu && !y) throw std::invalid_argument("JitBackwardWeightsKernel::run: the layer fused a ReLU but y is null");
+  if (d.bias && !db) throw std::invalid_argument("JitBackwardWeightsKernel::run: the layer has a bias but db is null");
+  using B = Halide::Buffer<float>;
+  B in(const_cast<float*>(x), {int(d.icg()), int(d.g), int(d.iw), int(d.ih), int(d.mb)});
+  B dw_out(dw, {int(d.kw), int(d.kh), int(d.icg()), int(d.ocg()), int(d.g)});
+  ParamMap params;
+  params.set(impl_->bp.x, in);
+  params.set(impl_->bp.dy, nhwk_view(d, dy));
+  params.set(impl_->bp.y, d.relu ? nhwk_view(d, y) : unused_mask());
+  impl_->last_peak = measure_workspace([&] {
+    if (d.bias) {
+      B db_out(db, {int(d.oc)});
+      impl_->pipeline.realize(Realization({dw_out, db_out}), impl_->target, params);
+    } else {
+      impl_->pipeline.realize(dw_out, impl_->target, params);
+    }
+  });
+}
+
+int64_t JitBackwardWeightsKernel::last_workspace_bytes() const { return impl_->last_peak; }
 
 }  // namespace convgen

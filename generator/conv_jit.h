@@ -39,4 +39,45 @@ class JitForwardKernel {
   std::unique_ptr<Impl> impl_;
 };
 
+// The backward-data kernel (conv_backward.h), JIT-compiled.
+class JitBackwardDataKernel {
+ public:
+  JitBackwardDataKernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
+                        const ForwardBuildOptions& options = {});
+  ~JitBackwardDataKernel();
+  JitBackwardDataKernel(const JitBackwardDataKernel&) = delete;
+  JitBackwardDataKernel& operator=(const JitBackwardDataKernel&) = delete;
+
+  // dy: NHWK [mb][oh][ow][oc]; w: ONNX OIHW; y: the forward output NHWK, read only when
+  // the layer fused a ReLU (dY is masked by y > 0), else may be null; dx: NHWC
+  // [mb][ih][iw][ic], every element written. No aliasing.
+  void run(const float* dy, const float* w, const float* y, float* dx);
+  int64_t last_workspace_bytes() const;
+
+ private:
+  struct Impl;
+  ConvDescriptor d_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The backward-weights kernel (conv_backward.h), JIT-compiled.
+class JitBackwardWeightsKernel {
+ public:
+  JitBackwardWeightsKernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
+                           const ForwardBuildOptions& options = {});
+  ~JitBackwardWeightsKernel();
+  JitBackwardWeightsKernel(const JitBackwardWeightsKernel&) = delete;
+  JitBackwardWeightsKernel& operator=(const JitBackwardWeightsKernel&) = delete;
+
+  // x: NHWC; dy: NHWK; y: as for backward-data; dw: ONNX OIHW [oc][ic/g][kh][kw];
+  // db: [oc], written when the layer has a bias (else may be null). No aliasing.
+  void run(const float* x, const float* dy, const float* y, float* dw, float* db);
+  int64_t last_workspace_bytes() const;
+
+ private:
+  struct Impl;
+  ConvDescriptor d_;
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace convgen

@@ -39,7 +39,11 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
   out.rename(a.pix, nest.pix);
   nest.nr = register_tile_pixels(d, s);
   if (nest.nr != s.nr) explain(why, fmt::format("nr {} clamped to the {} output pixels", s.nr, pq));
-  out.split(nest.pix, nest.pix_tile, nest.pix_inner, nest.nr, output_tail(pq, nest.nr, true));
+  // A staged output (computed inside a consumer) rounds its last tiles up instead: its
+  // storage grows to whole tiles, and the extra pixels read clamped, in-bounds input.
+  const bool staged = !a.may_shift_pixel_tail;
+  out.split(nest.pix, nest.pix_tile, nest.pix_inner, nest.nr,
+            staged ? TailStrategy::RoundUp : output_tail(pq, nest.nr, true));
   const int pix_tiles = ceil_div(pq, nest.nr);
 
   int k_tiles = 0;          // channel tiles per image (and group, for GEMM)
@@ -83,7 +87,9 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
     // partial last tile is guarded); depthwise reads weights by k, so its MR may shrink.
     nest.mr = gemm ? a.mr : std::min(s.mr, std::max(1, chan_extent));
     if (!gemm && nest.mr != s.mr) explain(why, fmt::format("mr {} clamped to the {} channels", s.mr, chan_extent));
-    out.split(nest.chan, nest.k_tile, nest.k_inner, nest.mr, output_tail(chan_extent, nest.mr, !gemm));
+    // GEMM's weight panel is zero-filled past K/g, so a staged GEMM output may round up.
+    out.split(nest.chan, nest.k_tile, nest.k_inner, nest.mr,
+              staged && gemm ? TailStrategy::RoundUp : output_tail(chan_extent, nest.mr, !gemm));
     k_tiles = ceil_div(chan_extent, nest.mr);
     tile_channels = nest.mr;
     k_inner_lanes = std::min(t.vector_floats, nest.mr);

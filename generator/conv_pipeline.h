@@ -24,6 +24,11 @@ struct ForwardBuildOptions {
   // Test-only: shift the padding by one row so the kernel is wrong. The correctness
   // sweep runs once against this and must fail.
   bool inject_padding_bug = false;
+  // The output is computed inside a consumer's loop (backward-data's residue classes)
+  // rather than being the pipeline's output: its last pixel tile (and GEMM channel tile)
+  // is rounded up into the staging buffer. Guarded or shifted tails there went wrong
+  // under Halide 14 together with a ragged channel tile (found by the backward sweep).
+  bool output_is_staged = false;
 };
 
 struct ForwardPipeline {

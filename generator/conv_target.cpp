@@ -93,6 +93,7 @@ Func define_scheduled_forward(const ConvDescriptor& d, const ConvSchedule& sched
   if (skip_rows) explain(why, "kernel rows that fall on top/bottom padding left out of each tile's reduction");
   ConvAlgorithm a =
       define_forward(d, s.strategy, mr, skip_rows ? register_tile_pixels(d, s) : 0, input, weights, bias, options);
+  a.may_shift_pixel_tail = !options.output_is_staged;
   LoopNest nest = apply_loop_nest(a, d, s, t, why);
   apply_packing(a, nest, d, s, t, why);
   apply_microkernel(a, nest, d, s, t, why);

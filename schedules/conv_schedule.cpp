@@ -126,7 +126,8 @@ void require_non_negative(const std::string& field, int v) {
 bool ConvSchedule::operator==(const ConvSchedule& o) const {
   return strategy == o.strategy && mr == o.mr && nr == o.nr && kc == o.kc && mc == o.mc &&
          nc == o.nc && layout == o.layout && pack_input == o.pack_input &&
-         pack_weights == o.pack_weights && loop_order == o.loop_order && parallel == o.parallel;
+         pack_weights == o.pack_weights && loop_order == o.loop_order && parallel == o.parallel &&
+         partitions == o.partitions;
 }
 
 std::string to_string(Strategy v) { return name_of(kStrategyNames, v); }
@@ -146,10 +147,10 @@ bool from_string(const std::string& name, Parallel* out) { return value_of(kPara
 std::string describe(const ConvSchedule& s) {
   return fmt::format(
       "{} mr={} nr={} kc={} mc={} nc={} layout={} pack_input={} pack_weights={} loop_order={} "
-      "parallel={}",
+      "parallel={} partitions={}",
       to_string(s.strategy), s.mr, s.nr, s.kc, s.mc, s.nc, to_string(s.layout),
       to_string(s.pack_input), to_string(s.pack_weights), to_string(s.loop_order),
-      to_string(s.parallel));
+      to_string(s.parallel), s.partitions);
 }
 
 TargetInfo default_target() { return target_info(kDefaultTarget); }
@@ -187,6 +188,7 @@ ScheduleSpace schedule_space(const TargetInfo& t) {
   space.pack_weights = all_values(kPackWeightsNames);
   space.loop_order = all_values(kLoopOrderNames);
   space.parallel = all_values(kParallelNames);
+  space.partitions = {1, 2, 4, 8};
   return space;
 }
 
@@ -205,6 +207,7 @@ void validate(const ConvSchedule& s, const TargetInfo& t) {
   require_non_negative("kc", s.kc);
   require_non_negative("mc", s.mc);
   require_non_negative("nc", s.nc);
+  if (s.partitions < 1 || s.partitions > 64) invalid("partitions", fmt::format("{} is outside 1..64", s.partitions));
 }
 
 namespace {
@@ -246,6 +249,7 @@ void apply_schedule_overrides(const std::string& text, ConvSchedule* s) {
     else if (field == "pack_weights") set_enum(field, value, &s->pack_weights);
     else if (field == "loop_order") set_enum(field, value, &s->loop_order);
     else if (field == "parallel") set_enum(field, value, &s->parallel);
+    else if (field == "partitions") s->partitions = parse_int_field(field, value);
     else throw Error(ExitCode::Usage, fmt::format("schedule: unknown field '{}'", field));
   }
 }

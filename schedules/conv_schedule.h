@@ -30,7 +30,7 @@ enum class LoopOrder { PixelsOuter, ChannelsOuter };
 enum class Parallel { None, Pixels, Images };      // intra-kernel threads over non-reduction dims
 
 struct ConvSchedule {
-  static constexpr int kVersion = 1;
+  static constexpr int kVersion = 2;
 
   Strategy strategy = Strategy::Gemm;
   int mr = 24;
@@ -43,6 +43,9 @@ struct ConvSchedule {
   PackWeights pack_weights = PackWeights::PerCall;
   LoopOrder loop_order = LoopOrder::PixelsOuter;
   Parallel parallel = Parallel::None;
+  // Backward-weights only: the reduction over (image, row band) items is split into this
+  // many partial sums, added in index order -- fixed here, never by the thread count.
+  int partitions = 1;
 
   bool operator==(const ConvSchedule& o) const;
   bool operator!=(const ConvSchedule& o) const { return !(*this == o); }
@@ -65,6 +68,12 @@ TargetInfo target_info(const std::string& target_string);
 // Analytic default. `why` (if non-null) receives one line per decision for --verbose.
 ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t,
                                std::vector<std::string>* why = nullptr);
+
+// Analytic default of one pass: "fwd" (= analytic_schedule), "bwd_data" (the forward
+// default of the largest residue class's derived convolution) or "bwd_weights".
+// Throws Error(Usage) for another pass name.
+ConvSchedule analytic_schedule_for_pass(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t,
+                                        std::vector<std::string>* why = nullptr);
 
 // True when the grouped strategy can run: the input channels of a group divide the
 // vector width, so a vector holds whole groups. Otherwise the generator refuses it
@@ -95,6 +104,7 @@ struct ScheduleSpace {
   std::vector<PackWeights> pack_weights;
   std::vector<LoopOrder> loop_order;
   std::vector<Parallel> parallel;
+  std::vector<int> partitions;
 };
 ScheduleSpace schedule_space(const TargetInfo& t);
 

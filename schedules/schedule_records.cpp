@@ -26,7 +26,8 @@ namespace {
 using json = nlohmann::json;
 
 constexpr const char* kFormat = "convgen-schedule";
-constexpr int kRecordVersion = 1;
+constexpr int kRecordVersion = 2;  // written; version 1 (no "partitions") is still read
+constexpr int kOldestReadableVersion = 1;
 const std::vector<std::string> kPasses = {"fwd", "bwd_data", "bwd_weights"};
 const std::vector<std::string> kSources = {"analytic", "tuned"};
 
@@ -75,10 +76,10 @@ std::string key_json(const ScheduleKey& k) {
 std::string schedule_json(const ConvSchedule& s) {
   return fmt::format(
       R"({{"strategy":"{}","mr":{},"nr":{},"kc":{},"mc":{},"nc":{},"layout":"{}",)"
-      R"("pack_input":"{}","pack_weights":"{}","loop_order":"{}","parallel":"{}"}})",
+      R"("pack_input":"{}","pack_weights":"{}","loop_order":"{}","parallel":"{}","partitions":{}}})",
       to_string(s.strategy), s.mr, s.nr, s.kc, s.mc, s.nc, to_string(s.layout),
       to_string(s.pack_input), to_string(s.pack_weights), to_string(s.loop_order),
-      to_string(s.parallel));
+      to_string(s.parallel), s.partitions);
 }
 
 // ---- reading ---------------------------------------------------------------------
@@ -200,14 +201,15 @@ class ObjectReader {
 
 // "format" and "version" are read first: a record of another version may have other
 // fields, and saying "version 2" is more useful than "unknown field".
-void check_format_and_version(const ObjectReader& top, const std::string& where) {
+int check_format_and_version(const ObjectReader& top, const std::string& where) {
   const std::string format = top.str("format");
   if (format != kFormat) fail(where, fmt::format("format: expected \"{}\", got \"{}\"", kFormat, format));
   const int version = top.integer("version");
-  if (version != kRecordVersion) {
-    fail(where, fmt::format("version {} is not supported; this convgen reads version {}", version,
-                            kRecordVersion));
+  if (version < kOldestReadableVersion || version > kRecordVersion) {
+    fail(where, fmt::format("version {} is not supported; this convgen reads versions {} to {}", version,
+                            kOldestReadableVersion, kRecordVersion));
   }
+  return version;
 }
 
 ScheduleKey read_key(const json& j, const std::string& where) {
@@ -221,10 +223,15 @@ ScheduleKey read_key(const json& j, const std::string& where) {
   return k;
 }
 
-ConvSchedule read_schedule(const json& j, const ScheduleSpace& space, const std::string& where) {
+ConvSchedule read_schedule(const json& j, const ScheduleSpace& space, int version, const std::string& where) {
   ObjectReader in(j, "schedule", where);
-  in.reject_unknown({"strategy", "mr", "nr", "kc", "mc", "nc", "layout", "pack_input", "pack_weights",
-                     "loop_order", "parallel"});
+  if (version == 1) {
+    in.reject_unknown({"strategy", "mr", "nr", "kc", "mc", "nc", "layout", "pack_input", "pack_weights",
+                       "loop_order", "parallel"});
+  } else {
+    in.reject_unknown({"strategy", "mr", "nr", "kc", "mc", "nc", "layout", "pack_input", "pack_weights",
+                       "loop_order", "parallel", "partitions"});
+  }
   ConvSchedule s;
   s.strategy = in.enumeration("strategy", space.strategy);
   s.mr = in.integer("mr");
@@ -237,6 +244,7 @@ ConvSchedule read_schedule(const json& j, const ScheduleSpace& space, const std:
   s.pack_weights = in.enumeration("pack_weights", space.pack_weights);
   s.loop_order = in.enumeration("loop_order", space.loop_order);
   s.parallel = in.enumeration("parallel", space.parallel);
+  if (version >= 2) s.partitions = in.integer("partitions");  // version 1 had none: 1
   return s;
 }
 
@@ -323,13 +331,13 @@ std::string to_json_line(const ScheduleRecord& r) {
 ScheduleRecord parse_record_line(const std::string& line, const std::string& where) {
   const json j = parse_json(line, where);
   const ObjectReader top(j, "", where);
-  check_format_and_version(top, where);
+  const int version = check_format_and_version(top, where);
   top.reject_unknown({"format", "version", "key", "schedule", "source", "gflops", "note"});
 
   ScheduleRecord r;
   r.key = read_key(top.field("key"), where);
   const TargetInfo target = record_target(r.key, where);
-  r.schedule = read_schedule(top.field("schedule"), schedule_space(target), where);
+  r.schedule = read_schedule(top.field("schedule"), schedule_space(target), version, where);
   r.source = top.one_of("source", kSources);
   r.gflops = top.non_negative_number("gflops");
   r.note = top.str("note");

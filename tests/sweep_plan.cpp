@@ -64,6 +64,18 @@ void impose(const std::string& cls, int i, std::mt19937& rng, ConvDescriptor& d)
     d.sw = 1 + (i / 4) % 4;  // includes stride > kernel and sh != sw
     d.ih = pick(8, 19);
     d.iw = pick(8, 19);
+  } else if (cls == "stride_dilation") {
+    // Backward-data's residue classes: gcd(stride, dilation) > 1 leaves classes with no
+    // taps; stride > kernel leaves input pixels no output reads.
+    const int cases[][3] = {{2, 2, 3}, {2, 4, 3}, {4, 2, 3}, {3, 1, 2}, {4, 1, 3}, {2, 2, 2}, {3, 3, 2}, {5, 1, 1}};
+    const auto& c = cases[i % 8];
+    d.sh = d.sw = c[0];
+    d.dh = d.dw = c[1];
+    square(c[2]);
+    if (i % 2) d.sw = 1, d.dw = 1;  // one axis strided only
+    d.pt = pick(0, 2), d.pb = pick(0, 2), d.pl = pick(0, 2), d.pr = pick(0, 2);
+    d.ih = pick(7, 17);
+    d.iw = pick(7, 17);
   } else if (cls == "asymmetric_padding") {
     square(3 + 2 * (i % 2));
     d.pt = pick(0, 2);
@@ -137,6 +149,7 @@ ConvSchedule schedule_for(int i, const TargetInfo& t) {
   s.pack_weights = cycle(space.pack_weights, i, 8);
   s.loop_order = cycle(space.loop_order, i, 9);
   s.parallel = cycle(space.parallel, i, 10);
+  s.partitions = cycle(space.partitions, i, 11);  // backward-weights only
   return s;
 }
 
@@ -145,7 +158,7 @@ ConvSchedule schedule_for(int i, const TargetInfo& t) {
 const std::vector<std::string>& edge_classes() {
   static const std::vector<std::string> classes = {
       "kernel_1x1", "kernel_3x3", "kernel_5x5",  "kernel_7x7", "kernel_11x11",         "non_square_kernel",
-      "stride",     "asymmetric_padding",        "dilation",   "groups",               "depthwise",
+      "stride",     "stride_dilation",  "asymmetric_padding", "dilation", "groups", "depthwise",
       "depthwise_multiplier",     "odd_sizes",   "conv1d"};
   return classes;
 }

@@ -125,6 +125,7 @@ TEST_CASE("forward sweep: kernel_7x7", "[sweep]") { run_class("kernel_7x7"); }
 TEST_CASE("forward sweep: kernel_11x11", "[sweep]") { run_class("kernel_11x11"); }
 TEST_CASE("forward sweep: non_square_kernel", "[sweep]") { run_class("non_square_kernel"); }
 TEST_CASE("forward sweep: stride", "[sweep]") { run_class("stride"); }
+TEST_CASE("forward sweep: stride_dilation", "[sweep]") { run_class("stride_dilation"); }
 TEST_CASE("forward sweep: asymmetric_padding", "[sweep]") { run_class("asymmetric_padding"); }
 TEST_CASE("forward sweep: dilation", "[sweep]") { run_class("dilation"); }
 TEST_CASE("forward sweep: groups", "[sweep]") { run_class("groups"); }
@@ -153,6 +154,7 @@ TEST_CASE("sweep plan: every edge class has a test case and every schedule value
       seen["pack_weights"].insert(to_string(s.pack_weights));
       seen["loop_order"].insert(to_string(s.loop_order));
       seen["parallel"].insert(to_string(s.parallel));
+      seen["partitions"].insert(std::to_string(s.partitions));
     }
     INFO("edge class " << cls);
     CHECK(seen["strategy"].size() == space.strategy.size());
@@ -166,6 +168,7 @@ TEST_CASE("sweep plan: every edge class has a test case and every schedule value
     CHECK(seen["pack_weights"].size() == space.pack_weights.size());
     CHECK(seen["loop_order"].size() == space.loop_order.size());
     CHECK(seen["parallel"].size() == space.parallel.size());
+    CHECK(seen["partitions"].size() == space.partitions.size());
   }
   CHECK(total >= 200);
 }

@@ -1,0 +1,105 @@
+// Backward-data: dX as one forward convolution per residue class of the strides.
+#include <fmt/format.h>
+
+#include "conv_backward.h"
+#include "conv_backward_classes.h"
+#include "conv_schedule_pieces.h"
+
+namespace convgen {
+
+using namespace Halide;
+
+namespace {
+
+// True when one class covers every input pixel (stride 1 both ways): its forward output
+// is dX itself, written straight into the caller's buffer.
+bool single_class(const std::vector<ResidueClass>& classes, const ConvDescriptor& d) {
+  return classes.size() == 1 && !classes[0].zero() && classes[0].rows.count == d.ih && classes[0].cols.count == d.iw;
+}
+
+}  // namespace
+
+BackwardDataPipeline build_backward_data(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
+                                         std::vector<std::string>* why, const ForwardBuildOptions& options) {
+  validate(d);
+  validate(s, t);
+  BackwardDataPipeline p;
+  p.dy = ImageParam(Float(32), 4, "dy");
+  p.weights = ImageParam(Float(32), 5, "weights");
+  p.y = ImageParam(Float(32), 4, "y");
+  const int q_extent = int(d.ow()), iw = int(d.iw), vl = t.vector_floats;
+
+  // dY in the forward input's 5-D view; the forward's ReLU mask applied as dY is packed.
+  Var k("k"), grp("grp"), x("x"), y("y"), n("n"), s_tap("s_tap"), r_tap("r_tap"), kin("kin"), kout("kout");
+  Func dy_masked("dy_masked");
+  Expr value = p.dy(k, grp, y * q_extent + x, n);
+  if (d.relu) value = select(p.y(k, grp, y * q_extent + x, n) > 0.0f, value, 0.0f);
+  dy_masked(k, grp, x, y, n) = value;
+  Func no_bias("no_bias");
+  no_bias(k) = 0.0f;
+
+  const std::vector<ResidueClass> classes = backward_data_classes(d);
+  const bool direct = single_class(classes, d);
+  explain(why, direct ? "backward-data: stride 1, one forward convolution over dY written straight into dX"
+                      : fmt::format("backward-data: {} residue classes of the strides, each a stride-1 forward "
+                                    "convolution over dY computed per image and stored into its pixels of dX",
+                                    classes.size()));
+  ConvSchedule class_schedule = s;
+  if (!direct && s.parallel != Parallel::None) class_schedule.parallel = Parallel::None;  // images instead, below
+
+  std::vector<Func> class_outputs;
+  for (size_t j = 0; j < classes.size(); ++j) {
+    const ResidueClass& c = classes[j];
+    if (c.zero()) {
+      explain(why, fmt::format("class (row {}, col {}): no tap reaches it, exact zeros", c.rows.residue, c.cols.residue));
+      class_outputs.emplace_back();
+      continue;
+    }
+    Func in("class_dy"), w("class_weights");
+    in(k, grp, x, y, n) = dy_masked(k, grp, x + int(c.cols.shift), y + int(c.rows.shift), n);
+    // Channel-transposed (input and output channels swap roles) and flipped: derived tap
+    // 0 is the class's largest kernel index.
+    w(s_tap, r_tap, kin, kout, grp) =
+        p.weights(int(c.cols.first_tap) - s_tap * int(c.cols.tap_step),
+                  int(c.rows.first_tap) - r_tap * int(c.rows.tap_step), kout, kin, grp);
+    std::vector<std::string> class_why;
+    ForwardBuildOptions class_options = options;
+    class_options.output_is_staged = !direct;
+    Func out = define_scheduled_forward(c.derived, class_schedule, t, in, w, no_bias, why ? &class_why : nullptr,
+                                        class_options);
+    if (why) {
+      explain(why, fmt::format("class (row {}, col {}): {}", c.rows.residue, c.cols.residue, c.derived.normalised()));
+      if (j == 0 || direct)
+        for (const std::string& line : class_why) explain(why, "  " + line);
+    }
+    class_outputs.push_back(out);
+  }
+  if (direct) {
+    p.dx = class_outputs[0];
+    return p;
+  }
+
+  // Each class's pixels of dX: no two classes share a pixel, and together they cover dX.
+  Var c_var("c"), g_var("g"), pix("pix"), cgf("cgf");
+  p.dx = Func("dx");
+  p.dx(c_var, g_var, pix, n) = undef<float>();
+  for (size_t j = 0; j < classes.size(); ++j) {
+    const ResidueClass& c = classes[j];
+    RDom rd(0, int(c.cols.count), 0, int(c.rows.count), fmt::format("class{}", j));
+    Expr xi = int(c.cols.residue) + int(d.sw) * rd.x, yi = int(c.rows.residue) + int(d.sh) * rd.y;
+    Expr v = c.zero() ? Expr(0.0f) : class_outputs[j](c_var, g_var, rd.y * int(c.cols.count) + rd.x, n);
+    p.dx(c_var, g_var, yi * iw + xi, n) = v;
+    Stage st = p.dx.update(int(j));
+    st.reorder(c_var, g_var, rd.x, rd.y, n);
+    if (d.icg() >= vl) {
+      st.vectorize(c_var, vl, TailStrategy::GuardWithIf);
+    } else if (d.ic >= vl) {
+      st.fuse(c_var, g_var, cgf).vectorize(cgf, vl, TailStrategy::GuardWithIf);
+    }
+    if (s.parallel != Parallel::None) st.parallel(n);
+    if (!c.zero()) class_outputs[j].compute_at(p.dx, n);
+  }
+  return p;
+}
+
+}  // namespace convgen

@@ -1,0 +1,80 @@
+// Analytic defaults of the backward passes (docs/schedules.md, "Backward passes").
+#include <algorithm>
+#include <cstdint>
+
+#include <fmt/format.h>
+
+#include "conv_backward_classes.h"
+#include "conv_descriptor.h"
+#include "conv_schedule.h"
+#include "errors.h"
+
+namespace convgen {
+
+namespace {
+
+void note(std::vector<std::string>* why, const std::string& line) {
+  if (why) why->push_back("default: " + line);
+}
+
+// Backward-data runs the forward generator on each residue class's derived convolution;
+// the largest class (the most pixels) decides the schedule all classes share.
+ConvSchedule backward_data_default(const ConvDescriptor& d, const TargetInfo& t, std::vector<std::string>* why) {
+  const ConvDescriptor* largest = nullptr;
+  int64_t most = -1;
+  const auto classes = backward_data_classes(d);
+  for (const ResidueClass& c : classes) {
+    if (c.zero()) continue;
+    const int64_t pixels = c.rows.count * c.cols.count;
+    if (pixels > most) most = pixels, largest = &c.derived;
+  }
+  if (!largest) {
+    note(why, "backward-data: every residue class is zero; nothing to compute");
+    return ConvSchedule{};
+  }
+  note(why, fmt::format("backward-data: the forward default of the largest residue class, {}", largest->normalised()));
+  return analytic_schedule(*largest, t, why);
+}
+
+// Backward-weights: an MR x NR tile of output channels x weight taps. Vectors along K/g
+// when it fills one (GEMM), across groups otherwise. Reduction items of about 512 output
+// pixels in whole rows: the item's dY slice (512 x MR floats) stays in L1 per channel
+// tile and its input rows in L2, and the dW tile update costs 2 accesses per 1024 flops.
+// Few tiles (a small weight tensor, e.g. 3x5x5 -> 32) cannot feed threads: split the
+// reduction into partitions so parallel runs have work; the partition count is fixed here
+// whatever the thread count.
+ConvSchedule backward_weights_default(const ConvDescriptor& d, const TargetInfo& t, std::vector<std::string>* why) {
+  ConvSchedule s;
+  const int vl = t.vector_floats;
+  const int64_t taps = d.icg() * d.kh * d.kw;
+  const bool gemm = d.ocg() >= vl;
+  s.strategy = gemm ? Strategy::Gemm : Strategy::Depthwise;
+  const int64_t channels = gemm ? d.ocg() : d.oc;
+  if (channels % (3 * vl) == 0 && taps >= 4) {
+    s.mr = 3 * vl, s.nr = 4;
+  } else if (channels >= 2 * vl) {
+    s.mr = 2 * vl, s.nr = 6;
+  } else {
+    s.mr = vl, s.nr = 8;
+  }
+  s.kc = 512;
+  const int64_t tiles = (channels + s.mr - 1) / s.mr * ((taps + s.nr - 1) / s.nr) * (gemm ? d.g : 1);
+  s.partitions = tiles < 16 ? 4 : 1;
+  s.parallel = Parallel::None;
+  note(why, fmt::format("backward-weights: {} tile {}x{} over {} channels x {} taps; items of {} pixels; {} partition(s)"
+                        " ({} tiles)",
+                        gemm ? "gemm" : "across-groups", s.mr, s.nr, channels, taps, s.kc, s.partitions, tiles));
+  return s;
+}
+
+}  // namespace
+
+ConvSchedule analytic_schedule_for_pass(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t,
+                                        std::vector<std::string>* why) {
+  if (pass == "fwd") return analytic_schedule(d, t, why);
+  if (pass == "bwd_data") return backward_data_default(d, t, why);
+  if (pass == "bwd_weights") return backward_weights_default(d, t, why);
+  throw Error(ExitCode::Usage, fmt::format("pass: unknown pass '{}' (fwd, bwd_data, bwd_weights)", pass));
+}
+
+}  // namespace convgen

@@ -1,0 +1,205 @@
+// The backward correctness sweep: backward-data and backward-weights kernels over every
+// edge class of the forward sweep (plus stride/dilation interplay), every schedule field
+// value, bit for bit on integer-valued data and to a rounding bound on real data, with
+// guard zones around every output. References: tests/reference_conv_backward.h.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+
+#include "conv_jit.h"
+#include "reference_conv_backward.h"
+#include "sweep_plan.h"
+
+using namespace convgen;
+using namespace convgen::test;
+
+namespace {
+
+constexpr size_t kGuard = 64;
+constexpr uint32_t kSentinelBits = 0x7fc0beef;
+
+float sentinel() {
+  float f;
+  std::memcpy(&f, &kSentinelBits, sizeof f);
+  return f;
+}
+
+bool is_sentinel(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits == kSentinelBits;
+}
+
+// An output buffer with sentinel guard zones on both sides.
+struct Guarded {
+  std::vector<float> storage;
+  size_t size;
+  explicit Guarded(size_t n) : storage(n + 2 * kGuard, sentinel()), size(n) {}
+  float* data() { return storage.data() + kGuard; }
+  float operator[](size_t i) const { return storage[kGuard + i]; }
+  size_t damage() const {
+    size_t bad = 0;
+    for (size_t i = 0; i < kGuard; ++i) bad += !is_sentinel(storage[i]) + !is_sentinel(storage[kGuard + size + i]);
+    return bad;
+  }
+};
+
+struct Data {
+  std::vector<float> x, w, dy, y, dy_masked;
+};
+
+Data make_data(const ConvDescriptor& d, bool integer_valued, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Data t;
+  t.x.resize(d.mb * d.ih * d.iw * d.ic);
+  t.w.resize(d.oc * d.icg() * d.kh * d.kw);
+  t.dy.resize(d.mb * d.oh() * d.ow() * d.oc);
+  t.y.resize(t.dy.size());
+  auto fill = [&](std::vector<float>& v, int range) {
+    std::uniform_int_distribution<int> ints(-range, range);
+    std::uniform_real_distribution<float> reals(-1.0f, 1.0f);
+    for (auto& e : v) e = integer_valued ? float(ints(rng)) : reals(rng);
+  };
+  fill(t.x, 3);
+  fill(t.w, 2);
+  fill(t.dy, 3);
+  fill(t.y, 2);  // about 40% of the mask is off (y <= 0), integer or not
+  t.dy_masked = t.dy;
+  if (d.relu)
+    for (size_t i = 0; i < t.dy.size(); ++i)
+      if (!(t.y[i] > 0.0f)) t.dy_masked[i] = 0.0f;
+  return t;
+}
+
+std::vector<float> absolute(std::vector<float> v) {
+  for (auto& e : v) e = std::fabs(e);
+  return v;
+}
+
+struct Outcome {
+  size_t mismatches = 0, guard_damage = 0;
+  std::string first_mismatch;
+};
+
+// Integer data must match exactly; real data within 2 * terms * eps * sum|terms|.
+void compare(const char* what, const Guarded& got, const std::vector<double>& want, const std::vector<double>& abs_sum,
+             double terms, bool integer_valued, Outcome& o) {
+  o.guard_damage += got.damage();
+  for (size_t i = 0; i < want.size(); ++i) {
+    const bool ok = integer_valued ? double(got[i]) == want[i]
+                                   : std::fabs(double(got[i]) - want[i]) <= 2.0 * terms * 6e-8 * abs_sum[i] + 1e-30;
+    if (!ok && o.mismatches++ == 0)
+      o.first_mismatch = std::string(what) + " " + std::to_string(i) + ": got " + std::to_string(got[i]) +
+                         ", want " + std::to_string(want[i]);
+  }
+}
+
+double max_of(const std::vector<double>& v) {
+  double m = 0;
+  for (double e : v) m = std::max(m, e);
+  return m;
+}
+
+Outcome run_backward_data(JitBackwardDataKernel& k, const ConvDescriptor& d, bool integer_valued, uint32_t seed) {
+  const Data in = make_data(d, integer_valued, seed);
+  const auto want = reference_backward_data(d, in.dy_masked, in.w);
+  const auto abs_sum = reference_backward_data(d, absolute(in.dy_masked), absolute(in.w));
+  if (integer_valued) REQUIRE(max_of(abs_sum) < double(1 << 24));  // exact fp32 sums
+  Guarded dx(want.size());
+  k.run(in.dy.data(), in.w.data(), d.relu ? in.y.data() : nullptr, dx.data());
+  Outcome o;
+  compare("dx", dx, want, abs_sum, double(d.ocg() * d.kh * d.kw), integer_valued, o);
+  return o;
+}
+
+Outcome run_backward_weights(JitBackwardWeightsKernel& k, const ConvDescriptor& d, bool integer_valued,
+                             uint32_t seed) {
+  const Data in = make_data(d, integer_valued, seed);
+  const auto want = reference_backward_weights(d, in.x, in.dy_masked);
+  const auto abs_sum = reference_backward_weights(d, absolute(in.x), absolute(in.dy_masked));
+  if (integer_valued) REQUIRE(std::max(max_of(abs_sum.dw), max_of(abs_sum.db)) < double(1 << 24));
+  Guarded dw(want.dw.size()), db(d.oc);
+  k.run(in.x.data(), in.dy.data(), d.relu ? in.y.data() : nullptr, dw.data(), d.bias ? db.data() : nullptr);
+  Outcome o;
+  const double terms = double(d.mb * d.oh() * d.ow());
+  compare("dw", dw, want.dw, abs_sum.dw, terms, integer_valued, o);
+  if (d.bias) {
+    compare("db", db, want.db, abs_sum.db, terms, integer_valued, o);
+  } else {
+    o.guard_damage += db.damage();
+    for (size_t i = 0; i < db.size; ++i) o.guard_damage += !is_sentinel(db[i]);  // db untouched
+  }
+  return o;
+}
+
+void check(const Outcome& o) {
+  INFO(o.first_mismatch);
+  CHECK(o.mismatches == 0);
+  CHECK(o.guard_damage == 0);
+}
+
+void run_class(const std::string& cls) {
+  const TargetInfo t = default_target();
+  for (const SweepCase& c : sweep_cases(cls)) {
+    INFO(c.descriptor.to_string() << "  schedule: " << describe(c.schedule));
+    {
+      JitBackwardDataKernel k(c.descriptor, c.schedule, t);
+      check(run_backward_data(k, c.descriptor, true, 7));
+      check(run_backward_data(k, c.descriptor, false, 11));
+    }
+    {
+      JitBackwardWeightsKernel k(c.descriptor, c.schedule, t);
+      check(run_backward_weights(k, c.descriptor, true, 7));
+      check(run_backward_weights(k, c.descriptor, false, 11));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("backward sweep: kernel_1x1", "[bwd_sweep]") { run_class("kernel_1x1"); }
+TEST_CASE("backward sweep: kernel_3x3", "[bwd_sweep]") { run_class("kernel_3x3"); }
+TEST_CASE("backward sweep: kernel_5x5", "[bwd_sweep]") { run_class("kernel_5x5"); }
+TEST_CASE("backward sweep: kernel_7x7", "[bwd_sweep]") { run_class("kernel_7x7"); }
+TEST_CASE("backward sweep: kernel_11x11", "[bwd_sweep]") { run_class("kernel_11x11"); }
+TEST_CASE("backward sweep: non_square_kernel", "[bwd_sweep]") { run_class("non_square_kernel"); }
+TEST_CASE("backward sweep: stride", "[bwd_sweep]") { run_class("stride"); }
+TEST_CASE("backward sweep: stride_dilation", "[bwd_sweep]") { run_class("stride_dilation"); }
+TEST_CASE("backward sweep: asymmetric_padding", "[bwd_sweep]") { run_class("asymmetric_padding"); }
+TEST_CASE("backward sweep: dilation", "[bwd_sweep]") { run_class("dilation"); }
+TEST_CASE("backward sweep: groups", "[bwd_sweep]") { run_class("groups"); }
+TEST_CASE("backward sweep: depthwise", "[bwd_sweep]") { run_class("depthwise"); }
+TEST_CASE("backward sweep: depthwise_multiplier", "[bwd_sweep]") { run_class("depthwise_multiplier"); }
+TEST_CASE("backward sweep: odd_sizes", "[bwd_sweep]") { run_class("odd_sizes"); }
+TEST_CASE("backward sweep: conv1d", "[bwd_sweep]") { run_class("conv1d"); }
+
+TEST_CASE("backward sweeps fail on deliberately broken kernels", "[bwd_sweep][broken]") {
+  // Both broken kernels read the row below the image instead of zero padding.
+  const TargetInfo t = default_target();
+  ForwardBuildOptions broken;
+  broken.inject_padding_bug = true;
+  int data_checked = 0, weights_checked = 0;
+  for (const auto& cls : {"kernel_3x3", "asymmetric_padding", "stride_dilation", "depthwise"}) {
+    for (const SweepCase& c : sweep_cases(cls)) {
+      const ConvDescriptor& d = c.descriptor;
+      INFO(d.to_string() << "  schedule: " << describe(c.schedule));
+      const int64_t last_row_read = (d.oh() - 1) * d.sh + (d.kh - 1) * d.dh - d.pt;
+      if (last_row_read >= d.ih && weights_checked < 8) {
+        JitBackwardWeightsKernel k(d, c.schedule, t, broken);
+        CHECK(run_backward_weights(k, d, true, 7).mismatches > 0);
+        ++weights_checked;
+      }
+      // Backward-data's derived classes pad dY; a class that reads past dY's last row
+      // then reads a real row instead of zeros.
+      if (d.pt + d.pb > 0 && data_checked < 8) {
+        JitBackwardDataKernel k(d, c.schedule, t, broken);
+        if (run_backward_data(k, d, true, 7).mismatches > 0) ++data_checked;
+      }
+    }
+  }
+  CHECK(weights_checked >= 6);
+  CHECK(data_checked >= 6);
+}
