@@ -3,50 +3,19 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cstring>
 #include <unordered_map>
 
 #include <dnnl.hpp>
 #include <fmt/format.h>
 
 #include "errors.h"
+#include "onednn_util.h"
 
 namespace convgen::bench {
-namespace {
 
 using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
-
-double clock_ms() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// Short name of a plain or blocked memory layout ("acdb", "aBcd8b", ...), from the
-// strides and inner blocks of the descriptor; good enough to tell layouts apart.
-std::string layout_name(const memory::desc& md) {
-  const dnnl_memory_desc_t& c = md.data;
-  if (c.format_kind != dnnl_blocked) return "non-blocked";
-  const int nd = c.ndims;
-  const auto& blk = c.format_desc.blocking;
-  // Outer order: dimensions by decreasing stride (ties: keep logical order).
-  std::string order;
-  int idx[DNNL_MAX_NDIMS];
-  for (int i = 0; i < nd; ++i) idx[i] = i;
-  std::stable_sort(idx, idx + nd, [&](int a, int b) { return blk.strides[a] > blk.strides[b]; });
-  bool blocked[DNNL_MAX_NDIMS] = {};
-  for (int i = 0; i < blk.inner_nblks; ++i) blocked[blk.inner_idxs[i]] = true;
-  for (int i = 0; i < nd; ++i)
-    order += static_cast<char>((blocked[idx[i]] ? 'A' : 'a') + idx[i]);
-  for (int i = 0; i < blk.inner_nblks; ++i)
-    order += std::to_string(blk.inner_blks[i]) + static_cast<char>('a' + blk.inner_idxs[i]);
-  return order;
-}
-
-}  // namespace
 
 struct OnednnConv::Impl {
   ConvDescriptor d;
@@ -64,24 +33,6 @@ struct OnednnConv::Impl {
   bool prepared = false;
 
   void threads_on() const { omp_set_num_threads(threads); }
-
-  // Reorders from a user buffer (wrapped without copy) into `to`; returns the
-  // execution time in ms of a second (warm) execution when `measure`, else 0.
-  double reorder_in(const memory::desc& user_md, const float* data, memory& to, bool measure) {
-    memory from(user_md, eng, const_cast<float*>(data));
-    if (user_md == to.get_desc()) {
-      std::memcpy(to.get_data_handle(), data, user_md.get_size());
-      return 0.0;
-    }
-    dnnl::reorder r(from, to);
-    r.execute(strm, from, to);
-    strm.wait();
-    if (!measure) return 0.0;
-    const double t0 = clock_ms();
-    r.execute(strm, from, to);
-    strm.wait();
-    return clock_ms() - t0;
-  }
 };
 
 OnednnConv::OnednnConv(const ConvDescriptor& d, int threads) : impl_(std::make_unique<Impl>()) {
@@ -90,22 +41,14 @@ OnednnConv::OnednnConv(const ConvDescriptor& d, int threads) : impl_(std::make_u
   m.threads = std::max(threads, 1);
   m.threads_on();
 
-  const memory::dim N = d.mb, C = d.ic, H = d.ih, W = d.iw, K = d.oc, R = d.kh, S = d.kw;
-  const memory::dim P = d.oh(), Q = d.ow(), G = d.g;
-  const memory::dims src_dims{N, C, H, W}, dst_dims{N, K, P, Q}, bias_dims{K};
-  const memory::dims wei_dims =
-      G > 1 ? memory::dims{G, K / G, C / G, R, S} : memory::dims{K, C, R, S};
-  const memory::dims strides{d.sh, d.sw}, dilates{d.dh - 1, d.dw - 1};
-  const memory::dims pad_l{d.pt, d.pl}, pad_r{d.pb, d.pr};
-
-  m.user_src_md = memory::desc(src_dims, dt::f32, tag::nhwc);
-  m.user_dst_md = memory::desc(dst_dims, dt::f32, tag::nhwc);
-  // ONNX OIHW with O split into (g, K/g) is exactly goihw: same bytes.
-  m.user_wei_md = memory::desc(wei_dims, dt::f32, G > 1 ? tag::goihw : tag::oihw);
-  m.user_bias_md = memory::desc(bias_dims, dt::f32, tag::x);
-
-  const memory::desc src_any(src_dims, dt::f32, tag::any), dst_any(dst_dims, dt::f32, tag::any);
-  const memory::desc wei_any(wei_dims, dt::f32, tag::any);
+  const OnednnConvShapes shapes = onednn_conv_shapes(d);
+  m.user_src_md = shapes.user_src_md;
+  m.user_dst_md = shapes.user_dst_md;
+  m.user_wei_md = shapes.user_wei_md;
+  m.user_bias_md = shapes.user_bias_md;
+  const memory::desc src_any(shapes.src_dims, dt::f32, tag::any);
+  const memory::desc dst_any(shapes.dst_dims, dt::f32, tag::any);
+  const memory::desc wei_any(shapes.wei_dims, dt::f32, tag::any);
 
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -118,11 +61,12 @@ OnednnConv::OnednnConv(const ConvDescriptor& d, int threads) : impl_(std::make_u
   try {
     const auto prop = dnnl::prop_kind::forward_training;
     const auto alg = dnnl::algorithm::convolution_direct;
+    const OnednnConvShapes& s = shapes;
     auto desc = d.bias ? dnnl::convolution_forward::desc(prop, alg, src_any, wei_any,
-                                                         m.user_bias_md, dst_any, strides,
-                                                         dilates, pad_l, pad_r)
+                                                         m.user_bias_md, dst_any, s.strides,
+                                                         s.dilates, s.pad_l, s.pad_r)
                        : dnnl::convolution_forward::desc(prop, alg, src_any, wei_any, dst_any,
-                                                         strides, dilates, pad_l, pad_r);
+                                                         s.strides, s.dilates, s.pad_l, s.pad_r);
     m.pd = dnnl::convolution_forward::primitive_desc(desc, attr, m.eng);
     m.conv = dnnl::convolution_forward(m.pd);
   } catch (const dnnl::error& e) {
@@ -144,26 +88,17 @@ void OnednnConv::prepare(const float* x, const float* w, const float* bias) {
   Impl& m = *impl_;
   m.threads_on();
   const bool measure = m.in_ms < 0.0;
-  double ms = m.reorder_in(m.user_src_md, x, m.src_mem, measure);
-  ms += m.reorder_in(m.user_wei_md, w, m.wei_mem, measure);
+  double ms = onednn_import(m.strm, m.user_src_md, x, m.src_mem, measure);
+  ms += onednn_import(m.strm, m.user_wei_md, w, m.wei_mem, measure);
   if (m.d.bias) {
     if (bias == nullptr) throw Error(ExitCode::Internal, "oneDNN peer: bias expected");
-    ms += m.reorder_in(m.user_bias_md, bias, m.bias_mem, measure);
+    ms += onednn_import(m.strm, m.user_bias_md, bias, m.bias_mem, measure);
   }
   if (measure) {
     m.in_ms = ms;
     // Measure the way back once too (on whatever dst holds now).
-    if (m.pd.dst_desc() == m.user_dst_md) {
-      m.out_ms = 0.0;
-    } else {
-      dnnl::reorder back(m.dst_mem, m.user_dst_mem);
-      back.execute(m.strm, m.dst_mem, m.user_dst_mem);
-      m.strm.wait();
-      const double t0 = clock_ms();
-      back.execute(m.strm, m.dst_mem, m.user_dst_mem);
-      m.strm.wait();
-      m.out_ms = clock_ms() - t0;
-    }
+    m.out_ms = onednn_export(m.strm, m.dst_mem, m.user_dst_md,
+                             static_cast<float*>(m.user_dst_mem.get_data_handle()), true);
   }
   m.prepared = true;
 }
@@ -183,13 +118,7 @@ void OnednnConv::run() {
 void OnednnConv::fetch(float* y_nhwc) {
   Impl& m = *impl_;
   m.threads_on();
-  memory to(m.user_dst_md, m.eng, y_nhwc);
-  if (m.pd.dst_desc() == m.user_dst_md) {
-    std::memcpy(y_nhwc, m.dst_mem.get_data_handle(), m.user_dst_md.get_size());
-    return;
-  }
-  dnnl::reorder(m.dst_mem, to).execute(m.strm, m.dst_mem, to);
-  m.strm.wait();
+  onednn_export(m.strm, m.dst_mem, m.user_dst_md, y_nhwc, false);
 }
 
 void OnednnConv::run_and_fetch(const float* x, const float* w, const float* bias, float* y) {
@@ -210,8 +139,9 @@ double OnednnConv::reorder_ms() const { return reorder_in_ms() + reorder_out_ms(
 
 std::string OnednnConv::layouts() const {
   const Impl& m = *impl_;
-  return fmt::format("src={} wei={} dst={}", layout_name(m.pd.src_desc()),
-                     layout_name(m.pd.weights_desc()), layout_name(m.pd.dst_desc()));
+  return fmt::format("src={} wei={} dst={}", onednn_layout_name(m.pd.src_desc()),
+                     onednn_layout_name(m.pd.weights_desc()),
+                     onednn_layout_name(m.pd.dst_desc()));
 }
 
 std::string onednn_version() {
