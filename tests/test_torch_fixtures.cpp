@@ -221,3 +221,37 @@ TEST_CASE("torch fixtures: the forward kernel reproduces PyTorch's y", "[fixture
     CHECK(y.damaged_guards() == 0);
   }
 }
+
+// The backward kernels take the unmasked dy and, for a ReLU layer, the forward output y
+// to mask it with (y > 0); without ReLU they must not need y, so they get null.
+TEST_CASE("torch fixtures: the backward-data kernel reproduces PyTorch's dx", "[fixtures][backward]") {
+  const TargetInfo t = default_target();
+  for (const char* name : kFixtures) {
+    INFO(name);
+    const TorchFixture f = load(name);
+    const ConvDescriptor& d = f.descriptor;
+    const KernelInputs in = kernel_inputs(f);
+    JitBackwardDataKernel kernel(d, analytic_schedule_for_pass(d, "bwd_data", t), t);
+    GuardedOutput dx(in.x.size());
+    kernel.run(in.dy.data(), in.w.data(), d.relu ? in.y.data() : nullptr, dx.data());
+    check_close("dx", dx.values(), f.array("dx"), kKernelRelative, kKernelAbsolute);
+    CHECK(dx.damaged_guards() == 0);
+  }
+}
+
+TEST_CASE("torch fixtures: the backward-weights kernel reproduces PyTorch's dw and db", "[fixtures][backward]") {
+  const TargetInfo t = default_target();
+  for (const char* name : kFixtures) {
+    INFO(name);
+    const TorchFixture f = load(name);
+    const ConvDescriptor& d = f.descriptor;
+    const KernelInputs in = kernel_inputs(f);
+    JitBackwardWeightsKernel kernel(d, analytic_schedule_for_pass(d, "bwd_weights", t), t);
+    GuardedOutput dw(in.w.size()), db(d.oc);
+    kernel.run(in.x.data(), in.dy.data(), d.relu ? in.y.data() : nullptr, dw.data(), db.data());
+    check_close("dw", dw.values(), f.array("dw"), kKernelRelative, kKernelAbsolute);
+    if (d.bias) check_close("db", db.values(), f.array("db"), kKernelRelative, kKernelAbsolute);
+    CHECK(dw.damaged_guards() == 0);
+    CHECK(db.damaged_guards() == 0);
+  }
+}
