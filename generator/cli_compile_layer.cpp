@@ -10,6 +10,7 @@
 #include "build_info.h"
 #include "cli.h"
 #include "conv_descriptor.h"
+#include "conv_backward.h"
 #include "conv_pipeline.h"
 #include "errors.h"
 #include "schedule_records.h"
@@ -23,11 +24,12 @@ namespace {
 
 const char* kCompileUsage = R"(usage: convgen compile-layer DESCRIPTOR -o DIR [options]
 
-Generates the forward kernel of one convolution layer: DIR/NAME.a (static library),
-DIR/NAME.h (its header) and DIR/NAME.manifest.json (provenance).
+Generates one kernel of one convolution layer: DIR/NAME.a (static library), DIR/NAME.h
+(its header) and DIR/NAME.manifest.json (provenance).
 
   -o, --output DIR       output directory (created if missing)
-  --name NAME            kernel function name (default conv_fwd)
+  --pass P               fwd (default), bwd_data or bwd_weights (docs/backward.md)
+  --name NAME            kernel function name (default conv_<pass>)
   --target STRING        Halide target (default x86-64-linux-avx-avx2-f16c-fma-sse41)
   --schedules FILE       schedule records (JSON lines); a matching record wins over
                          the analytic default
@@ -38,14 +40,17 @@ DIR/NAME.h (its header) and DIR/NAME.manifest.json (provenance).
   --verbose              say why each schedule decision was made or refused
   --help, --version
 
-Kernel signature: int NAME(halide_buffer_t *input, halide_buffer_t *weights,
-halide_buffer_t *bias, halide_buffer_t *output), buffers as in docs/architecture.md.
+Kernel signatures (buffers as in docs/architecture.md and docs/backward.md):
+  fwd          int NAME(input, weights, bias, output)
+  bwd_data     int NAME(dy, weights, y, dx)          y: forward output, read with +relu
+  bwd_weights  int NAME(x, dy, y, dw[, db])          db only with +bias
 )";
 
-const char* kScheduleUsage = R"(usage: convgen schedule DESCRIPTOR [--target STRING] [--schedules FILE]
+const char* kScheduleUsage = R"(usage: convgen schedule DESCRIPTOR [--pass P] [--target STRING] [--schedules FILE]
                         [--schedule WORDS] [--verbose]
 
-Prints the normalised descriptor and the schedule compile-layer would use.
+Prints the normalised descriptor and the schedule compile-layer would use for the pass
+(fwd, bwd_data or bwd_weights; default fwd).
 )";
 
 ConvDescriptor descriptor_argument(const std::string& text) {
@@ -85,12 +90,13 @@ std::string json_escape(const std::string& s) {
 }
 
 struct CompileOptions {
-  std::string descriptor_text, output_dir, name = "conv_fwd", target, schedules, overrides, emit;
+  std::string descriptor_text, output_dir, name, pass = "fwd", target, schedules, overrides, emit;
   bool no_runtime = false, print = false, verbose = false;
 };
 
 std::string regenerate_command(const ConvDescriptor& d, const CompileOptions& o) {
-  return fmt::format("convgen compile-layer '{}' --name {} --target {}{}{}{}", d.normalised(), o.name, o.target,
+  return fmt::format("convgen compile-layer '{}' --pass {} --name {} --target {}{}{}{}", d.normalised(), o.pass, o.name,
+                     o.target,
                      o.schedules.empty() ? "" : " --schedules <records>",
                      o.overrides.empty() ? "" : fmt::format(" --schedule '{}'", o.overrides),
                      o.no_runtime ? " --no-runtime" : "");
@@ -110,10 +116,10 @@ std::string provenance_comment(const ConvDescriptor& d, const CompileOptions& o,
 std::string manifest_json(const ConvDescriptor& d, const CompileOptions& o, const SelectedSchedule& sel) {
   return fmt::format(
       "{{\n  \"generated_by\": \"convgen {}\",\n  \"regenerate\": \"{}\",\n  \"generator_hash\": \"{}\",\n"
-      "  \"halide_version\": \"{}\",\n  \"target\": \"{}\",\n  \"kernels\": [\n    {{\"name\": \"{}\", \"pass\": \"fwd\", "
+      "  \"halide_version\": \"{}\",\n  \"target\": \"{}\",\n  \"kernels\": [\n    {{\"name\": \"{}\", \"pass\": \"{}\", "
       "\"descriptor\": \"{}\", \"schedule\": \"{}\", \"schedule_source\": \"{}\"}}\n  ]\n}}\n",
       CONVGEN_VERSION, json_escape(regenerate_command(d, o)), CONVGEN_GENERATOR_HASH, CONVGEN_HALIDE_VERSION, o.target,
-      o.name, json_escape(d.normalised()), describe(sel.schedule), json_escape(sel.source));
+      o.name, o.pass, json_escape(d.normalised()), describe(sel.schedule), json_escape(sel.source));
 }
 
 // Halide derives the include guard from the output path; a path-free guard keeps the
@@ -129,9 +135,35 @@ std::string with_stable_include_guard(std::string header, const std::string& nam
   return header;
 }
 
-SelectedSchedule select_with_overrides(const ConvDescriptor& d, const TargetInfo& t, const std::string& records,
-                                       const std::string& overrides, std::vector<std::string>* why) {
-  SelectedSchedule sel = select_schedule(d, "fwd", t, records, why);
+void check_pass(const std::string& pass) {
+  if (pass != "fwd" && pass != "bwd_data" && pass != "bwd_weights")
+    throw Error(ExitCode::Usage, fmt::format("--pass {}: expected fwd, bwd_data or bwd_weights", pass));
+}
+
+// One kernel of any pass as a Halide pipeline with its argument list.
+struct PassPipeline {
+  Halide::Pipeline pipeline;
+  std::vector<Halide::Argument> arguments;
+};
+
+PassPipeline build_pass(const std::string& pass, const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
+                        std::vector<std::string>* why) {
+  if (pass == "bwd_data") {
+    BackwardDataPipeline bp = build_backward_data(d, s, t, why);
+    return {Halide::Pipeline(bp.dx), bp.arguments()};
+  }
+  if (pass == "bwd_weights") {
+    BackwardWeightsPipeline bp = build_backward_weights(d, s, t, why);
+    return {Halide::Pipeline(bp.outputs()), bp.arguments()};
+  }
+  ForwardPipeline fp = build_forward(d, s, t, why);
+  return {Halide::Pipeline(fp.output), fp.arguments()};
+}
+
+SelectedSchedule select_with_overrides(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t,
+                                       const std::string& records, const std::string& overrides,
+                                       std::vector<std::string>* why) {
+  SelectedSchedule sel = select_schedule(d, pass, t, records, why);
   if (!overrides.empty()) {
     apply_schedule_overrides(overrides, &sel.schedule);
     validate(sel.schedule, t);
@@ -161,7 +193,7 @@ int compile_layer(const Args& args) {
     }
     if (r.value("-o", &o.output_dir) || r.value("--output", &o.output_dir) || r.value("--name", &o.name) ||
         r.value("--target", &o.target) || r.value("--schedules", &o.schedules) || r.value("--emit", &o.emit) ||
-        r.value("--schedule", &o.overrides))
+        r.value("--schedule", &o.overrides) || r.value("--pass", &o.pass))
       continue;
     if (r.flag("--no-runtime")) { o.no_runtime = true; continue; }
     if (r.flag("--print")) { o.print = true; continue; }
@@ -170,6 +202,8 @@ int compile_layer(const Args& args) {
     o.descriptor_text = r.positional();
   }
   if (o.descriptor_text.empty()) throw Error(ExitCode::Usage, "compile-layer: missing DESCRIPTOR (see --help)");
+  check_pass(o.pass);
+  if (o.name.empty()) o.name = "conv_" + o.pass;
   if (!valid_identifier(o.name)) throw Error(ExitCode::Usage, fmt::format("--name {}: not a C identifier", o.name));
   bool emit_stmt = false, emit_asm = false;
   for (std::stringstream ss(o.emit); ss.good();) {
@@ -183,7 +217,7 @@ int compile_layer(const Args& args) {
   const ConvDescriptor d = descriptor_argument(o.descriptor_text);
   const TargetInfo t = target_info(o.target);
   std::vector<std::string> why;
-  const SelectedSchedule sel = select_with_overrides(d, t, o.schedules, o.overrides, &why);
+  const SelectedSchedule sel = select_with_overrides(d, o.pass, t, o.schedules, o.overrides, &why);
   if (o.print) fmt::print("{}\nschedule ({}): {}\n", d.normalised(), sel.source, describe(sel.schedule));
   if (o.output_dir.empty()) {
     if (o.verbose) print_lines(why);
@@ -191,7 +225,7 @@ int compile_layer(const Args& args) {
     throw Error(ExitCode::Usage, "compile-layer: missing -o DIR (see --help)");
   }
 
-  ForwardPipeline fp = build_forward(d, sel.schedule, t, &why);
+  PassPipeline fp = build_pass(o.pass, d, sel.schedule, t, &why);
   if (o.verbose) print_lines(why);
   Halide::Target target = halide_target(o.target);
   if (o.no_runtime) target = target.with_feature(Halide::Target::NoRuntime);
@@ -207,9 +241,9 @@ int compile_layer(const Args& args) {
   if (ec) throw Error(ExitCode::Io, fmt::format("{}: cannot create directory: {}", stage.string(), ec.message()));
   try {
     const std::string prefix = (stage / o.name).string();
-    fp.output.compile_to_static_library(prefix, fp.arguments(), o.name, target);
-    if (emit_stmt) fp.output.compile_to_lowered_stmt(prefix + ".stmt", fp.arguments(), Halide::Text, target);
-    if (emit_asm) fp.output.compile_to_assembly(prefix + ".s", fp.arguments(), o.name, target);
+    fp.pipeline.compile_to_static_library(prefix, fp.arguments, o.name, target);
+    if (emit_stmt) fp.pipeline.compile_to_lowered_stmt(prefix + ".stmt", fp.arguments, Halide::Text, target);
+    if (emit_asm) fp.pipeline.compile_to_assembly(prefix + ".s", fp.arguments, o.name, target);
     write_file(prefix + ".h", provenance_comment(d, o, sel) + with_stable_include_guard(read_file(prefix + ".h"), o.name));
     write_file(prefix + ".manifest.json", manifest_json(d, o, sel));
     for (const auto& entry : fs::directory_iterator(stage))
@@ -258,7 +292,7 @@ int emit_runtime(const Args& args) {
 }
 
 int schedule(const Args& args) {
-  std::string text, target = default_target().target, records, overrides;
+  std::string text, target = default_target().target, records, overrides, pass = "fwd";
   bool verbose = false;
   OptionReader r(args);
   while (!r.done()) {
@@ -270,18 +304,21 @@ int schedule(const Args& args) {
       print_version();
       return 0;
     }
-    if (r.value("--target", &target) || r.value("--schedules", &records) || r.value("--schedule", &overrides)) continue;
+    if (r.value("--target", &target) || r.value("--schedules", &records) || r.value("--schedule", &overrides) ||
+        r.value("--pass", &pass))
+      continue;
     if (r.flag("--verbose") || r.flag("-v")) { verbose = true; continue; }
     if (!text.empty()) throw Error(ExitCode::Usage, fmt::format("unexpected argument '{}'", r.peek()));
     text = r.positional();
   }
   if (text.empty()) throw Error(ExitCode::Usage, "schedule: missing DESCRIPTOR (see --help)");
+  check_pass(pass);
   const ConvDescriptor d = descriptor_argument(text);
   const TargetInfo t = target_info(target);
   std::vector<std::string> why;
-  const SelectedSchedule sel = select_with_overrides(d, t, records, overrides, &why);
+  const SelectedSchedule sel = select_with_overrides(d, pass, t, records, overrides, &why);
   if (verbose) {
-    build_forward(d, sel.schedule, t, &why);  // the generator's own decisions too
+    build_pass(pass, d, sel.schedule, t, &why);  // the generator's own decisions too
     print_lines(why);
   }
   fmt::print("{}\nschedule ({}): {}\n", d.normalised(), sel.source, describe(sel.schedule));

@@ -17,6 +17,15 @@ bool single_class(const std::vector<ResidueClass>& classes, const ConvDescriptor
   return classes.size() == 1 && !classes[0].zero() && classes[0].rows.count == d.ih && classes[0].cols.count == d.iw;
 }
 
+// Every extent and stride a constant; y only when the kernel reads it.
+void pin_buffers(BackwardDataPipeline& p, const ConvDescriptor& d) {
+  const auto extents = forward_buffer_extents(d);
+  pin_dense([&](int i) { return p.dy.dim(i); }, extents[3]);
+  pin_dense([&](int i) { return p.weights.dim(i); }, extents[1]);
+  if (d.relu) pin_dense([&](int i) { return p.y.dim(i); }, extents[3]);
+  pin_dense([&](int i) { return p.dx.output_buffer().dim(i); }, {int(d.icg()), int(d.g), int(d.ih * d.iw), int(d.mb)});
+}
+
 }  // namespace
 
 BackwardDataPipeline build_backward_data(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
@@ -76,6 +85,7 @@ BackwardDataPipeline build_backward_data(const ConvDescriptor& d, const ConvSche
   }
   if (direct) {
     p.dx = class_outputs[0];
+    pin_buffers(p, d);
     return p;
   }
 
@@ -99,6 +109,7 @@ BackwardDataPipeline build_backward_data(const ConvDescriptor& d, const ConvSche
     if (s.parallel != Parallel::None) st.parallel(n);
     if (!c.zero()) class_outputs[j].compute_at(p.dx, n);
   }
+  pin_buffers(p, d);
   return p;
 }
 

@@ -190,6 +190,14 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
   dy_band.compute_at(item_level).bound(k, 0, chan_padded).vectorize(k, std::min(vl, mr), TailStrategy::RoundUp);
   explain(why, d.relu ? "dY packed per reduction item, masked by the forward's ReLU" : "dY packed per reduction item");
   dw.compute_root();
+
+  // Every extent and stride a constant; y only when the kernel reads it.
+  const auto extents = forward_buffer_extents(d);
+  pin_dense([&](int i) { return p.x.dim(i); }, extents[0]);
+  pin_dense([&](int i) { return p.dy.dim(i); }, extents[3]);
+  if (d.relu) pin_dense([&](int i) { return p.y.dim(i); }, extents[3]);
+  pin_dense([&](int i) { return p.dw.output_buffer().dim(i); }, extents[1]);
+  if (d.bias) pin_dense([&](int i) { return p.db.output_buffer().dim(i); }, extents[2]);
   return p;
 }
 

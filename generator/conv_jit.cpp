@@ -125,13 +125,6 @@ JitBackwardDataKernel::JitBackwardDataKernel(const ConvDescriptor& d, const Conv
                                              const ForwardBuildOptions& options)
     : d_(d), impl_(std::make_unique<Impl>()) {
   impl_->bp = build_backward_data(d, s, t, nullptr, options);
-  const auto extents = forward_buffer_extents(d);
-  const std::vector<int> nhwk = extents[3];
-  pin_dense([&](int i) { return impl_->bp.dy.dim(i); }, nhwk);
-  pin_dense([&](int i) { return impl_->bp.weights.dim(i); }, extents[1]);
-  pin_dense([&](int i) { return impl_->bp.dx.output_buffer().dim(i); },
-            {int(d.icg()), int(d.g), int(d.ih * d.iw), int(d.mb)});
-  if (d.relu) pin_dense([&](int i) { return impl_->bp.y.dim(i); }, nhwk);
   impl_->pipeline = Pipeline(impl_->bp.dx);
   install_handlers(impl_->pipeline);
   impl_->target = halide_target(t.target);
@@ -168,12 +161,6 @@ JitBackwardWeightsKernel::JitBackwardWeightsKernel(const ConvDescriptor& d, cons
                                                    const TargetInfo& t, const ForwardBuildOptions& options)
     : d_(d), impl_(std::make_unique<Impl>()) {
   impl_->bp = build_backward_weights(d, s, t, nullptr, options);
-  const auto extents = forward_buffer_extents(d);
-  pin_dense([&](int i) { return impl_->bp.x.dim(i); }, extents[0]);
-  pin_dense([&](int i) { return impl_->bp.dy.dim(i); }, extents[3]);
-  if (d.relu) pin_dense([&](int i) { return impl_->bp.y.dim(i); }, extents[3]);
-  pin_dense([&](int i) { return impl_->bp.dw.output_buffer().dim(i); }, extents[1]);
-  if (d.bias) pin_dense([&](int i) { return impl_->bp.db.output_buffer().dim(i); }, extents[2]);
   impl_->pipeline = Pipeline(impl_->bp.outputs());
   install_handlers(impl_->pipeline);
   impl_->target = halide_target(t.target);

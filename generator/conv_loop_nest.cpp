@@ -86,7 +86,12 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
     // Register tile. GEMM's MR is fixed by the weight blocking (zero-filled past K/g, so a
     // partial last tile is guarded); depthwise reads weights by k, so its MR may shrink.
     nest.mr = gemm ? a.mr : std::min(s.mr, std::max(1, chan_extent));
-    if (!gemm && nest.mr != s.mr) explain(why, fmt::format("mr {} clamped to the {} channels", s.mr, chan_extent));
+    // A depthwise tile of all the channels that is more than one vector but not whole
+    // vectors crashed under Halide 14 (15 channels, mr 16, C/g = 2; found by the backward
+    // sweep): take whole vectors and let the shifted last tile cover the rest.
+    if (!gemm && nest.mr == chan_extent && nest.mr > t.vector_floats && nest.mr % t.vector_floats != 0)
+      nest.mr = nest.mr / t.vector_floats * t.vector_floats;
+    if (!gemm && nest.mr != s.mr) explain(why, fmt::format("mr {} clamped to {} for {} channels", s.mr, nest.mr, chan_extent));
     // GEMM's weight panel is zero-filled past K/g, so a staged GEMM output may round up.
     out.split(nest.chan, nest.k_tile, nest.k_inner, nest.mr,
               staged && gemm ? TailStrategy::RoundUp : output_tail(chan_extent, nest.mr, !gemm));

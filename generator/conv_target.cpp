@@ -75,9 +75,13 @@ Func define_scheduled_forward(const ConvDescriptor& d, const ConvSchedule& sched
   if (s.strategy == Strategy::Grouped && !grouped_strategy_applies(d, t)) {
     // oneDNN-style: say why the path was refused and take the general one.
     s.strategy = Strategy::Depthwise;
-    explain(why, fmt::format("grouped strategy refused: {} input channels per group do not divide the {}-float "
-                             "vector; using depthwise",
-                             d.icg(), t.vector_floats));
+    explain(why, t.vector_floats % d.icg() != 0
+                     ? fmt::format("grouped strategy refused: {} input channels per group do not divide the {}-float "
+                                   "vector; using depthwise",
+                                   d.icg(), t.vector_floats)
+                     : fmt::format("grouped strategy refused: {} input channels in all do not fill a {}-float vector; "
+                                   "using depthwise",
+                                   d.ic, t.vector_floats));
   }
   const int kg = static_cast<int>(d.ocg());
   int mr = s.mr;

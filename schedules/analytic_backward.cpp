@@ -18,21 +18,22 @@ void note(std::vector<std::string>* why, const std::string& line) {
 }
 
 // Backward-data runs the forward generator on each residue class's derived convolution;
-// the largest class (the most pixels) decides the schedule all classes share.
+// the class with the most work (pixels x taps) decides the schedule all classes share.
 ConvSchedule backward_data_default(const ConvDescriptor& d, const TargetInfo& t, std::vector<std::string>* why) {
   const ConvDescriptor* largest = nullptr;
   int64_t most = -1;
   const auto classes = backward_data_classes(d);
   for (const ResidueClass& c : classes) {
     if (c.zero()) continue;
-    const int64_t pixels = c.rows.count * c.cols.count;
-    if (pixels > most) most = pixels, largest = &c.derived;
+    const int64_t work = c.rows.count * c.cols.count * c.rows.taps * c.cols.taps;
+    if (work > most) most = work, largest = &c.derived;
   }
   if (!largest) {
     note(why, "backward-data: every residue class is zero; nothing to compute");
     return ConvSchedule{};
   }
-  note(why, fmt::format("backward-data: the forward default of the largest residue class, {}", largest->normalised()));
+  note(why, fmt::format("backward-data: the forward default of the residue class with the most work, {}",
+                        largest->normalised()));
   return analytic_schedule(*largest, t, why);
 }
 

@@ -103,7 +103,10 @@ Tile choose_grouped_tile(const ConvDescriptor& d, const TargetInfo& t, std::vect
 }  // namespace
 
 bool grouped_strategy_applies(const ConvDescriptor& d, const TargetInfo& t) {
-  return t.vector_floats % d.icg() == 0;
+  // A vector must also hold real channels only: with fewer input channels in all than
+  // lanes, its loads ran past the last group (a crash the backward-data sweep found,
+  // 4 -> 3 channels, g = 1).
+  return t.vector_floats % d.icg() == 0 && d.ic >= t.vector_floats;
 }
 
 int grouped_outputs_per_tile(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t) {

@@ -76,7 +76,8 @@ ConvSchedule analytic_schedule_for_pass(const ConvDescriptor& d, const std::stri
                                         std::vector<std::string>* why = nullptr);
 
 // True when the grouped strategy can run: the input channels of a group divide the
-// vector width, so a vector holds whole groups. Otherwise the generator refuses it
+// vector width, so a vector holds whole groups, and the layer has at least a vector's
+// worth of input channels. Otherwise the generator refuses it
 // (with the reason, under --verbose) and runs depthwise.
 bool grouped_strategy_applies(const ConvDescriptor& d, const TargetInfo& t);
 

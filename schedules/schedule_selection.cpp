@@ -27,7 +27,7 @@ SelectedSchedule select_schedule(const ConvDescriptor& d, const std::string& pas
     }
     if (why) why->push_back(fmt::format("no record in {} matches: using the analytic default", records_path));
   }
-  return {analytic_schedule(d, t, why), "analytic default"};
+  return {analytic_schedule_for_pass(d, pass, t, why), "analytic default"};
 }
 
 }  // namespace convgen

@@ -371,7 +371,7 @@ TEST_CASE("schedule names, equality and describe", "[schedule]") {
   const ConvSchedule s;
   CHECK(describe(s) ==
         "gemm mr=24 nr=4 kc=0 mc=0 nc=0 layout=nhwc pack_input=image pack_weights=per_call "
-        "loop_order=pixels_outer parallel=none");
+        "loop_order=pixels_outer parallel=none partitions=1");
   ConvSchedule t = s;
   CHECK(t == s);
   t.parallel = Parallel::Pixels;
