@@ -23,6 +23,7 @@ struct ConvAlgorithm {
   Strategy strategy = Strategy::Gemm;
   int mr = 8;  // GEMM strategy: output channels per packed weight block
   bool may_shift_pixel_tail = true;  // false: ForwardBuildOptions::output_is_staged
+  bool weights_transposed = false;   // ForwardBuildOptions::weights_transposed
 
   // Pure variables, shared by every piece of the schedule.
   Halide::Var c{"c"}, g{"g"}, x{"x"}, y{"y"}, n{"n"};       // input / padded input

@@ -49,12 +49,17 @@ BackwardDataPipeline build_backward_data(const ConvDescriptor& d, const ConvSche
 
   const std::vector<ResidueClass> classes = backward_data_classes(d);
   const bool direct = single_class(classes, d);
+  // With channel blocks outermost the classes pack weights per block: staged per image,
+  // that packing would repeat for every image (1x1/2 1024->2048: 11 vs 62 GF/s), so each
+  // class is staged for the whole minibatch instead (C*H*W/(sh*sw) floats per image).
+  const bool stage_whole_batch = !direct && s.loop_order == LoopOrder::ChannelsOuter;
   explain(why, direct ? "backward-data: stride 1, one forward convolution over dY written straight into dX"
                       : fmt::format("backward-data: {} residue classes of the strides, each a stride-1 forward "
-                                    "convolution over dY computed per image and stored into its pixels of dX",
-                                    classes.size()));
+                                    "convolution over dY computed per {} and stored into its pixels of dX",
+                                    classes.size(), stage_whole_batch ? "minibatch" : "image"));
   ConvSchedule class_schedule = s;
-  if (!direct && s.parallel != Parallel::None) class_schedule.parallel = Parallel::None;  // images instead, below
+  if (!direct && !stage_whole_batch && s.parallel != Parallel::None)
+    class_schedule.parallel = Parallel::None;  // images instead, below
 
   std::vector<Func> class_outputs;
   for (size_t j = 0; j < classes.size(); ++j) {
@@ -74,6 +79,7 @@ BackwardDataPipeline build_backward_data(const ConvDescriptor& d, const ConvSche
     std::vector<std::string> class_why;
     ForwardBuildOptions class_options = options;
     class_options.output_is_staged = !direct;
+    class_options.weights_transposed = true;
     Func out = define_scheduled_forward(c.derived, class_schedule, t, in, w, no_bias, why ? &class_why : nullptr,
                                         class_options);
     if (why) {
@@ -107,7 +113,13 @@ BackwardDataPipeline build_backward_data(const ConvDescriptor& d, const ConvSche
       st.fuse(c_var, g_var, cgf).vectorize(cgf, vl, TailStrategy::GuardWithIf);
     }
     if (s.parallel != Parallel::None) st.parallel(n);
-    if (!c.zero()) class_outputs[j].compute_at(p.dx, n);
+    if (!c.zero()) {
+      if (stage_whole_batch) {
+        class_outputs[j].compute_root();
+      } else {
+        class_outputs[j].compute_at(p.dx, n);
+      }
+    }
   }
   pin_buffers(p, d);
   return p;

@@ -27,6 +27,97 @@ namespace {
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// The GEMM form, BLIS-style. Per item (kc output pixels): dY packed once into MR-wide
+// channel slices [kt][pixel][MR] (masked, zero past K/g and past the item's pixels);
+// per block of nc taps, the item's im2col for those taps packed into NR-wide panels
+// [tt][pixel][NR]; then channel tiles outside tap tiles, so one contiguous dY slice stays
+// in L1 while the block's panels stream from L2. Returns partial(ki, kt, ti, tt, grp,
+// part): output channel kt*MR + ki, tap tt*NR + ti of group grp, partition part.
+struct GemmPartial {
+  Func partial;
+  int mr, nr;
+};
+
+GemmPartial define_gemm_partial(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
+                                const Func& dy_masked, const Func& x_source, Func x_band, bool stage_x,
+                                int mr, int nr, int band_rows, int bands, int images_per_item, int blocks,
+                                int partitions, int per_part, Why* why) {
+  const int vl = t.vector_floats;
+  const int cg = int(d.icg()), kgn = int(d.ocg()), kw = int(d.kw), kh = int(d.kh);
+  const int P = int(d.oh()), Q = int(d.ow()), N = int(d.mb);
+  const int taps = cg * kw * kh;
+  const int k_tiles = ceil_div(kgn, mr), t_tiles = ceil_div(taps, nr);
+  const int item_pixels = band_rows * Q * images_per_item;
+  const int block_tiles = std::clamp((s.nc > 0 ? s.nc : 256) / nr, 1, t_tiles);
+  explain(why, fmt::format("gemm packing: dY per item as {}-channel slices of {} pixels; im2col panels of {} taps per "
+                           "block of {} taps",
+                           mr, item_pixels, nr, block_tiles * nr));
+
+  Var ki("ki"), kt("kt"), ti("ti"), tt("tt"), ip("ip"), grp("grp"), band("band"), blk("blk"), part("part");
+  // Item pixel ip -> (image, output row, column); pixels past the layer are zero in dY.
+  Expr q = ip % Q, row = band * band_rows + (ip / Q) % band_rows, img = blk * images_per_item + ip / (Q * band_rows);
+  Expr valid = row < P && img < N;
+  Expr row_c = min(row, P - 1), img_c = min(img, N - 1);
+
+  Func dy_pack("dy_pack");
+  Expr k = kt * mr + ki;
+  Expr dy_value = dy_masked(min(k, kgn - 1), grp, row_c * Q + q, img_c);
+  Expr keep = valid;
+  if (k_tiles * mr != kgn) keep = keep && k < kgn;
+  dy_pack(ki, ip, kt, grp, band, blk) = select(keep, dy_value, 0.0f);
+
+  Func x_panel("x_panel");
+  Expr tap = min(tt * nr + ti, taps - 1);  // padded taps compute sums that are dropped
+  Expr c = tap % cg, sx = (tap / cg) % kw, ry = tap / (cg * kw);
+  Expr in_x = q * int(d.sw) + sx * int(d.dw) - int(d.pl);
+  Expr in_y = row_c * int(d.sh) + ry * int(d.dh) - int(d.pt);
+  x_panel(ti, ip, tt, grp, band, blk) = stage_x ? x_band(c, grp, in_x, in_y, img_c) : Func(x_source)(c, grp, in_x, in_y, img_c);
+
+  Func band_sum("band_sum");
+  RDom rp(0, item_pixels, "rp");
+  band_sum(ki, kt, ti, tt, grp, band, blk) = 0.0f;
+  band_sum(ki, kt, ti, tt, grp, band, blk) +=
+      dy_pack(ki, rp, kt, grp, band, blk) * x_panel(ti, rp, tt, grp, band, blk);
+
+  Func partial("partial");
+  RDom ri(0, bands, 0, per_part, "ri");
+  if (blocks % partitions != 0) ri.where(part * per_part + ri.y < blocks);
+  partial(ki, kt, ti, tt, grp, part) = 0.0f;
+  partial(ki, kt, ti, tt, grp, part) += band_sum(ki, kt, ti, tt, grp, ri.x, part * per_part + ri.y);
+
+  // Loops, innermost first: MR x NR tile, tap tiles of a block, channel tiles, tap blocks,
+  // items (bands, then image blocks), groups, partitions.
+  partial.bound(ki, 0, mr).bound(kt, 0, k_tiles).bound(ti, 0, nr).bound(tt, 0, t_tiles).compute_root();
+  Var tb("tb"), tti("tti"), kio("kio"), kii("kii");
+  Stage acc = partial.update();
+  acc.split(tt, tb, tti, block_tiles, TailStrategy::GuardWithIf);
+  acc.reorder(ki, ti, tti, kt, tb, ri.x, ri.y, grp, part);
+  acc.split(ki, kio, kii, std::min(vl, mr), TailStrategy::GuardWithIf).vectorize(kii).unroll(kio).unroll(ti);
+  if (s.parallel != Parallel::None) {
+    if (partitions > 1) {
+      acc.parallel(part);
+      explain(why, "parallel over the reduction partitions");
+    } else {
+      acc.parallel(kt);
+      explain(why, "parallel over the channel tiles of each tap block");
+    }
+  }
+  // The register tile: accumulators stay in registers over the item's pixels.
+  band_sum.compute_at(partial, tti);
+  band_sum.split(ki, kio, kii, std::min(vl, mr), TailStrategy::RoundUp).vectorize(kii).unroll(kio).unroll(ti);
+  band_sum.update()
+      .split(ki, kio, kii, std::min(vl, mr), TailStrategy::GuardWithIf)
+      .reorder(kii, kio, ti, rp)
+      .vectorize(kii)
+      .unroll(kio)
+      .unroll(ti);
+  // Packing.
+  dy_pack.compute_at(partial, ri.x).vectorize(ki, std::min(vl, mr), TailStrategy::RoundUp);
+  x_panel.compute_at(partial, tb).unroll(ti);
+  if (stage_x) x_band.compute_at(partial, ri.x);
+  return {partial, mr, nr};
+}
+
 }  // namespace
 
 std::vector<Func> BackwardWeightsPipeline::outputs() const {
@@ -59,17 +150,26 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
   const int chan_extent = gemm ? kgn : int(d.oc);
   const int mr = std::max(1, std::min(s.mr, ceil_div(chan_extent, vl) * vl));
   const int nr = std::max(1, std::min(s.nr, taps));
-  // Reduction blocking: kc output pixels per item, in whole rows.
-  const int band_rows = s.kc > 0 ? std::clamp(ceil_div(s.kc, Q), 1, P) : P;
+  // Reduction blocking: an item is about kc output pixels -- a band of whole rows of one
+  // image, or several whole images when an image has fewer than kc pixels (0: one image).
+  // Bands are balanced and image blocks divide the minibatch: a ragged last item would
+  // compute its missing pixels as zeros (8 images in blocks of 5 wasted 20%).
+  const int wanted_rows = s.kc > 0 ? std::clamp(ceil_div(s.kc, Q), 1, P) : P;
+  const int band_rows = ceil_div(P, ceil_div(P, wanted_rows));
   const int bands = ceil_div(P, band_rows);
-  const int items = N * bands;
-  const int partitions = std::clamp(s.partitions, 1, items);
-  const int per_part = ceil_div(items, partitions);
-  explain(why, fmt::format("backward-weights: {} tile {} channels x {} taps (of {}); reduction over {} image(s) x {} "
-                           "band(s) of {} rows in {} partition(s), combined in index order",
-                           gemm ? "gemm" : "across-groups", mr, nr, taps, N, bands, band_rows, partitions));
+  int images_per_item = (s.kc > 0 && bands == 1) ? std::clamp(s.kc / (P * Q), 1, N) : 1;
+  while (N % images_per_item != 0) --images_per_item;
+  const int blocks = ceil_div(N, images_per_item);
+  // Partitions split the image blocks into contiguous ranges.
+  const int partitions = std::clamp(s.partitions, 1, blocks);
+  const int per_part = ceil_div(blocks, partitions);
+  explain(why, fmt::format("backward-weights: {} tile {} channels x {} taps (of {}); items of {} row(s) x {} image(s), "
+                           "{} x {} items in {} partition(s), combined in index order",
+                           gemm ? "gemm" : "across-groups", mr, nr, taps, band_rows, images_per_item, bands, blocks,
+                           partitions));
 
-  Var k("k"), tap("tap"), grp("grp"), j("j"), part("part"), n("n"), c("c"), xx("xx"), yy("yy"), pix("pix");
+  Var k("k"), tap("tap"), grp("grp"), band("band"), blk("blk"), part("part"), n("n"), c("c"), xx("xx"), yy("yy"),
+      pix("pix");
   Var sv("s"), rv("r"), kout("kout");
 
   // Zero-padded input; the broken test kernel treats the row past the bottom as real.
@@ -84,53 +184,121 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
     x_band(c, grp, xx, yy, n) = p.x(c, grp, xx, yy, n);
   }
 
-  // The micro-kernel: one (image, band) item's sum for one output channel and tap.
-  RDom rb(0, Q, 0, band_rows, "rb");
-  Expr img = j / bands, band = j % bands;
-  Expr row = band * band_rows + rb.y;
-  rb.where(row < P);
-  Expr tc = tap % cg, ts = (tap / cg) % kw, tr = tap / (cg * kw);
-  Expr in_x = rb.x * int(d.sw) + ts * int(d.dw) - int(d.pl);
-  Expr in_y = row * int(d.sh) + tr * int(d.dh) - int(d.pt);
-  // Channel coordinates: (k, tap, grp) for GEMM; (k, tap) with k across groups otherwise.
-  auto chan = [&](Expr kk, Expr tt, Expr gg, Expr last) {
-    return gemm ? std::vector<Expr>{kk, tt, gg, last} : std::vector<Expr>{kk, tt, last};
-  };
-  // dY of one item, packed once per item: masked by the forward's ReLU, and zero-filled
-  // past the last channel so every channel tile is a whole MR (ragged vector tiles
-  // inside the unrolled tile mis-compiled under Halide 14).
-  const int chan_padded = ceil_div(chan_extent, mr) * mr;
-  Func dy_band("dy_band");
-  {
-    Expr kk = gemm ? Expr(k) : k % kgn, gg = gemm ? Expr(grp) : min(k, chan_extent - 1) / kgn;
-    Expr kc = min(kk, kgn - 1);
-    Expr value = p.dy(kc, gg, pix, n);
-    if (d.relu) value = select(p.y(kc, gg, pix, n) > 0.0f, value, 0.0f);
-    if (chan_padded != chan_extent) value = select(k < chan_extent, value, 0.0f);
-    if (gemm) {
-      dy_band(k, grp, pix, n) = value;
-    } else {
-      dy_band(k, pix, n) = value;
-    }
-  }
-  auto dy_at = [&](Expr kk, Expr gg, Expr px, Expr nn) { return gemm ? dy_band(kk, gg, px, nn) : dy_band(kk, px, nn); };
-  // Lanes past the last channel read a real group's input (their sums are dropped).
-  Expr g_of = gemm ? Expr(grp) : min(k, chan_extent - 1) / kgn;
-  Func band_sum("band_sum"), partial("partial"), dw("dw");
-  band_sum(chan(k, tap, grp, j)) = 0.0f;
-  band_sum(chan(k, tap, grp, j)) += dy_at(k, grp, row * Q + rb.x, img) * x_band(tc, g_of, in_x, in_y, img);
-
-  RDom ri(0, per_part, "ri");
-  ri.where(part * per_part + ri < items);
-  partial(chan(k, tap, grp, part)) = 0.0f;
-  partial(chan(k, tap, grp, part)) += band_sum(chan(k, tap, grp, part * per_part + ri));
-
-  // dw in ONNX layout: the partitions added in index order.
+  Func dw("dw");
   Expr tap_of = c + cg * (sv + kw * rv);
-  Expr lane = gemm ? Expr(kout) : grp * kgn + kout;
-  Expr sum = partial(chan(lane, tap_of, grp, 0));
-  for (int i = 1; i < partitions; ++i) sum += partial(chan(lane, tap_of, grp, i));
-  dw(sv, rv, c, kout, grp) = sum;
+  // pack_input=panel: BLIS-style packed dY slices and im2col panels (define_gemm_partial);
+  // otherwise the tile loads read the (staged, padded) input rows and dY band directly.
+  const bool packed_panels = gemm && s.pack_input == PackInput::Panel;
+  if (packed_panels) {
+    Func dy_masked("dy_masked");
+    Expr value = p.dy(k, grp, pix, n);
+    if (d.relu) value = select(p.y(k, grp, pix, n) > 0.0f, value, 0.0f);
+    dy_masked(k, grp, pix, n) = value;
+    GemmPartial gp = define_gemm_partial(d, s, t, dy_masked, p.x, x_band, padded, mr, nr, band_rows, bands,
+                                         images_per_item, blocks, partitions, per_part, why);
+    // dw in ONNX layout: the partitions added in index order.
+    Expr sum = 0.0f;
+    for (int i = 0; i < partitions; ++i) {
+      Expr term = gp.partial(kout % mr, kout / mr, tap_of % nr, tap_of / nr, grp, i);
+      sum = i == 0 ? term : sum + term;
+    }
+    dw(sv, rv, c, kout, grp) = sum;
+  } else {
+    // The micro-kernel: one item's sum for one output channel and tap.
+    RDom rb(0, Q, 0, band_rows, 0, images_per_item, "rb");
+    Expr img = blk * images_per_item + rb.z;
+    Expr row = band * band_rows + rb.y;
+    if (P % band_rows != 0) rb.where(row < P);
+    if (N % images_per_item != 0) rb.where(img < N);
+    Expr tc = tap % cg, ts = (tap / cg) % kw, tr = tap / (cg * kw);
+    Expr in_x = rb.x * int(d.sw) + ts * int(d.dw) - int(d.pl);
+    Expr in_y = row * int(d.sh) + tr * int(d.dh) - int(d.pt);
+    // Channel coordinates: (k, tap, grp) for GEMM; (k, tap) with k across groups otherwise.
+    auto chan = [&](Expr kk, Expr tt, Expr gg, std::vector<Expr> rest) {
+      std::vector<Expr> a = gemm ? std::vector<Expr>{kk, tt, gg} : std::vector<Expr>{kk, tt};
+      a.insert(a.end(), rest.begin(), rest.end());
+      return a;
+    };
+    // dY of one item, packed once per item: masked by the forward's ReLU, and zero-filled
+    // past the last channel so every channel tile is a whole MR (ragged vector tiles
+    // inside the unrolled tile mis-compiled under Halide 14).
+    const int chan_padded = ceil_div(chan_extent, mr) * mr;
+    Func dy_band("dy_band");
+    {
+      Expr kk = gemm ? Expr(k) : k % kgn, gg = gemm ? Expr(grp) : min(k, chan_extent - 1) / kgn;
+      Expr kc = min(kk, kgn - 1);
+      Expr value = p.dy(kc, gg, pix, n);
+      if (d.relu) value = select(p.y(kc, gg, pix, n) > 0.0f, value, 0.0f);
+      if (chan_padded != chan_extent) value = select(k < chan_extent, value, 0.0f);
+      if (gemm) {
+        dy_band(k, grp, pix, n) = value;
+      } else {
+        dy_band(k, pix, n) = value;
+      }
+    }
+    auto dy_at = [&](Expr kk, Expr gg, Expr px, Expr nn) { return gemm ? dy_band(kk, gg, px, nn) : dy_band(kk, px, nn); };
+    // Lanes past the last channel read a real group's input (their sums are dropped).
+    Expr g_of = gemm ? Expr(grp) : min(k, chan_extent - 1) / kgn;
+    Func band_sum("band_sum"), partial("partial");
+    band_sum(chan(k, tap, grp, {band, blk})) = 0.0f;
+    band_sum(chan(k, tap, grp, {band, blk})) += dy_at(k, grp, row * Q + rb.x, img) * x_band(tc, g_of, in_x, in_y, img);
+
+    // Items in index order: image blocks of the partition outer, bands inner.
+    RDom ri(0, bands, 0, per_part, "ri");
+    if (blocks % partitions != 0) ri.where(part * per_part + ri.y < blocks);
+    partial(chan(k, tap, grp, {part})) = 0.0f;
+    partial(chan(k, tap, grp, {part})) += band_sum(chan(k, tap, grp, {ri.x, part * per_part + ri.y}));
+
+    // dw in ONNX layout: the partitions added in index order.
+    Expr lane = gemm ? Expr(kout) : grp * kgn + kout;
+    Expr sum = partial(chan(lane, tap_of, grp, {0}));
+    for (int i = 1; i < partitions; ++i) sum += partial(chan(lane, tap_of, grp, {i}));
+    dw(sv, rv, c, kout, grp) = sum;
+
+    // ---- schedule -----------------------------------------------------------------
+    Var k_tile("k_tile"), k_in("k_in"), t_tile("t_tile"), t_in("t_in"), ko("ko"), ki("ki");
+    Stage acc = partial.update();
+    partial.bound(k, 0, chan_padded);
+    // Exact: partial is bounded to whole tiles, so these guards fold away.
+    acc.split(k, k_tile, k_in, mr, TailStrategy::GuardWithIf).split(tap, t_tile, t_in, nr, TailStrategy::GuardWithIf);
+    if (gemm) {
+      acc.reorder(k_in, t_in, t_tile, k_tile, ri.x, ri.y, grp, part);
+    } else {
+      acc.reorder(k_in, t_in, t_tile, k_tile, ri.x, ri.y, part);
+    }
+    acc.vectorize(k_in, std::min(vl, mr), TailStrategy::GuardWithIf).unroll(k_in).unroll(t_in);
+    partial.compute_root();
+    if (s.parallel != Parallel::None) {
+      if (partitions > 1) {
+        acc.parallel(part);
+        explain(why, "parallel over the reduction partitions");
+      } else {
+        acc.parallel(k_tile);
+        explain(why, "parallel over the channel tiles of each reduction item");
+      }
+    }
+    // Register tile: accumulators live in registers over the band's pixels.
+    band_sum.compute_at(partial, t_tile);
+    Stage bs = band_sum.update();
+    band_sum.split(k, ko, ki, std::min(vl, mr), TailStrategy::RoundUp).vectorize(ki).unroll(ko).unroll(tap);
+    bs.split(k, ko, ki, std::min(vl, mr), TailStrategy::GuardWithIf);
+    bs.reorder(ki, ko, tap, rb.x, rb.y, rb.z).vectorize(ki).unroll(ko).unroll(tap);
+    // Packing: the band's padded input rows once per item; dY masked once per item.
+    LoopLevel item_level(partial, ri.x);
+    if (padded) {
+      x_band.compute_at(item_level);
+      if (cg >= vl) {
+        x_band.vectorize(c, vl, TailStrategy::ShiftInwards);
+      } else if (!gemm && d.ic >= vl) {
+        Var cgf("cgf");
+        x_band.fuse(c, grp, cgf).vectorize(cgf, vl, TailStrategy::ShiftInwards);
+      }
+      explain(why, "input packed per reduction item into a zero-padded row band");
+    }
+    dy_band.compute_at(item_level).bound(k, 0, chan_padded).vectorize(k, std::min(vl, mr), TailStrategy::RoundUp);
+    explain(why, d.relu ? "dY packed per reduction item, masked by the forward's ReLU" : "dY packed per reduction item");
+
+  }
   p.dw = dw;
 
   if (d.bias) {
@@ -147,48 +315,6 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
     if (kgn >= vl) db_sum.update().vectorize(k, vl, TailStrategy::GuardWithIf);
   }
 
-  // ---- schedule -----------------------------------------------------------------
-  Var k_tile("k_tile"), k_in("k_in"), t_tile("t_tile"), t_in("t_in"), ko("ko"), ki("ki");
-  Stage acc = partial.update();
-  partial.bound(k, 0, chan_padded);
-  // Exact: partial is bounded to whole tiles, so these guards fold away.
-  acc.split(k, k_tile, k_in, mr, TailStrategy::GuardWithIf).split(tap, t_tile, t_in, nr, TailStrategy::GuardWithIf);
-  if (gemm) {
-    acc.reorder(k_in, t_in, t_tile, k_tile, ri, grp, part);
-  } else {
-    acc.reorder(k_in, t_in, t_tile, k_tile, ri, part);
-  }
-  acc.vectorize(k_in, std::min(vl, mr), TailStrategy::GuardWithIf).unroll(k_in).unroll(t_in);
-  partial.compute_root();
-  if (s.parallel != Parallel::None) {
-    if (partitions > 1) {
-      acc.parallel(part);
-      explain(why, "parallel over the reduction partitions");
-    } else {
-      acc.parallel(k_tile);
-      explain(why, "parallel over the channel tiles of each reduction item");
-    }
-  }
-  // Register tile: accumulators live in registers over the band's pixels.
-  band_sum.compute_at(partial, t_tile);
-  Stage bs = band_sum.update();
-  band_sum.split(k, ko, ki, std::min(vl, mr), TailStrategy::RoundUp).vectorize(ki).unroll(ko).unroll(tap);
-  bs.split(k, ko, ki, std::min(vl, mr), TailStrategy::GuardWithIf);
-  bs.reorder(ki, ko, tap, rb.x, rb.y).vectorize(ki).unroll(ko).unroll(tap);
-  // Packing: the band's padded input rows once per item; dY masked once per item.
-  LoopLevel item_level(partial, ri.x);
-  if (padded) {
-    x_band.compute_at(item_level);
-    if (cg >= vl) {
-      x_band.vectorize(c, vl, TailStrategy::ShiftInwards);
-    } else if (!gemm && d.ic >= vl) {
-      Var cgf("cgf");
-      x_band.fuse(c, grp, cgf).vectorize(cgf, vl, TailStrategy::ShiftInwards);
-    }
-    explain(why, "input packed per reduction item into a zero-padded row band");
-  }
-  dy_band.compute_at(item_level).bound(k, 0, chan_padded).vectorize(k, std::min(vl, mr), TailStrategy::RoundUp);
-  explain(why, d.relu ? "dY packed per reduction item, masked by the forward's ReLU" : "dY packed per reduction item");
   dw.compute_root();
 
   // Every extent and stride a constant; y only when the kernel reads it.

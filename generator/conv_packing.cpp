@@ -44,7 +44,8 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
     // scatter; otherwise write MR channels per tap with the channel loop unrolled.
     // Measured as fixed per-call cost at minibatch 1: 1x1 2048->512 37 -> 45 GF/s, 3x3
     // 512->512 48 -> 55 GF/s against an MR-wide gather.
-    if (d.kh * d.kw == 1) {
+    // Backward-data's transposed weights are contiguous along output channels already.
+    if (d.kh * d.kw == 1 && !a.weights_transposed) {
       a.weights_packed.reorder(a.c, a.kk, a.kb, a.g);
     } else {
       a.weights_packed.reorder(a.kk, a.s, a.r, a.c, a.kb, a.g).unroll(a.kk);

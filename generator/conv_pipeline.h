@@ -29,6 +29,9 @@ struct ForwardBuildOptions {
   // is rounded up into the staging buffer. Guarded or shifted tails there went wrong
   // under Halide 14 together with a ragged channel tile (found by the backward sweep).
   bool output_is_staged = false;
+  // The weights Func reads contiguous memory along output channels (backward-data's
+  // channel-transposed weights), so packing walks MR output channels innermost.
+  bool weights_transposed = false;
 };
 
 struct ForwardPipeline {

@@ -98,6 +98,7 @@ Func define_scheduled_forward(const ConvDescriptor& d, const ConvSchedule& sched
   ConvAlgorithm a =
       define_forward(d, s.strategy, mr, skip_rows ? register_tile_pixels(d, s) : 0, input, weights, bias, options);
   a.may_shift_pixel_tail = !options.output_is_staged;
+  a.weights_transposed = options.weights_transposed;
   LoopNest nest = apply_loop_nest(a, d, s, t, why);
   apply_packing(a, nest, d, s, t, why);
   apply_microkernel(a, nest, d, s, t, why);
