@@ -67,8 +67,14 @@ GemmPartial define_gemm_partial(const ConvDescriptor& d, const ConvSchedule& s, 
   dy_pack(ki, ip, kt, grp, band, blk) = select(keep, dy_value, 0.0f);
 
   Func x_panel("x_panel");
+  // When NR divides C/g a tile's taps are NR consecutive channels of one kernel position,
+  // and saying so (channel = tile base + ti) lets the packer copy them as one vector.
+  const bool whole_channel_runs = cg % nr == 0;
   Expr tap = min(tt * nr + ti, taps - 1);  // padded taps compute sums that are dropped
-  Expr c = tap % cg, sx = (tap / cg) % kw, ry = tap / (cg * kw);
+  Expr tile_base = tt * nr;
+  Expr c = whole_channel_runs ? tile_base % cg + ti : tap % cg;
+  Expr sx = whole_channel_runs ? (tile_base / cg) % kw : (tap / cg) % kw;
+  Expr ry = whole_channel_runs ? tile_base / (cg * kw) : tap / (cg * kw);
   Expr in_x = q * int(d.sw) + sx * int(d.dw) - int(d.pl);
   Expr in_y = row_c * int(d.sh) + ry * int(d.dh) - int(d.pt);
   x_panel(ti, ip, tt, grp, band, blk) = stage_x ? x_band(c, grp, in_x, in_y, img_c) : Func(x_source)(c, grp, in_x, in_y, img_c);
@@ -113,7 +119,12 @@ GemmPartial define_gemm_partial(const ConvDescriptor& d, const ConvSchedule& s, 
       .unroll(ti);
   // Packing.
   dy_pack.compute_at(partial, ri.x).vectorize(ki, std::min(vl, mr), TailStrategy::RoundUp);
-  x_panel.compute_at(partial, tb).unroll(ti);
+  x_panel.compute_at(partial, tb);
+  if (whole_channel_runs && nr >= 4) {
+    x_panel.vectorize(ti);
+  } else {
+    x_panel.unroll(ti);
+  }
   if (stage_x) x_band.compute_at(partial, ri.x);
   return {partial, mr, nr};
 }

@@ -68,7 +68,12 @@ ConvSchedule backward_weights_default(const ConvDescriptor& d, const TargetInfo&
   const bool panels = gemm && d.ocg() >= 128 &&
                       (d.icg() >= 256 || (d.icg() >= 128 && d.kh * d.kw == 1) || d.oh() * d.ow() < 28 * 28);
   s.pack_input = panels ? PackInput::Panel : PackInput::Image;
-  s.kc = panels ? 256 : 512;
+  // Panels: 24x4 whatever K (NR = 4 divides C/g, so the panel packer copies vectors;
+  // 16x6 packs taps one by one: 1x1 512->2048 at 7x7 46-54 vs 54-70 GF/s), items of
+  // about 100 pixels (2 images of 7x7), blocks of 512 taps. Direct tile loads: items of
+  // 256 pixels (1x1 64->64 at 56x56: 60 vs 46 with 512).
+  if (panels) s.mr = 3 * vl, s.nr = 4;
+  s.kc = panels ? 100 : 256;
   s.nc = panels ? 512 : 0;
   const int64_t tiles = (channels + s.mr - 1) / s.mr * ((taps + s.nr - 1) / s.nr) * (gemm ? d.g : 1);
   s.partitions = tiles < 16 ? 4 : 1;
