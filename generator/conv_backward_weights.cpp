@@ -1,17 +1,24 @@
 // Backward-weights: dW[k][t] = sum over images and output pixels of dY[pix][k] * im2col(X)[pix][t],
 // t = (c, s, r) with c innermost, per group -- a GEMM whose reduction is the pixels.
+// The reduction runs in items of about kc pixels (a band of whole rows of one image, or
+// several whole images), items in index order, into `partitions` partial sums added in
+// index order at the end (docs/backward.md). Two forms of the pieces, BLIS-style:
 //
-// Pieces, BLIS-style (docs/backward.md):
-//   micro-kernel  band_sum: an MR x NR tile (MR output channels as vectors, NR taps
-//                 broadcast) summed over one row band of one image, in registers
-//   packing       the band's zero-padded input rows (x_band) and, with a fused ReLU,
-//                 the band's masked dY (dy_band); im2col never exists
-//   loop nest     partial[part] += band_sum over the partition's (image, band) items in
-//                 index order; inside an item, channel tiles outside tap tiles so an
-//                 MR slice of the dY band stays in L1 while the taps stream from L2;
-//                 dw = the partitions added in index order, written in ONNX layout
+//   direct tile loads (any strategy)
+//     micro-kernel  band_sum: MR output channels (vectors) x NR taps (broadcast from the
+//                   staged input rows) summed over the item's pixels, in registers
+//     packing       per item: the zero-padded input rows (x_band, when padded) and dY
+//                   (dy_band: masked by the ReLU, zero past the last channel tile)
+//     loop nest     channel tiles outside tap tiles: an MR slice of the item's dY stays
+//                   in L1 while the taps stream from L2
+//   packed panels (gemm, pack_input=panel; define_gemm_partial)
+//     packing       per item: dY as MR-wide channel slices; per block of nc taps: the
+//                   item's im2col as NR-wide panels -- BLIS's packed A and B
+//     loop nest     tap blocks, channel tiles, tap tiles, the micro-kernel over the item
+//
 // Vectors run along K/g output channels for GEMM; for depthwise-like layers (few
-// channels per group) along all K channels across groups.
+// channels per group) along all K channels across groups. The im2col matrix of the
+// layer never exists: panels hold one item's pixels for one block of taps.
 #include <algorithm>
 
 #include <fmt/format.h>
