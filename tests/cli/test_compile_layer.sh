@@ -50,6 +50,18 @@ grep -q "strategy grouped" <<<"$out" || fail "grouped strategy not taken: $out"
 grep -q "kc=1 refused: grouped" <<<"$out" || fail "no kc refusal for grouped: $out"
 expect_error 2 "strategy: unknown value 'groupwise'" schedule 'g2mb1ic8ih8oc6oh8kh3ph1' --schedule groupwise
 
+# Backward kernels: --pass names the kernel and its signature; the manifest says the pass.
+bwd_layer='mb2ic16ih9oc24kh3sh2ph1+bias+relu'
+"$convgen" compile-layer "$bwd_layer" --pass bwd_data -o "$work/bwd" >/dev/null || fail "compile bwd_data"
+grep -q 'int conv_bwd_data(struct halide_buffer_t \*_dy_buffer, struct halide_buffer_t \*_weights_buffer, struct halide_buffer_t \*_y_buffer, struct halide_buffer_t \*_dx_buffer)' \
+  "$work/bwd/conv_bwd_data.h" || fail "bwd_data signature"
+grep -q '"pass": "bwd_data"' "$work/bwd/conv_bwd_data.manifest.json" || fail "bwd_data manifest pass"
+"$convgen" compile-layer "$bwd_layer" --pass bwd_weights -o "$work/bwd" >/dev/null || fail "compile bwd_weights"
+grep -q '_dw_buffer, struct halide_buffer_t \*_db_buffer)' "$work/bwd/conv_bwd_weights.h" || fail "bwd_weights signature"
+out=$("$convgen" schedule "$bwd_layer" --pass bwd_data --verbose 2>&1) || fail "schedule --pass bwd_data: $out"
+grep -q "4 residue classes" <<<"$out" || fail "no residue classes in: $out"
+expect_error 2 "--pass bwd: expected fwd, bwd_data or bwd_weights" schedule "$bwd_layer" --pass bwd
+
 "$convgen" --version | grep -q '^convgen 0\.' || fail "--version"
 "$convgen" --help | grep -q compile-layer || fail "--help"
 "$convgen" compile-layer --help | grep -q -- '--schedules' || fail "compile-layer --help"
