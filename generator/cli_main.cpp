@@ -52,7 +52,7 @@ namespace {
 const char* kUsage = R"(usage: convgen <command> [options]
 
 Commands:
-  compile-layer DESCRIPTOR -o DIR   generate the kernel of one convolution layer
+  compile-layer DESCRIPTOR -o DIR   generate one kernel (--pass fwd|bwd_data|bwd_weights) of a layer
   schedule DESCRIPTOR               print the schedule convgen would use, and why
   emit-runtime -o DIR               write the Halide runtime object kernels built with
                                     --no-runtime link against (convgen::runtime has it)
