@@ -30,7 +30,8 @@ struct Tile {
 //   vs 57-64; 3x3 128->128 stride 2: 82 vs 78; 5x5 3->32: 61 vs 46-51; 3x3 256->256 and
 //   512->512 at 14x14: 73-86 vs 50-62); 3x4 still wins on 1x1 kernels (256->64: 70 vs
 //   58) and on tiny images (5x5 32->64 at 8x8: 77-83 vs 71; 3x3 512->512 at 7x7: 56-59
-//   vs 53), where 2x6 leaves more of its pixel tile unused.
+//   vs 53), where 2x6 leaves more of its pixel tile unused -- unless 3x4's last tile
+//   wastes over a quarter (32 channels: 2x6 wins on 8x8 too).
 //   1x1 kernels with >= 128 channels take 2x6 too, reading a packed copy of the input
 //   (256->128 at 56x56: 76-80 vs 58-72 for 3x4 in place); with 64 channels it is a wash.
 //   Few-channel layers (C/g < 16, fused kernel-row loop) with >= 48 channels keep 3x4
@@ -47,6 +48,13 @@ Tile choose_tile(const ConvDescriptor& d, int64_t channels, const TargetInfo& t,
     reason = fmt::format("{} channels fill one vector", channels);
   } else if (channels % wide.mr == 0) {
     reason = fmt::format("{} channels a multiple of {}", channels, wide.mr);
+  } else if (channels % tall.mr == 0 && pixels < 128 &&
+             4 * ((channels + wide.mr - 1) / wide.mr * wide.mr - channels) > channels) {
+    // On a small image 3x4 still wins unless its zero-filled last tile wastes over a
+    // quarter of the work: 32 channels at 8x8 (5x5 64->32, cifar10 conv3's backward-data
+    // convolution): 2x6 0.85-0.86x oneDNN, 3x4 0.69-0.72x.
+    tile = tall;
+    reason = fmt::format("{} channels: a {}-channel tile would waste over a quarter", channels, wide.mr);
   } else if (channels % tall.mr != 0 || pixels < 128) {
     reason = channels % tall.mr != 0 ? fmt::format("{} channels not a multiple of {}", channels, tall.mr)
                                      : fmt::format("small image ({} pixels)", pixels);
