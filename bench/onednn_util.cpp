@@ -49,13 +49,10 @@ std::string onednn_layout_name(const memory::desc& md) {
   return order;
 }
 
-double onednn_import(dnnl::stream& strm, const memory::desc& user_md, const float* data,
-                     memory& to, bool measure) {
-  if (user_md == to.get_desc()) {
-    std::memcpy(to.get_data_handle(), data, user_md.get_size());
-    return 0.0;
-  }
-  memory from(user_md, to.get_engine(), const_cast<float*>(data));
+namespace {
+
+// Runs the reorder once (the copy the caller needs), then, when asked, once more timed.
+double run_reorder(dnnl::stream& strm, memory& from, memory& to, bool measure) {
   dnnl::reorder r(from, to);
   r.execute(strm, from, to);
   strm.wait();
@@ -66,6 +63,18 @@ double onednn_import(dnnl::stream& strm, const memory::desc& user_md, const floa
   return t.millis();
 }
 
+}  // namespace
+
+double onednn_import(dnnl::stream& strm, const memory::desc& user_md, const float* data,
+                     memory& to, bool measure) {
+  if (user_md == to.get_desc()) {
+    std::memcpy(to.get_data_handle(), data, user_md.get_size());
+    return 0.0;
+  }
+  memory from(user_md, to.get_engine(), const_cast<float*>(data));
+  return run_reorder(strm, from, to, measure);
+}
+
 double onednn_export(dnnl::stream& strm, memory& from, const memory::desc& user_md, float* data,
                      bool measure) {
   if (user_md == from.get_desc()) {
@@ -73,14 +82,7 @@ double onednn_export(dnnl::stream& strm, memory& from, const memory::desc& user_
     return 0.0;
   }
   memory to(user_md, from.get_engine(), data);
-  dnnl::reorder r(from, to);
-  r.execute(strm, from, to);
-  strm.wait();
-  if (!measure) return 0.0;
-  const Timer t;
-  r.execute(strm, from, to);
-  strm.wait();
-  return t.millis();
+  return run_reorder(strm, from, to, measure);
 }
 
 }  // namespace convgen::bench

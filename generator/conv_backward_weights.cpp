@@ -20,6 +20,7 @@
 // channels per group) along all K channels across groups. The im2col matrix of the
 // layer never exists: panels hold one item's pixels for one block of taps.
 #include <algorithm>
+#include <functional>
 
 #include <fmt/format.h>
 
@@ -40,6 +41,20 @@ int ceil_div(int a, int b) { return (a + b - 1) / b; }
 // [tt][pixel][NR]; then channel tiles outside tap tiles, so one contiguous dY slice stays
 // in L1 while the block's panels stream from L2. Returns partial(ki, kt, ti, tt, grp,
 // part): output channel kt*MR + ki, tap tt*NR + ti of group grp, partition part.
+// Threads split whole partitions when there are several, else the channel tiles of
+// `tiles`; never the reduction inside a partition.
+void parallelise(Stage& acc, const Var& part, const VarOrRVar& tiles, int partitions, const ConvSchedule& s,
+                 const char* tiles_what, Why* why) {
+  if (s.parallel == Parallel::None) return;
+  if (partitions > 1) {
+    acc.parallel(part);
+    explain(why, "parallel over the reduction partitions");
+  } else {
+    acc.parallel(tiles);
+    explain(why, std::string("parallel over the channel tiles of each ") + tiles_what);
+  }
+}
+
 struct GemmPartial {
   Func partial;
   int mr, nr;
@@ -106,15 +121,7 @@ GemmPartial define_gemm_partial(const ConvDescriptor& d, const ConvSchedule& s, 
   acc.split(tt, tb, tti, block_tiles, TailStrategy::GuardWithIf);
   acc.reorder(ki, ti, tti, kt, tb, ri.x, ri.y, grp, part);
   acc.split(ki, kio, kii, std::min(vl, mr), TailStrategy::GuardWithIf).vectorize(kii).unroll(kio).unroll(ti);
-  if (s.parallel != Parallel::None) {
-    if (partitions > 1) {
-      acc.parallel(part);
-      explain(why, "parallel over the reduction partitions");
-    } else {
-      acc.parallel(kt);
-      explain(why, "parallel over the channel tiles of each tap block");
-    }
-  }
+  parallelise(acc, part, kt, partitions, s, "tap block", why);
   // The register tile: accumulators stay in registers over the item's pixels.
   band_sum.compute_at(partial, tti);
   band_sum.split(ki, kio, kii, std::min(vl, mr), TailStrategy::RoundUp).vectorize(kii).unroll(kio).unroll(ti);
@@ -202,25 +209,30 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
     x_band(c, grp, xx, yy, n) = p.x(c, grp, xx, yy, n);
   }
 
+  // dY with the forward's ReLU mask: one definition, inlined where each form packs dY
+  // and in the db sum.
+  Func dy_masked("dy_masked");
+  {
+    Expr value = p.dy(k, grp, pix, n);
+    if (d.relu) value = select(p.y(k, grp, pix, n) > 0.0f, value, 0.0f);
+    dy_masked(k, grp, pix, n) = value;
+  }
+
   Func dw("dw");
   Expr tap_of = c + cg * (sv + kw * rv);
+  // dw in ONNX layout: the partitions of `partial_at(i)` added in index order.
+  auto sum_partitions = [&](const std::function<Expr(int)>& partial_at) {
+    Expr sum = partial_at(0);
+    for (int i = 1; i < partitions; ++i) sum += partial_at(i);
+    dw(sv, rv, c, kout, grp) = sum;
+  };
   // pack_input=panel: BLIS-style packed dY slices and im2col panels (define_gemm_partial);
   // otherwise the tile loads read the (staged, padded) input rows and dY band directly.
   const bool packed_panels = gemm && s.pack_input == PackInput::Panel;
   if (packed_panels) {
-    Func dy_masked("dy_masked");
-    Expr value = p.dy(k, grp, pix, n);
-    if (d.relu) value = select(p.y(k, grp, pix, n) > 0.0f, value, 0.0f);
-    dy_masked(k, grp, pix, n) = value;
     GemmPartial gp = define_gemm_partial(d, s, t, dy_masked, p.x, x_band, padded, mr, nr, band_rows, bands,
                                          images_per_item, blocks, partitions, per_part, why);
-    // dw in ONNX layout: the partitions added in index order.
-    Expr sum = 0.0f;
-    for (int i = 0; i < partitions; ++i) {
-      Expr term = gp.partial(kout % mr, kout / mr, tap_of % nr, tap_of / nr, grp, i);
-      sum = i == 0 ? term : sum + term;
-    }
-    dw(sv, rv, c, kout, grp) = sum;
+    sum_partitions([&](int i) { return gp.partial(kout % mr, kout / mr, tap_of % nr, tap_of / nr, grp, i); });
   } else {
     // The micro-kernel: one item's sum for one output channel and tap.
     RDom rb(0, Q, 0, band_rows, 0, images_per_item, "rb");
@@ -259,9 +271,7 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
     Func dy_band("dy_band");
     {
       Expr kk = gemm ? Expr(k) : k % kgn, gg = gemm ? Expr(grp) : min(k, chan_extent - 1) / kgn;
-      Expr kc = min(kk, kgn - 1);
-      Expr value = p.dy(kc, gg, pix, n);
-      if (d.relu) value = select(p.y(kc, gg, pix, n) > 0.0f, value, 0.0f);
+      Expr value = dy_masked(min(kk, kgn - 1), gg, pix, n);
       if (chan_padded != chan_extent) value = select(k < chan_extent, value, 0.0f);
       if (gemm) {
         dy_band(k, grp, pix, n) = value;
@@ -283,11 +293,8 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
     partial(chan(k, ti, tt, grp, {part})) = 0.0f;
     partial(chan(k, ti, tt, grp, {part})) += band_sum(chan(k, ti, tt, grp, {ri.x, part * per_part + ri.y}));
 
-    // dw in ONNX layout: the partitions added in index order.
     Expr lane = gemm ? Expr(kout) : grp * kgn + kout;
-    Expr sum = partial(chan(lane, tap_of % nr, tap_of / nr, grp, {0}));
-    for (int i = 1; i < partitions; ++i) sum += partial(chan(lane, tap_of % nr, tap_of / nr, grp, {i}));
-    dw(sv, rv, c, kout, grp) = sum;
+    sum_partitions([&](int i) { return partial(chan(lane, tap_of % nr, tap_of / nr, grp, {i})); });
 
     // ---- schedule -----------------------------------------------------------------
     Var k_tile("k_tile"), k_in("k_in"), ko("ko"), ki("ki");
@@ -302,15 +309,7 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
     }
     acc.vectorize(k_in, std::min(vl, mr), TailStrategy::GuardWithIf).unroll(k_in).unroll(ti);
     partial.compute_root();
-    if (s.parallel != Parallel::None) {
-      if (partitions > 1) {
-        acc.parallel(part);
-        explain(why, "parallel over the reduction partitions");
-      } else {
-        acc.parallel(k_tile);
-        explain(why, "parallel over the channel tiles of each reduction item");
-      }
-    }
+    parallelise(acc, part, k_tile, partitions, s, "reduction item", why);
     // Register tile: accumulators live in registers over the band's pixels.
     band_sum.compute_at(partial, tt);
     Stage bs = band_sum.update();
@@ -340,9 +339,7 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
     Func db_sum("db_sum");
     RDom rp(0, P * Q, 0, N, "rp");
     db_sum(k, grp) = 0.0f;
-    Expr value = p.dy(k, grp, rp.x, rp.y);
-    if (d.relu) value = select(p.y(k, grp, rp.x, rp.y) > 0.0f, value, 0.0f);
-    db_sum(k, grp) += value;
+    db_sum(k, grp) += dy_masked(k, grp, rp.x, rp.y);
     p.db = Func("db");
     p.db(k) = db_sum(k % kgn, k / kgn);
     db_sum.compute_root().update().reorder(k, rp.x, rp.y, grp);

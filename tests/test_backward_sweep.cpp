@@ -6,10 +6,10 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <random>
 
 #include "conv_jit.h"
+#include "guarded_output.h"
 #include "reference_conv_backward.h"
 #include "sweep_plan.h"
 
@@ -17,35 +17,6 @@ using namespace convgen;
 using namespace convgen::test;
 
 namespace {
-
-constexpr size_t kGuard = 64;
-constexpr uint32_t kSentinelBits = 0x7fc0beef;
-
-float sentinel() {
-  float f;
-  std::memcpy(&f, &kSentinelBits, sizeof f);
-  return f;
-}
-
-bool is_sentinel(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  return bits == kSentinelBits;
-}
-
-// An output buffer with sentinel guard zones on both sides.
-struct Guarded {
-  std::vector<float> storage;
-  size_t size;
-  explicit Guarded(size_t n) : storage(n + 2 * kGuard, sentinel()), size(n) {}
-  float* data() { return storage.data() + kGuard; }
-  float operator[](size_t i) const { return storage[kGuard + i]; }
-  size_t damage() const {
-    size_t bad = 0;
-    for (size_t i = 0; i < kGuard; ++i) bad += !is_sentinel(storage[i]) + !is_sentinel(storage[kGuard + size + i]);
-    return bad;
-  }
-};
 
 struct Data {
   std::vector<float> x, w, dy, y, dy_masked;
@@ -85,9 +56,9 @@ struct Outcome {
 };
 
 // Integer data must match exactly; real data within 2 * terms * eps * sum|terms|.
-void compare(const char* what, const Guarded& got, const std::vector<double>& want, const std::vector<double>& abs_sum,
+void compare(const char* what, const GuardedOutput& got, const std::vector<double>& want, const std::vector<double>& abs_sum,
              double terms, bool integer_valued, Outcome& o) {
-  o.guard_damage += got.damage();
+  o.guard_damage += got.damaged_guards();
   for (size_t i = 0; i < want.size(); ++i) {
     const bool ok = integer_valued ? double(got[i]) == want[i]
                                    : std::fabs(double(got[i]) - want[i]) <= 2.0 * terms * 6e-8 * abs_sum[i] + 1e-30;
@@ -108,7 +79,7 @@ Outcome run_backward_data(JitBackwardDataKernel& k, const ConvDescriptor& d, boo
   const auto want = reference_backward_data(d, in.dy_masked, in.w);
   const auto abs_sum = reference_backward_data(d, absolute(in.dy_masked), absolute(in.w));
   if (integer_valued) REQUIRE(max_of(abs_sum) < double(1 << 24));  // exact fp32 sums
-  Guarded dx(want.size());
+  GuardedOutput dx(want.size());
   k.run(in.dy.data(), in.w.data(), d.relu ? in.y.data() : nullptr, dx.data());
   Outcome o;
   compare("dx", dx, want, abs_sum, double(d.ocg() * d.kh * d.kw), integer_valued, o);
@@ -121,7 +92,7 @@ Outcome run_backward_weights(JitBackwardWeightsKernel& k, const ConvDescriptor& 
   const auto want = reference_backward_weights(d, in.x, in.dy_masked);
   const auto abs_sum = reference_backward_weights(d, absolute(in.x), absolute(in.dy_masked));
   if (integer_valued) REQUIRE(std::max(max_of(abs_sum.dw), max_of(abs_sum.db)) < double(1 << 24));
-  Guarded dw(want.dw.size()), db(d.oc);
+  GuardedOutput dw(want.dw.size()), db(d.oc);
   k.run(in.x.data(), in.dy.data(), d.relu ? in.y.data() : nullptr, dw.data(), d.bias ? db.data() : nullptr);
   Outcome o;
   const double terms = double(d.mb * d.oh() * d.ow());
@@ -129,8 +100,7 @@ Outcome run_backward_weights(JitBackwardWeightsKernel& k, const ConvDescriptor& 
   if (d.bias) {
     compare("db", db, want.db, abs_sum.db, terms, integer_valued, o);
   } else {
-    o.guard_damage += db.damage();
-    for (size_t i = 0; i < db.size; ++i) o.guard_damage += !is_sentinel(db[i]);  // db untouched
+    o.guard_damage += db.damaged_guards() + db.written();  // db untouched
   }
   return o;
 }

@@ -5,12 +5,12 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <map>
 #include <random>
 #include <set>
 
 #include "conv_jit.h"
+#include "guarded_output.h"
 #include "reference_conv.h"
 #include "sweep_plan.h"
 
@@ -18,21 +18,6 @@ using namespace convgen;
 using namespace convgen::test;
 
 namespace {
-
-constexpr size_t kGuard = 64;             // floats of guard zone on each side of the output
-constexpr uint32_t kSentinelBits = 0x7fc0dead;  // a NaN payload no kernel computes
-
-float sentinel() {
-  float f;
-  std::memcpy(&f, &kSentinelBits, sizeof f);
-  return f;
-}
-
-bool is_sentinel(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  return bits == kSentinelBits;
-}
 
 struct Tensors {
   std::vector<float> x, w, b;
@@ -66,16 +51,13 @@ struct Outcome {
 Outcome run_and_compare(JitForwardKernel& kernel, const ConvDescriptor& d, bool integer_valued, uint32_t seed) {
   const Tensors in = make_inputs(d, integer_valued, seed);
   const ReferenceResult ref = reference_forward(d, in.x, in.w, in.b);
-  std::vector<float> out(ref.y.size() + 2 * kGuard, sentinel());
-  kernel.run(in.x.data(), in.w.data(), d.bias ? in.b.data() : nullptr, out.data() + kGuard);
+  GuardedOutput out(ref.y.size());
+  kernel.run(in.x.data(), in.w.data(), d.bias ? in.b.data() : nullptr, out.data());
   Outcome o;
-  for (size_t i = 0; i < kGuard; ++i) {
-    o.guard_damage += !is_sentinel(out[i]);
-    o.guard_damage += !is_sentinel(out[kGuard + ref.y.size() + i]);
-  }
+  o.guard_damage = out.damaged_guards();
   const double terms = double(d.icg() * d.kh * d.kw + 1);
   for (size_t i = 0; i < ref.y.size(); ++i) {
-    const float got = out[kGuard + i];
+    const float got = out[i];
     bool ok;
     if (integer_valued) {
       ok = double(got) == ref.y[i];

@@ -8,13 +8,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <numeric>
 #include <sstream>
 
 #include "conv_jit.h"
 #include "conv_schedule.h"
 #include "reference_conv_backward.h"
+#include "guarded_output.h"
 #include "torch_fixtures.h"
 
 using namespace convgen;
@@ -66,37 +66,6 @@ void check_close(const std::string& what, const std::vector<T>& got, const std::
   CHECK(largest > 0.0);  // an all-zero reference would prove nothing
 }
 
-constexpr size_t kGuard = 64;  // floats of guard zone on each side of an output
-constexpr uint32_t kSentinelBits = 0x7fc0dead;  // a NaN payload no kernel computes
-
-// An output buffer with guard zones, every float starting as the sentinel NaN, so an
-// element left unwritten fails the comparison and a write out of bounds is counted.
-class GuardedOutput {
- public:
-  explicit GuardedOutput(size_t size) : size_(size) {
-    float sentinel;
-    std::memcpy(&sentinel, &kSentinelBits, sizeof sentinel);
-    storage_.assign(size + 2 * kGuard, sentinel);
-  }
-  float* data() { return storage_.data() + kGuard; }
-  std::vector<float> values() const {
-    return std::vector<float>(storage_.begin() + kGuard, storage_.begin() + kGuard + size_);
-  }
-  size_t damaged_guards() const {
-    size_t damaged = 0;
-    for (size_t i = 0; i < kGuard; ++i) damaged += !is_sentinel(storage_[i]) + !is_sentinel(storage_[kGuard + size_ + i]);
-    return damaged;
-  }
-
- private:
-  static bool is_sentinel(float f) {
-    uint32_t bits;
-    std::memcpy(&bits, &f, sizeof bits);
-    return bits == kSentinelBits;
-  }
-  size_t size_;
-  std::vector<float> storage_;
-};
 
 // The kernels' inputs as float32, exact by construction of the fixtures.
 struct KernelInputs {
