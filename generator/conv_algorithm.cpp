@@ -25,7 +25,7 @@ void define_in_padded(ConvAlgorithm& a, const ConvDescriptor& d, const Func& inp
 }  // namespace
 
 ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr, int skip_padded_rows,
-                             const Func& input, const Func& weights, const Func& bias,
+                             bool skip_padded_columns, const Func& input, const Func& weights, const Func& bias,
                              const ForwardBuildOptions& options) {
   ConvAlgorithm a;
   a.strategy = strategy;
@@ -65,9 +65,11 @@ ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr,
   if (skip_padded_rows > 0) {
     // Kernel rows on padding for every pixel of the tile add exact zeros: leave them out.
     // Rows grow with pix, so the tile's first and last pixels bound the rows it reads.
+    // With tiles inside rows (skip_padded_columns) the tile's row is the pixel's own.
     const int tile = skip_padded_rows, pq = static_cast<int>(d.oh() * d.ow());
     const int last_row = options.inject_padding_bug ? int(d.ih) : int(d.ih) - 1;
-    Expr first = (a.pix / tile) * tile, last = min(first + (tile - 1), pq - 1);
+    Expr first = skip_padded_columns ? a.pix : (a.pix / tile) * tile;
+    Expr last = skip_padded_columns ? a.pix : min(first + (tile - 1), pq - 1);
     a.rd.where(tap_y(last, rr) >= 0 && tap_y(first, rr) <= last_row);
   }
   if (strategy == Strategy::Gemm) {
@@ -78,8 +80,13 @@ ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr,
     a.tap_panel(a.c, a.s, a.r, a.pix, a.n, a.g) =
         a.in_padded(a.c, a.g, tap_x(a.pix, a.s), tap_y(a.pix, a.r), a.n);
     a.accum(a.kk, a.kb, a.pix, a.n, a.g) = 0.0f;
-    a.accum(a.kk, a.kb, a.pix, a.n, a.g) +=
-        a.weights_packed(a.kk, rc, rs, rr, a.kb, a.g) * a.tap_panel(rc, rs, rr, a.pix, a.n, a.g);
+    Expr product = a.weights_packed(a.kk, rc, rs, rr, a.kb, a.g) * a.tap_panel(rc, rs, rr, a.pix, a.n, a.g);
+    if (skip_padded_columns) {
+      a.skips_padded_columns = true;
+      Expr x = tap_x(a.pix, rs);
+      product = select(x >= 0 && x < static_cast<int>(d.iw), product, 0.0f);
+    }
+    a.accum(a.kk, a.kb, a.pix, a.n, a.g) += product;
     Expr value = a.accum(a.kg % mr, a.kg / mr, a.pix, a.n, a.g);
     if (d.bias) value += bias(a.g * kgn + a.kg);
     if (d.relu) value = max(value, 0.0f);

@@ -24,6 +24,10 @@ struct ConvAlgorithm {
   int mr = 8;  // GEMM strategy: output channels per packed weight block
   bool may_shift_pixel_tail = true;  // false: ForwardBuildOptions::output_is_staged
   bool weights_transposed = false;   // ForwardBuildOptions::weights_transposed
+  // GEMM: each register tile lies in one output row and the kernel-column taps on
+  // left/right padding are left out per pixel (see define_forward). The loop nest then
+  // tiles rows by NR and unrolls a row's tiles, so those taps are known per tile.
+  bool skips_padded_columns = false;
 
   // Pure variables, shared by every piece of the schedule.
   Halide::Var c{"c"}, g{"g"}, x{"x"}, y{"y"}, n{"n"};       // input / padded input
@@ -57,8 +61,14 @@ struct ConvAlgorithm {
 // pixels read the packer's zeros). The condition is the same for every pixel of a tile,
 // so Halide folds it into the bounds of the kernel-row loop instead of testing each
 // pixel inside the reduction.
+//
+// skip_padded_columns (GEMM) adds each kernel-column tap only for the pixels whose tap
+// lands inside the image: the product is selected against zero per pixel and column.
+// It costs a blend unless the pixel's column and the tap are constants, which the
+// schedule guarantees (row tiles unrolled, kernel columns unrolled) so that Halide drops
+// the padded taps' FMAs outright -- oneDNN's left/right border code, generated.
 ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr, int skip_padded_rows,
-                             const Halide::Func& input,
+                             bool skip_padded_columns, const Halide::Func& input,
                              const Halide::Func& weights, const Halide::Func& bias,
                              const ForwardBuildOptions& options);
 

@@ -42,9 +42,23 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
   // A staged output (computed inside a consumer) rounds its last tiles up instead: its
   // storage grows to whole tiles, and the extra pixels read clamped, in-bounds input.
   const bool staged = !a.may_shift_pixel_tail;
-  out.split(nest.pix, nest.pix_tile, nest.pix_inner, nest.nr,
-            staged ? TailStrategy::RoundUp : output_tail(pq, nest.nr, true));
   const int pix_tiles = ceil_div(pq, nest.nr);
+  if (a.skips_padded_columns) {
+    // Tiles within a row (NR divides Q): pix_tile is the output row, row_tile the tile in
+    // it, unrolled so that each tile's columns -- and so its taps on padding -- are
+    // constants the micro-kernel's FMAs are pruned by.
+    Var cols("ocols");
+    const int q = static_cast<int>(d.ow());
+    out.split(nest.pix, nest.pix_tile, cols, q, TailStrategy::RoundUp);
+    out.split(cols, nest.row_tile, nest.pix_inner, nest.nr, output_tail(q, nest.nr, false));
+    out.unroll(nest.row_tile);
+    explain(why, fmt::format("tiles of {} pixels within a row, the row's {} tiles unrolled: taps on left/right padding "
+                             "left out per pixel",
+                             nest.nr, ceil_div(q, nest.nr)));
+  } else {
+    out.split(nest.pix, nest.pix_tile, nest.pix_inner, nest.nr,
+              staged ? TailStrategy::RoundUp : output_tail(pq, nest.nr, true));
+  }
 
   int k_tiles = 0;          // channel tiles per image (and group, for GEMM)
   int tile_channels = 0;    // output channels one channel tile covers
@@ -115,7 +129,9 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
   //   pixels_outer:   n, [g], pix_block, k_block, tiles
   //   channels_outer: [g], k_block, n, pix_block, tiles -- a channel block's weights are
   //                   packed once and reused over every image of the call.
-  std::vector<VarOrRVar> order = {nest.k_inner, nest.pix_inner, nest.k_tile, nest.pix_tile};
+  std::vector<VarOrRVar> order = {nest.k_inner, nest.pix_inner, nest.k_tile};
+  if (a.skips_padded_columns) order.push_back(nest.row_tile);
+  order.push_back(nest.pix_tile);
   std::vector<Var> blocks;  // innermost first
   const bool channels_outer = s.loop_order == LoopOrder::ChannelsOuter;
   if (!channels_outer && nest.has_k_block) blocks.push_back(nest.k_block);

@@ -28,6 +28,14 @@ int reduction_block(const ConvDescriptor& d, const ConvSchedule& s) {
   return (s.strategy == Strategy::Gemm && s.kc > 0 && s.kc < d.icg()) ? s.kc : 0;
 }
 
+bool skips_padded_columns(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t) {
+  const int nr = register_tile_pixels(d, s);
+  const int64_t pix_tiles = (d.oh() * d.ow() + nr - 1) / nr;
+  const bool whole_image_block = s.nc == 0 || (s.nc + nr - 1) / nr >= pix_tiles;
+  return (d.pl > 0 || d.pr > 0) && d.kw > 1 && s.strategy == Strategy::Gemm && reduction_block(d, s) == 0 &&
+         !stages_tap_panel(s) && !fuses_kernel_row_taps(d, s, t) && row_tiles_pay(d.ow(), nr) && whole_image_block;
+}
+
 bool fuses_kernel_row_taps(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t) {
   return s.strategy == Strategy::Gemm && reduction_block(d, s) == 0 && !stages_tap_panel(s) &&
          d.icg() < 2 * t.vector_floats && d.dw == 1 && d.kw > 1;
@@ -94,6 +102,20 @@ void apply_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescrip
       // each tap's weight vector serves all NR pixels with no loop overhead.
       update.unroll(rc).unroll(rs).unroll(rr);
       explain(why, fmt::format("all {} taps unrolled", cg * d.kh * d.kw));
+    } else if (a.skips_padded_columns) {
+      // Constant kernel columns (with the row's unrolled tiles) make each pixel's
+      // padding test a constant: the FMAs of taps on padding disappear.
+      // Tiles of at most 8 accumulators barely cover the FMA latency (4 cycles x 2
+      // pipes), so a border tap that keeps only some of them busy (2 of 4 pixels on the
+      // first column of a 5x5 pad 2 row) takes as long as a whole tap and nothing is
+      // saved: their columns run inside the channel loop, interleaving the surviving
+      // FMAs of all taps (cifar10 conv3 backward-data, 16x4: 0.85-0.90x -> 0.97-0.98x
+      // oneDNN). Wider tiles keep columns outside: interleaved, 24x4 and 16x6 spilled
+      // (cifar10 conv3 forward 0.96 -> 0.61x, conv2 0.97 -> 0.70x).
+      const int accumulators = (nest.mr + vl - 1) / vl * nest.nr;
+      if (accumulators <= 8) update.reorder(vi, vo, a.pix, rs, rc, rr);
+      update.unroll(rs);
+      explain(why, fmt::format("kernel columns unrolled ({}): FMAs of taps on left/right padding pruned", d.kw));
     } else if (stages_tap_panel(s)) {
       // The panel holds a tile's taps contiguously: the whole reduction is one loop.
       RVar rcs("rcs"), rk("rk");

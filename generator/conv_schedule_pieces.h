@@ -20,6 +20,7 @@
 
 #include "conv_algorithm.h"
 #include "conv_descriptor.h"
+#include "conv_pipeline.h"
 #include "conv_schedule.h"
 
 namespace convgen {
@@ -30,6 +31,7 @@ struct LoopNest {
   Halide::Var k_block{"k_block"}, pix_block{"pix_block"};
   Halide::Var k_tile{"k_tile"}, pix_tile{"pix_tile"};
   Halide::Var k_inner{"k_inner"}, pix_inner{"pix_inner"};
+  Halide::Var row_tile{"row_tile"};  // tile within an output row (skips_padded_columns)
   int mr = 8, nr = 1;                // effective register tile
   int kc = 0;                        // effective reduction block (0 = none)
   bool has_k_block = false, has_pix_block = false;

@@ -86,6 +86,16 @@ bool grouped_strategy_applies(const ConvDescriptor& d, const TargetInfo& t);
 // pixel like GEMM's widest tile, and at K/g.
 int grouped_outputs_per_tile(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t);
 
+// GEMM register tiles may be laid inside output rows so that each tile's taps on
+// left/right padding are known and left out (the generator's skips_padded_columns).
+// That pays when a row holds at most max_row_tiles tiles of NR pixels, unrolled, and
+// its last tile is whole or at least half full: with 14-pixel rows, 6+6+2 lost to
+// tiles straddling rows (ResNet 3x3 256 at 14x14: 0.73-0.95x oneDNN vs 0.91-1.00x);
+// 6+6+4 (cifar10 conv2, 16 wide) and 4+3 (7x7) won (1.00 vs 0.92-0.95x; 1.03-1.06 vs
+// 0.89-0.98x).
+constexpr int max_row_tiles = 4;
+bool row_tiles_pay(int64_t row_pixels, int nr);
+
 // Names of enum values as written in records and printed by --verbose.
 std::string to_string(Strategy v);
 std::string to_string(Layout v);

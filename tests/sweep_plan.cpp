@@ -1,5 +1,6 @@
 #include "sweep_plan.h"
 
+#include <algorithm>
 #include <random>
 #include <stdexcept>
 
@@ -8,6 +9,7 @@ namespace convgen::test {
 namespace {
 
 constexpr int kCasesPerClass = 16;  // >= the largest number of values of any schedule field
+constexpr int kForcedBorderCases = 10;
 
 // Random small layer; `shape` then imposes the class's edge.
 ConvDescriptor base_shape(std::mt19937& rng) {
@@ -24,6 +26,8 @@ ConvDescriptor base_shape(std::mt19937& rng) {
   d.relu = pick(0, 1);
   return d;
 }
+
+ConvSchedule schedule_for(int i, const TargetInfo& t);
 
 void impose(const std::string& cls, int i, std::mt19937& rng, ConvDescriptor& d) {
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
@@ -76,6 +80,25 @@ void impose(const std::string& cls, int i, std::mt19937& rng, ConvDescriptor& d)
     d.pt = pick(0, 2), d.pb = pick(0, 2), d.pl = pick(0, 2), d.pr = pick(0, 2);
     d.ih = pick(7, 17);
     d.iw = pick(7, 17);
+  } else if (cls == "border_columns") {
+    // Register tiles inside one output row whose kernel-column taps on left/right padding
+    // are pruned per pixel (skips_padded_columns): the output width is NR times 1-4, the
+    // padding mostly "same" so that stride-1 backward-data takes the path as well.
+    const int nr = schedule_for(i, default_target()).nr;
+    const int widths[] = {2, 3, 5, 7};
+    d.kw = widths[i % 4];
+    d.kh = 1 + 2 * pick(0, 2);
+    d.dw = 1 + (i / 4) % 2;
+    d.sw = (i % 8 == 7) ? 2 : 1;
+    d.ic = (i % 3 == 0) ? pick(2, 15) : pick(16, 40);  // few channels: the fused-row refusal
+    if (i % 6 == 5) d.g = 2, d.ic = 2 * pick(8, 20), d.oc = 2 * pick(4, 24);
+    const int span = (d.kw - 1) * d.dw;
+    d.pl = pick(0, span);
+    d.pr = (i % 5 == 4) ? pick(0, span) : span - d.pl;  // mostly "same", some not
+    if (d.pl + d.pr == 0) d.pr = 1;
+    d.pt = d.pb = d.kh / 2;
+    const int ow = nr * pick(1, 4);
+    d.iw = std::max<int64_t>(1, (ow - 1) * d.sw + span + 1 - d.pl - d.pr);
   } else if (cls == "asymmetric_padding") {
     square(3 + 2 * (i % 2));
     d.pt = pick(0, 2);
@@ -158,7 +181,7 @@ ConvSchedule schedule_for(int i, const TargetInfo& t) {
 const std::vector<std::string>& edge_classes() {
   static const std::vector<std::string> classes = {
       "kernel_1x1", "kernel_3x3", "kernel_5x5",  "kernel_7x7", "kernel_11x11",         "non_square_kernel",
-      "stride",     "stride_dilation",  "asymmetric_padding", "dilation", "groups", "depthwise",
+      "stride",     "stride_dilation",  "border_columns", "asymmetric_padding", "dilation", "groups", "depthwise",
       "depthwise_multiplier",     "odd_sizes",   "conv1d"};
   return classes;
 }
@@ -168,13 +191,23 @@ std::vector<SweepCase> sweep_cases(const std::string& edge_class) {
   std::mt19937 rng(seed);
   const TargetInfo t = default_target();
   std::vector<SweepCase> cases;
-  for (int i = 0; i < kCasesPerClass; ++i) {
+  // border_columns adds cases whose schedule takes the pruning path for certain (the
+  // cycled ones reach it only by chance): GEMM, whole reduction, no pixel blocks.
+  const int forced = edge_class == "border_columns" ? kForcedBorderCases : 0;
+  for (int i = 0; i < kCasesPerClass + forced; ++i) {
     ConvDescriptor d = base_shape(rng);
     impose(edge_class, i, rng, d);
     while (d.oh() < 1) ++d.ih;  // keep every case a valid layer
     while (d.ow() < 1) ++d.iw;
     d.name = edge_class + "_" + std::to_string(i);
-    cases.push_back({edge_class, d, schedule_for(i, t)});
+    ConvSchedule s = schedule_for(i, t);
+    if (i >= kCasesPerClass) {
+      s.strategy = Strategy::Gemm;
+      s.kc = 0;
+      s.nc = 0;
+      s.pack_input = (i % 2) ? PackInput::Image : PackInput::None;
+    }
+    cases.push_back({edge_class, d, s});
   }
   return cases;
 }

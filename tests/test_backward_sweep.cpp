@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <random>
 
+#include "conv_backward_classes.h"
 #include "conv_jit.h"
+#include "conv_pipeline.h"
 #include "guarded_output.h"
 #include "reference_conv_backward.h"
 #include "sweep_plan.h"
@@ -138,6 +140,7 @@ TEST_CASE("backward sweep: kernel_11x11", "[bwd_sweep]") { run_class("kernel_11x
 TEST_CASE("backward sweep: non_square_kernel", "[bwd_sweep]") { run_class("non_square_kernel"); }
 TEST_CASE("backward sweep: stride", "[bwd_sweep]") { run_class("stride"); }
 TEST_CASE("backward sweep: stride_dilation", "[bwd_sweep]") { run_class("stride_dilation"); }
+TEST_CASE("backward sweep: border_columns", "[bwd_sweep]") { run_class("border_columns"); }
 TEST_CASE("backward sweep: asymmetric_padding", "[bwd_sweep]") { run_class("asymmetric_padding"); }
 TEST_CASE("backward sweep: dilation", "[bwd_sweep]") { run_class("dilation"); }
 TEST_CASE("backward sweep: groups", "[bwd_sweep]") { run_class("groups"); }
@@ -172,4 +175,18 @@ TEST_CASE("backward sweeps fail on deliberately broken kernels", "[bwd_sweep][br
   }
   CHECK(weights_checked >= 6);
   CHECK(data_checked >= 6);
+}
+
+TEST_CASE("backward sweep plan: stride-1 backward-data runs the padded-column pruning path", "[plan]") {
+  // Stride-1 backward-data is one forward convolution over dY written straight to dX;
+  // its border tiles must be exercised too, not only the forward's.
+  const TargetInfo t = default_target();
+  int cases = 0;
+  for (const auto& c : full_sweep()) {
+    if (c.descriptor.sh != 1 || c.descriptor.sw != 1) continue;
+    const auto classes = backward_data_classes(c.descriptor);
+    if (classes.size() == 1 && !classes[0].zero() && skips_padded_columns(classes[0].derived, c.schedule, t)) ++cases;
+  }
+  INFO(cases << " cases");
+  CHECK(cases >= 6);
 }

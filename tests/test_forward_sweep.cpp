@@ -108,6 +108,7 @@ TEST_CASE("forward sweep: kernel_11x11", "[sweep]") { run_class("kernel_11x11");
 TEST_CASE("forward sweep: non_square_kernel", "[sweep]") { run_class("non_square_kernel"); }
 TEST_CASE("forward sweep: stride", "[sweep]") { run_class("stride"); }
 TEST_CASE("forward sweep: stride_dilation", "[sweep]") { run_class("stride_dilation"); }
+TEST_CASE("forward sweep: border_columns", "[sweep]") { run_class("border_columns"); }
 TEST_CASE("forward sweep: asymmetric_padding", "[sweep]") { run_class("asymmetric_padding"); }
 TEST_CASE("forward sweep: dilation", "[sweep]") { run_class("dilation"); }
 TEST_CASE("forward sweep: groups", "[sweep]") { run_class("groups"); }
@@ -235,4 +236,18 @@ TEST_CASE("sweep plan: the padded-row skipping path runs in many cases and class
   }
   CHECK(cases >= 15);
   CHECK(classes.size() >= 6);
+}
+
+TEST_CASE("sweep plan: the padded-column pruning path runs in many cases and classes", "[plan]") {
+  const TargetInfo t = default_target();
+  int cases = 0;
+  std::set<std::string> classes;
+  for (const auto& c : full_sweep()) {
+    if (!skips_padded_columns(c.descriptor, c.schedule, t)) continue;
+    ++cases;
+    classes.insert(c.edge_class);
+  }
+  INFO(cases << " cases in " << classes.size() << " classes");
+  CHECK(cases >= 12);
+  CHECK(classes.count("border_columns") == 1);
 }
