@@ -1,6 +1,7 @@
 // The convgen command line: one function per subcommand, each parsing its own options.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@ using Args = std::vector<std::string>;
 int compile_layer(const Args& args);
 int schedule(const Args& args);
 int emit_runtime(const Args& args);
+int inspect(const Args& args);
 
 // Shared option helpers: "--key value" or "--key=value".
 struct OptionReader {
@@ -30,5 +32,8 @@ struct OptionReader {
 };
 
 void print_version();
+
+// A positive integer option value ("--batch 32"); Usage error otherwise.
+int64_t parse_count(const std::string& option, const std::string& text);
 
 }  // namespace convgen::cli

@@ -42,6 +42,17 @@ std::string OptionReader::positional() {
   return a;
 }
 
+int64_t parse_count(const std::string& option, const std::string& text) {
+  int64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9' || value > (int64_t(1) << 40))
+      throw Error(ExitCode::Usage, fmt::format("{} {}: expected a positive integer", option, text));
+    value = value * 10 + (c - '0');
+  }
+  if (text.empty() || value < 1) throw Error(ExitCode::Usage, fmt::format("{} {}: expected a positive integer", option, text));
+  return value;
+}
+
 void print_version() {
   fmt::print("convgen {} (Halide {}, generator {})\n", CONVGEN_VERSION, CONVGEN_HALIDE_VERSION,
              std::string(CONVGEN_GENERATOR_HASH).substr(0, 12));
@@ -54,6 +65,7 @@ const char* kUsage = R"(usage: convgen <command> [options]
 Commands:
   compile-layer DESCRIPTOR -o DIR   generate one kernel (--pass fwd|bwd_data|bwd_weights) of a layer
   schedule DESCRIPTOR               print the schedule convgen would use, and why
+  inspect MODEL.onnx                import an ONNX model and print the graph convgen sees
   emit-runtime -o DIR               write the Halide runtime object kernels built with
                                     --no-runtime link against (convgen::runtime has it)
 
@@ -75,6 +87,7 @@ int run(const Args& args) {
   if (args[0] == "compile-layer") return compile_layer(rest);
   if (args[0] == "schedule") return schedule(rest);
   if (args[0] == "emit-runtime") return emit_runtime(rest);
+  if (args[0] == "inspect") return inspect(rest);
   throw Error(ExitCode::Usage, fmt::format("unknown command '{}' (see convgen --help)", args[0]));
 }
 

@@ -1,0 +1,342 @@
+// Steps 1-4 of import_onnx (onnx_import.h): parse, check, upgrade, bind the batch, infer
+// shapes, and collect every value's shape and constant data. Lowering the nodes is
+// onnx_lowering.cpp.
+#include "onnx_import.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <onnx/checker.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+#include <onnx/version_converter/convert.h>
+
+#include "errors.h"
+#include "onnx_lowering.h"
+
+namespace convgen::model {
+
+namespace {
+
+std::string first_line(const std::string& s) {
+  std::string line = s.substr(0, s.find('\n'));
+  return line.size() > 300 ? line.substr(0, 300) + "..." : line;
+}
+
+onnx::ModelProto parse_model(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ExitCode::Io, fmt::format("{}: cannot read", path));
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  if (!in.good() && !in.eof()) throw Error(ExitCode::Io, fmt::format("{}: read error", path));
+  const std::string data = bytes.str();
+  if (data.empty()) throw Error(ExitCode::BadModel, fmt::format("{}: bad model: the file is empty", path));
+  onnx::ModelProto model;
+  if (!model.ParseFromString(data))
+    throw Error(ExitCode::BadModel,
+                fmt::format("{}: bad model: not a valid ONNX protobuf (truncated or corrupted?)", path));
+  if (!model.has_graph() || model.graph().node_size() == 0)
+    throw Error(ExitCode::BadModel, fmt::format("{}: bad model: no graph or no nodes", path));
+  return model;
+}
+
+int64_t default_opset(const onnx::ModelProto& m, const std::string& path) {
+  for (const auto& o : m.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx") return o.version();
+  throw Error(ExitCode::BadModel, fmt::format("{}: bad model: no opset_import for the default ONNX domain", path));
+}
+
+// Dimension 0 of each real input (not an initializer) may be dynamic: it takes the
+// batch size. Any other dynamic dimension cannot be bound.
+void bind_batch(onnx::ModelProto& m, int64_t batch, const std::string& path) {
+  std::set<std::string> initializers;
+  for (const auto& t : m.graph().initializer()) initializers.insert(t.name());
+  for (auto& input : *m.mutable_graph()->mutable_input()) {
+    if (initializers.count(input.name())) continue;
+    if (!input.type().has_tensor_type())
+      throw Error(ExitCode::Unsupported, fmt::format("{}: input '{}': not a tensor", path, input.name()));
+    auto* tensor = input.mutable_type()->mutable_tensor_type();
+    if (!tensor->has_shape())
+      throw Error(ExitCode::Unsupported, fmt::format("{}: input '{}': no shape (rank unknown)", path, input.name()));
+    auto* shape = tensor->mutable_shape();
+    for (int i = 0; i < shape->dim_size(); ++i) {
+      auto* dim = shape->mutable_dim(i);
+      if (dim->has_dim_value() && dim->dim_value() > 0) continue;
+      if (i == 0) {
+        dim->set_dim_value(batch);
+        continue;
+      }
+      throw Error(ExitCode::Unsupported,
+                  fmt::format("{}: input '{}': dimension {} is dynamic{}; only the batch dimension (0) may be", path,
+                              input.name(), i, dim->has_dim_param() ? " ('" + dim->dim_param() + "')" : ""));
+    }
+  }
+}
+
+void bind_constant_inputs(onnx::ModelProto& m, const std::map<std::string, Value>& values, const std::string& path) {
+  for (const auto& [name, v] : values) {
+    bool found = false;
+    for (const auto& input : m.graph().input()) found = found || input.name() == name;
+    if (!found) throw Error(ExitCode::Usage, fmt::format("{}: no graph input named '{}' to bind", path, name));
+    auto* t = m.mutable_graph()->add_initializer();
+    t->set_name(name);
+    for (int64_t d : v.shape) t->add_dims(d);
+    if (v.is_int64) {
+      t->set_data_type(onnx::TensorProto_DataType_INT64);
+      for (int64_t x : v.int64_data) t->add_int64_data(x);
+    } else {
+      t->set_data_type(onnx::TensorProto_DataType_FLOAT);
+      for (float x : v.data) t->add_float_data(x);
+    }
+  }
+}
+
+const char* dtype_name(int t) {
+  switch (t) {
+    case onnx::TensorProto_DataType_FLOAT: return "float32";
+    case onnx::TensorProto_DataType_DOUBLE: return "float64";
+    case onnx::TensorProto_DataType_FLOAT16: return "float16";
+    case onnx::TensorProto_DataType_BFLOAT16: return "bfloat16";
+    case onnx::TensorProto_DataType_INT8: return "int8";
+    case onnx::TensorProto_DataType_UINT8: return "uint8";
+    case onnx::TensorProto_DataType_INT32: return "int32";
+    case onnx::TensorProto_DataType_INT64: return "int64";
+    case onnx::TensorProto_DataType_BOOL: return "bool";
+    case onnx::TensorProto_DataType_STRING: return "string";
+    default: return "another dtype";
+  }
+}
+
+std::vector<int64_t> shape_of(const onnx::ValueInfoProto& v, const std::string& path, bool* known) {
+  std::vector<int64_t> shape;
+  *known = v.type().has_tensor_type() && v.type().tensor_type().has_shape();
+  if (!*known) return shape;
+  for (const auto& dim : v.type().tensor_type().shape().dim()) {
+    if (!dim.has_dim_value() || dim.dim_value() < 0) {
+      *known = false;
+      return {};
+    }
+    shape.push_back(dim.dim_value());
+  }
+  (void)path;
+  return shape;
+}
+
+void infer_shapes(onnx::ModelProto& model, const std::string& path) {
+  try {
+    onnx::ShapeInferenceOptions strict(/*check_type=*/true, /*error_mode=*/1, /*data_prop=*/true);
+    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(), strict);
+  } catch (const std::exception& e) {
+    throw Error(ExitCode::BadModel, fmt::format("{}: bad model: shape inference failed: {}", path, first_line(e.what())));
+  }
+}
+
+// Graph inputs must be float32 tensors (int64 ones only when bound to constants);
+// checked before shape inference, whose own message would not say "dtype".
+void check_dtypes(const onnx::ModelProto& m, const std::string& path) {
+  std::set<std::string> initializers;
+  for (const auto& t : m.graph().initializer()) initializers.insert(t.name());
+  for (const auto& input : m.graph().input()) {
+    if (initializers.count(input.name())) continue;
+    if (!input.type().has_tensor_type())
+      throw Error(ExitCode::Unsupported, fmt::format("{}: input '{}': not a tensor (dtype: tensors of float32 only)",
+                                                     path, input.name()));
+    const int elem = input.type().tensor_type().elem_type();
+    if (elem != onnx::TensorProto_DataType_FLOAT)
+      throw Error(ExitCode::Unsupported,
+                  fmt::format("{}: input '{}': dtype {} not supported (float32 only)", path, input.name(), dtype_name(elem)));
+  }
+}
+
+void collect_values(const onnx::ModelProto& model, Graph& g);
+
+// Folded values become initializers and their nodes leave the graph.
+void write_back_constants(onnx::ModelProto& model, const Graph& g) {
+  auto* graph = model.mutable_graph();
+  std::set<std::string> existing;
+  for (const auto& t : graph->initializer()) existing.insert(t.name());
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> kept;
+  for (const auto& n : graph->node()) {
+    bool folded = n.output_size() > 0;
+    for (const auto& out : n.output()) {
+      auto it = g.values.find(out);
+      folded = folded && it != g.values.end() && it->second.is_constant;
+    }
+    if (!folded) {
+      *kept.Add() = n;
+      continue;
+    }
+    for (const auto& out : n.output()) {
+      if (existing.count(out)) continue;
+      const Value& v = g.values.at(out);
+      if (model.ir_version() < 4) {
+        // Before IR 4 every initializer must also be a graph input.
+        auto* input = graph->add_input();
+        input->set_name(out);
+        auto* type = input->mutable_type()->mutable_tensor_type();
+        type->set_elem_type(v.is_int64 ? onnx::TensorProto_DataType_INT64 : onnx::TensorProto_DataType_FLOAT);
+        auto* shape = type->mutable_shape();
+        for (int64_t d : v.shape) shape->add_dim()->set_dim_value(d);
+      }
+      auto* t = graph->add_initializer();
+      t->set_name(out);
+      for (int64_t d : v.shape) t->add_dims(d);
+      if (v.is_int64) {
+        t->set_data_type(onnx::TensorProto_DataType_INT64);
+        for (int64_t x : v.int64_data) t->add_int64_data(x);
+      } else {
+        t->set_data_type(onnx::TensorProto_DataType_FLOAT);
+        for (float x : v.data) t->add_float_data(x);
+      }
+    }
+  }
+  graph->mutable_node()->Swap(&kept);
+  graph->clear_value_info();  // inferred afresh
+}
+
+}  // namespace
+
+Value tensor_value(const onnx::TensorProto& t, const std::string& where) {
+  Value v;
+  v.name = t.name();
+  v.is_constant = true;
+  for (int64_t d : t.dims()) {
+    if (d < 0) throw Error(ExitCode::BadModel, fmt::format("{}: negative dimension", where));
+    v.shape.push_back(d);
+  }
+  if (t.data_location() == onnx::TensorProto_DataLocation_EXTERNAL)
+    throw Error(ExitCode::Unsupported, fmt::format("{}: tensor data stored in an external file", where));
+  const int64_t n = v.elements();
+  if (t.data_type() == onnx::TensorProto_DataType_FLOAT) {
+    if (t.has_raw_data()) {
+      if (static_cast<int64_t>(t.raw_data().size()) != n * 4)
+        throw Error(ExitCode::BadModel, fmt::format("{}: {} bytes of data for {} float32 elements", where,
+                                                    t.raw_data().size(), n));
+      v.data.resize(n);
+      if (n > 0) std::memcpy(v.data.data(), t.raw_data().data(), n * 4);
+    } else {
+      if (t.float_data_size() != n)
+        throw Error(ExitCode::BadModel,
+                    fmt::format("{}: {} values for {} float32 elements", where, t.float_data_size(), n));
+      v.data.assign(t.float_data().begin(), t.float_data().end());
+    }
+    return v;
+  }
+  if (t.data_type() == onnx::TensorProto_DataType_INT64) {
+    v.is_int64 = true;
+    if (t.has_raw_data()) {
+      if (static_cast<int64_t>(t.raw_data().size()) != n * 8)
+        throw Error(ExitCode::BadModel, fmt::format("{}: {} bytes of data for {} int64 elements", where,
+                                                    t.raw_data().size(), n));
+      v.int64_data.resize(n);
+      if (n > 0) std::memcpy(v.int64_data.data(), t.raw_data().data(), n * 8);
+    } else {
+      if (t.int64_data_size() != n)
+        throw Error(ExitCode::BadModel,
+                    fmt::format("{}: {} values for {} int64 elements", where, t.int64_data_size(), n));
+      v.int64_data.assign(t.int64_data().begin(), t.int64_data().end());
+    }
+    return v;
+  }
+  throw Error(ExitCode::Unsupported,
+              fmt::format("{}: dtype {} not supported (float32, and int64 for shapes)", where, dtype_name(t.data_type())));
+}
+
+Graph import_onnx(const std::string& path, const ImportOptions& options) {
+  if (options.batch < 1) throw Error(ExitCode::Usage, fmt::format("--batch {} must be at least 1", options.batch));
+  onnx::ModelProto model = parse_model(path);
+  const int64_t opset = default_opset(model, path);
+  if (opset < kMinOpset || opset > kMaxOpset)
+    throw Error(ExitCode::Unsupported,
+                fmt::format("{}: not supported: opset {} (convgen reads opsets {} to {})", path, opset, kMinOpset,
+                            kMaxOpset));
+  try {
+    onnx::checker::check_model(model);
+  } catch (const std::exception& e) {
+    throw Error(ExitCode::BadModel, fmt::format("{}: bad model: {}", path, first_line(e.what())));
+  }
+  if (opset < kLoweringOpset) {
+    try {
+      model = onnx::version_conversion::ConvertVersion(model, static_cast<int>(kLoweringOpset));
+    } catch (const std::exception& e) {
+      throw Error(ExitCode::Unsupported, fmt::format("{}: not supported: opset {} (ONNX's version converter cannot "
+                                                     "upgrade it: {})",
+                                                     path, opset, first_line(e.what())));
+    }
+  }
+  // Unnamed nodes are named <op>_<index in the file's node list> before anything is
+  // folded away, so messages point at the node a user can find.
+  for (int i = 0; i < model.graph().node_size(); ++i) {
+    auto* n = model.mutable_graph()->mutable_node(i);
+    if (n->name().empty()) n->set_name(fmt::format("{}_{}", n->op_type(), i));
+  }
+  bind_constant_inputs(model, options.constant_inputs, path);
+  bind_batch(model, options.batch, path);
+
+  check_dtypes(model, path);
+  infer_shapes(model, path);
+  Graph g;
+  g.source = path;
+  g.opset = opset;
+  g.batch = options.batch;
+  collect_values(model, g);
+  // Fold what can be folded, write it back as initializers and infer again: ONNX's
+  // inference does not always see through PyTorch's shape chains to Reshape's output.
+  if (fold_constants(model.graph(), g) > 0) {
+    write_back_constants(model, g);
+    infer_shapes(model, path);
+    g.values.clear();
+    g.inputs.clear();
+    g.outputs.clear();
+    collect_values(model, g);
+  }
+  lower_nodes(model.graph(), std::max(opset, kLoweringOpset), g);
+  return g;
+}
+
+namespace {
+
+void collect_values(const onnx::ModelProto& model, Graph& g) {
+  const std::string& path = g.source;
+  const auto& graph = model.graph();
+  for (const auto& t : graph.initializer())
+    g.values[t.name()] = tensor_value(t, fmt::format("{}: initializer '{}'", path, t.name()));
+  auto add_info = [&](const onnx::ValueInfoProto& v) {
+    if (g.values.count(v.name()) && g.values[v.name()].is_constant) return;
+    bool known = false;
+    Value value;
+    value.name = v.name();
+    value.shape = shape_of(v, path, &known);
+    if (!known) return;  // left unknown: lowering reports it if a node needs it
+    const int elem = v.type().tensor_type().elem_type();
+    value.is_int64 = elem == onnx::TensorProto_DataType_INT64;
+    if (elem != onnx::TensorProto_DataType_FLOAT && !value.is_int64)
+      throw Error(ExitCode::Unsupported, fmt::format("{}: value '{}': dtype {} not supported (float32 only)", path,
+                                                     v.name(), dtype_name(elem)));
+    g.values[v.name()] = value;
+  };
+  for (const auto& v : graph.input()) {
+    add_info(v);
+    if (!g.values.count(v.name()))
+      throw Error(ExitCode::Unsupported, fmt::format("{}: input '{}': shape unknown", path, v.name()));
+    if (!g.values[v.name()].is_constant) {
+      if (g.values[v.name()].is_int64)
+        throw Error(ExitCode::Unsupported, fmt::format("{}: input '{}': dtype int64 not supported (float32 only)",
+                                                       path, v.name()));
+      g.inputs.push_back(v.name());
+    }
+  }
+  for (const auto& v : graph.value_info()) add_info(v);
+  for (const auto& v : graph.output()) {
+    add_info(v);
+    g.outputs.push_back(v.name());
+  }
+}
+
+}  // namespace
+
+}  // namespace convgen::model

@@ -1,0 +1,40 @@
+// ONNX model files in, convgen's model graph out (model_graph.h).
+//
+// Steps, each failing with a one-line convgen::Error that names the file (and the node,
+// op type and attribute when one is at fault; docs/exit-codes.md):
+//   1. parse the protobuf (Io when unreadable, BadModel when not a model: truncated,
+//      corrupted);
+//   2. opset of the default domain: 6..17 (Unsupported otherwise); ONNX's checker;
+//   3. opsets below 11 are upgraded to 11 by ONNX's version converter (Unsupported when
+//      it cannot), so lowering reads opset 11..17 forms only (Clip and Pad take their
+//      bounds and pads as inputs). Not 13: the converter has no Softmax 12->13 adapter;
+//      lowering keeps Softmax's pre-13 2-D coercion itself;
+//   4. the batch dimension of each graph input is bound (fixed dimensions are kept;
+//      any other dynamic dimension is an error); ONNX shape inference, strict;
+//   5. constant sub-graphs are folded (Constant nodes, PyTorch's Shape/Gather/Unsqueeze/
+//      Concat chains before Reshape) and every node is lowered to one Op with
+//      normalised attributes (onnx_lowering.cpp); float32 only.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "model_graph.h"
+
+namespace convgen::model {
+
+struct ImportOptions {
+  int64_t batch = 1;  // bound to every dynamic batch dimension (dimension 0 of an input)
+  // Graph inputs given values at import: they become constants (initializers) before
+  // shape inference, e.g. the shape, pads or Clip bounds that ONNX's node tests pass as
+  // inputs. Each must name a graph input; float32 or int64.
+  std::map<std::string, Value> constant_inputs;
+};
+
+Graph import_onnx(const std::string& path, const ImportOptions& options = {});
+
+// The opsets import_onnx accepts.
+constexpr int64_t kMinOpset = 6, kMaxOpset = 17, kLoweringOpset = 11;
+
+}  // namespace convgen::model
