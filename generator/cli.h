@@ -14,6 +14,7 @@ int compile_layer(const Args& args);
 int schedule(const Args& args);
 int emit_runtime(const Args& args);
 int inspect(const Args& args);
+int compile_model(const Args& args);
 
 // Shared option helpers: "--key value" or "--key=value".
 struct OptionReader {
@@ -32,6 +33,11 @@ struct OptionReader {
 };
 
 void print_version();
+
+// Whole-file I/O with convgen::Error (Io) on failure, and JSON string escaping.
+std::string read_file(const std::string& path);
+void write_file(const std::string& path, const std::string& text);
+std::string json_escape(const std::string& s);
 
 // A positive integer option value ("--batch 32"); Usage error otherwise.
 int64_t parse_count(const std::string& option, const std::string& text);

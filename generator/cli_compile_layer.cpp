@@ -66,29 +66,6 @@ bool valid_identifier(const std::string& s) {
   return true;
 }
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw Error(ExitCode::Io, fmt::format("{}: cannot read", p.string()));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_file(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out << text;
-  if (!out) throw Error(ExitCode::Io, fmt::format("{}: cannot write", p.string()));
-}
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out;
-}
-
 struct CompileOptions {
   std::string descriptor_text, output_dir, name, pass = "fwd", target, schedules, overrides, emit;
   bool no_runtime = false, print = false, verbose = false;

@@ -2,6 +2,8 @@
 // stable exit code (docs/exit-codes.md); nothing here aborts on bad input.
 #include <cstdio>
 #include <exception>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include <fmt/format.h>
@@ -53,6 +55,33 @@ int64_t parse_count(const std::string& option, const std::string& text) {
   return value;
 }
 
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ExitCode::Io, fmt::format("{}: cannot read", path));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  if (!out) throw Error(ExitCode::Io, fmt::format("{}: cannot write", path));
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\u{:04x}", static_cast<int>(c));
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
 void print_version() {
   fmt::print("convgen {} (Halide {}, generator {})\n", CONVGEN_VERSION, CONVGEN_HALIDE_VERSION,
              std::string(CONVGEN_GENERATOR_HASH).substr(0, 12));
@@ -66,6 +95,7 @@ Commands:
   compile-layer DESCRIPTOR -o DIR   generate one kernel (--pass fwd|bwd_data|bwd_weights) of a layer
   schedule DESCRIPTOR               print the schedule convgen would use, and why
   inspect MODEL.onnx                import an ONNX model and print the graph convgen sees
+  compile MODEL.onnx [-o DIR]       generate the kernels of a model into one static library
   emit-runtime -o DIR               write the Halide runtime object kernels built with
                                     --no-runtime link against (convgen::runtime has it)
 
@@ -88,6 +118,7 @@ int run(const Args& args) {
   if (args[0] == "schedule") return schedule(rest);
   if (args[0] == "emit-runtime") return emit_runtime(rest);
   if (args[0] == "inspect") return inspect(rest);
+  if (args[0] == "compile") return compile_model(rest);
   throw Error(ExitCode::Usage, fmt::format("unknown command '{}' (see convgen --help)", args[0]));
 }
 

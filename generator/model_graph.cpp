@@ -76,6 +76,7 @@ ConvDescriptor conv_descriptor(const Graph& g, const Node& conv) {
   d.pr = a.pads_end.back();
   d.g = a.group;
   d.bias = conv.inputs.size() > 2 && !conv.inputs[2].empty();
+  d.relu = a.fused_relu;
   return d;
 }
 

@@ -67,6 +67,8 @@ struct Attributes {
   float pad_value = 0.0f;
   // Dropout ratio (identity at inference)
   float ratio = 0.5f;
+  // Conv: a following Relu fused into the kernel's epilogue (model_fusion.h)
+  bool fused_relu = false;
 };
 
 struct Node {
@@ -88,8 +90,9 @@ struct Graph {
   const Value& value(const std::string& name) const;
 };
 
-// The convolution descriptor of a Conv node (forward pass, no epilogue): N, C, H, W
-// from its input, K, R, S from its weights, its attributes. Conv1d is H = 1.
+// The convolution descriptor of a Conv node (forward pass): N, C, H, W from its input,
+// K, R, S from its weights, its attributes; the epilogue from its bias input and
+// fused_relu. Conv1d is H = 1.
 ConvDescriptor conv_descriptor(const Graph& g, const Node& conv);
 
 }  // namespace convgen::model

@@ -7,7 +7,9 @@
 #include <set>
 
 #include "errors.h"
+#include "model_fusion.h"
 #include "onnx_import.h"
+#include "sha256.h"
 #include "onnx_test_models.h"
 
 using namespace convgen;
@@ -329,4 +331,53 @@ TEST_CASE("import: ONNX's PyTorch-converted models import, or are refused for an
   }
   CHECK(imported >= 46);
   CHECK(imported + refused == 82);
+}
+
+TEST_CASE("sha256: FIPS 180-4 test vectors", "[import]") {
+  CHECK(convgen::sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(convgen::sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(convgen::sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  CHECK(convgen::sha256_hex(std::string(1000000, 'a')) ==
+        "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST_CASE("fusion: BatchNormalization folds into the Conv, Relu into its epilogue", "[import]") {
+  OnnxModelBuilder b(13);
+  b.input("x", {1, 2, 5, 5}).weights("w", {3, 2, 3, 3}).weights("cb", {3}).output("y", 4);
+  b.float_initializer("scale", {1.5f, -2.0f, 0.5f}).float_initializer("shift", {0.1f, 0.2f, 0.3f});
+  b.float_initializer("mean", {0.5f, -0.25f, 1.0f}).float_initializer("var", {4.0f, 1.0f, 0.25f});
+  for (const char* n : {"scale", "shift", "mean", "var"})
+    for (auto& t : *b.model().mutable_graph()->mutable_initializer())
+      if (t.name() == n) t.add_dims(3);
+  b.node("Conv", {"x", "w", "cb"}, {"c"}, "conv");
+  auto& bn = b.node("BatchNormalization", {"c", "scale", "shift", "mean", "var"}, {"n"}, "bn");
+  convgen::test::set_float(bn, "epsilon", 0.0f);
+  b.node("Relu", {"n"}, {"y"}, "relu");
+  Graph g = import_onnx(b.write("bn"));
+  std::vector<std::string> why;
+  fuse_for_inference(g, &why);
+  REQUIRE(g.nodes.size() == 1);
+  const Node& conv = g.nodes[0];
+  CHECK(conv.attributes.fused_relu);
+  CHECK(conv.outputs[0] == "y");
+  CHECK(conv_descriptor(g, conv).relu);
+  const Value& w = g.value(conv.inputs[1]);
+  const Value& bias = g.value(conv.inputs[2]);
+  // Output channel 1: factor -2 / sqrt(1) = -2; weights 0.01 * i for i in 18..35.
+  CHECK(w.data[18] == Approx(0.18f * -2.0f));
+  CHECK(bias.data[1] == Approx((0.01f - -0.25f) * -2.0f + 0.2f));
+  CHECK(bias.data[2] == Approx((0.02f - 1.0f) * (0.5f / 0.5f) + 0.3f));
+
+  // A Conv output read twice (a graph output too) is not fused.
+  OnnxModelBuilder two(13);
+  two.input("x", {1, 2, 5, 5}).weights("w", {3, 2, 3, 3}).output("c", 4).output("y", 4);
+  two.node("Conv", {"x", "w"}, {"c"}, "conv");
+  two.node("Relu", {"c"}, {"y"}, "relu");
+  Graph g2 = import_onnx(two.write("two"));
+  why.clear();
+  fuse_for_inference(g2, &why);
+  CHECK(g2.nodes.size() == 2);
+  REQUIRE(!why.empty());
+  CHECK_THAT(why[0], Catch::Contains("relu not fused into conv"));
 }
