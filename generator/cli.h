@@ -15,6 +15,8 @@ int schedule(const Args& args);
 int emit_runtime(const Args& args);
 int inspect(const Args& args);
 int compile_model(const Args& args);
+int run_model(const Args& args);
+int check_model(const Args& args);
 
 // Shared option helpers: "--key value" or "--key=value".
 struct OptionReader {

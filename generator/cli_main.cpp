@@ -96,6 +96,8 @@ Commands:
   schedule DESCRIPTOR               print the schedule convgen would use, and why
   inspect MODEL.onnx                import an ONNX model and print the graph convgen sees
   compile MODEL.onnx [-o DIR]       generate the kernels of a model into one static library
+  run MODEL.onnx --input F.pb ...   run a model in-process on ONNX tensor files
+  check DIR                         run an ONNX test case (model.onnx + test_data_set_*)
   emit-runtime -o DIR               write the Halide runtime object kernels built with
                                     --no-runtime link against (convgen::runtime has it)
 
@@ -119,6 +121,8 @@ int run(const Args& args) {
   if (args[0] == "emit-runtime") return emit_runtime(rest);
   if (args[0] == "inspect") return inspect(rest);
   if (args[0] == "compile") return compile_model(rest);
+  if (args[0] == "run") return run_model(rest);
+  if (args[0] == "check") return check_model(rest);
   throw Error(ExitCode::Usage, fmt::format("unknown command '{}' (see convgen --help)", args[0]));
 }
 

@@ -16,7 +16,8 @@ enum class ExitCode : int {
   BadRecord = 5,        // malformed or incompatible schedule record
   BadModel = 6,         // (reserved for model import)
   Unsupported = 7,      // valid input that convgen does not support
-  BadData = 8,          // (reserved for training data)
+  BadData = 8,          // bad input data: tensor files, training data
+  CheckFailed = 9,      // convgen check: some output differs from the expected data
 };
 
 class Error : public std::runtime_error {

@@ -45,9 +45,32 @@ onnx::ModelProto parse_model(const std::string& path) {
 }
 
 int64_t default_opset(const onnx::ModelProto& m, const std::string& path) {
-  for (const auto& o : m.opset_import())
+  std::string others;
+  for (const auto& o : m.opset_import()) {
     if (o.domain().empty() || o.domain() == "ai.onnx") return o.version();
-  throw Error(ExitCode::BadModel, fmt::format("{}: bad model: no opset_import for the default ONNX domain", path));
+    others += (others.empty() ? "" : ", ") + o.domain();
+  }
+  if (!others.empty())
+    throw Error(ExitCode::Unsupported,
+                fmt::format("{}: not supported: no opset of the default ONNX domain (the model imports {})", path, others));
+  throw Error(ExitCode::BadModel, fmt::format("{}: bad model: no opset_import", path));
+}
+
+// Before checking and shape inference: every node's op must be one convgen lowers, or
+// one it folds away when its inputs are constants, so that a model with an unsupported
+// op is refused for that op, not for whatever fails first on the way.
+void check_ops(const onnx::ModelProto& m, const std::string& path) {
+  for (int i = 0; i < m.graph().node_size(); ++i) {
+    const auto& n = m.graph().node(i);
+    const std::string name = n.name().empty() ? fmt::format("{}_{}", n.op_type(), i) : n.name();
+    if (!n.domain().empty() && n.domain() != "ai.onnx")
+      throw Error(ExitCode::Unsupported, fmt::format("{}: node '{}' ({}): not supported: op {} of domain {}", path, name,
+                                                     n.op_type(), n.op_type(), n.domain()));
+    if (!is_lowered_op(n.op_type()) && !is_foldable_op(n.op_type()) && n.op_type() != "Constant" &&
+        n.op_type() != "Shape")
+      throw Error(ExitCode::Unsupported,
+                  fmt::format("{}: node '{}' ({}): not supported: op {}", path, name, n.op_type(), n.op_type()));
+  }
 }
 
 // Dimension 0 of each real input (not an initializer) may be dynamic: it takes the
@@ -65,7 +88,7 @@ void bind_batch(onnx::ModelProto& m, int64_t batch, const std::string& path) {
     auto* shape = tensor->mutable_shape();
     for (int i = 0; i < shape->dim_size(); ++i) {
       auto* dim = shape->mutable_dim(i);
-      if (dim->has_dim_value() && dim->dim_value() > 0) continue;
+      if (dim->has_dim_value()) continue;  // fixed, even when 0 (an empty tensor)
       if (i == 0) {
         dim->set_dim_value(batch);
         continue;
@@ -246,6 +269,26 @@ Value tensor_value(const onnx::TensorProto& t, const std::string& where) {
               fmt::format("{}: dtype {} not supported (float32, and int64 for shapes)", where, dtype_name(t.data_type())));
 }
 
+std::vector<std::string> onnx_input_names(const std::string& path) {
+  const onnx::ModelProto model = parse_model(path);
+  check_ops(model, path);
+  std::set<std::string> initializers;
+  for (const auto& t : model.graph().initializer()) initializers.insert(t.name());
+  std::vector<std::string> names;
+  for (const auto& v : model.graph().input()) {
+    if (initializers.count(v.name())) continue;
+    if (!v.type().has_tensor_type())
+      throw Error(ExitCode::Unsupported,
+                  fmt::format("{}: input '{}': not a tensor (dtype: tensors of float32 only)", path, v.name()));
+    const int elem = v.type().tensor_type().elem_type();
+    if (elem != onnx::TensorProto_DataType_FLOAT && elem != onnx::TensorProto_DataType_INT64)
+      throw Error(ExitCode::Unsupported,
+                  fmt::format("{}: input '{}': dtype {} not supported (float32 only)", path, v.name(), dtype_name(elem)));
+    names.push_back(v.name());
+  }
+  return names;
+}
+
 Graph import_onnx(const std::string& path, const ImportOptions& options) {
   if (options.batch < 1) throw Error(ExitCode::Usage, fmt::format("--batch {} must be at least 1", options.batch));
   onnx::ModelProto model = parse_model(path);
@@ -254,6 +297,7 @@ Graph import_onnx(const std::string& path, const ImportOptions& options) {
     throw Error(ExitCode::Unsupported,
                 fmt::format("{}: not supported: opset {} (convgen reads opsets {} to {})", path, opset, kMinOpset,
                             kMaxOpset));
+  check_ops(model, path);
   try {
     onnx::checker::check_model(model);
   } catch (const std::exception& e) {

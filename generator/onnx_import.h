@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "model_graph.h"
 
@@ -33,6 +34,10 @@ struct ImportOptions {
 };
 
 Graph import_onnx(const std::string& path, const ImportOptions& options = {});
+
+// The names of a model file's graph inputs that are not initializers, in order (for
+// matching data files to inputs before import). Same errors as import_onnx's parse.
+std::vector<std::string> onnx_input_names(const std::string& path);
 
 // The opsets import_onnx accepts.
 constexpr int64_t kMinOpset = 6, kMaxOpset = 17, kLoweringOpset = 11;

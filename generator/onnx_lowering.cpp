@@ -96,12 +96,6 @@ int64_t normalise_axis(const NodeContext& c, int64_t axis, int64_t rank, const c
 
 // ---- constant folding -------------------------------------------------------------
 
-bool is_foldable_op(const std::string& op) {
-  static const std::set<std::string> ops = {"Gather", "Unsqueeze", "Squeeze", "Concat", "Cast", "Add", "Sub",
-                                            "Mul", "Div", "Slice", "Identity", "Reshape"};
-  return ops.count(op) > 0;
-}
-
 Value scalar_or_vector_int(const std::string& name, std::vector<int64_t> data, std::vector<int64_t> shape) {
   Value v;
   v.name = name;
@@ -486,6 +480,21 @@ bool try_fold(const NodeContext& c, Graph& g) {
 }
 
 }  // namespace
+
+bool is_foldable_op(const std::string& op) {
+  static const std::set<std::string> ops = {"Gather", "Unsqueeze", "Squeeze", "Concat", "Cast", "Add", "Sub",
+                                            "Mul", "Div", "Slice", "Identity", "Reshape"};
+  return ops.count(op) > 0;
+}
+
+bool is_lowered_op(const std::string& op) {
+  static const std::set<std::string> ops = {
+      "Conv", "Relu", "LeakyRelu", "Clip", "Sigmoid", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+      "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Pow", "Sum", "Concat", "Flatten", "Reshape", "Unsqueeze",
+      "Squeeze", "Transpose", "BatchNormalization", "LRN", "Pad", "Dropout", "Identity", "Softmax", "LogSoftmax",
+      "Constant"};
+  return ops.count(op) > 0;
+}
 
 int fold_constants(const onnx::GraphProto& graph, Graph& g) {
   int index = 0, folded = 0;

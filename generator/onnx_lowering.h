@@ -11,6 +11,10 @@
 
 namespace convgen::model {
 
+// Op types lowered to a model::Op, and op types folded when their inputs are constants.
+bool is_lowered_op(const std::string& op_type);
+bool is_foldable_op(const std::string& op_type);
+
 // A TensorProto as a constant Value (float32, or int64 for shape tensors); `where`
 // prefixes errors.
 Value tensor_value(const onnx::TensorProto& t, const std::string& where);

@@ -1,0 +1,44 @@
+// The in-process model executor behind `convgen run` and `convgen check`: runs an
+// imported (and inference-fused) model graph with no C++ compile per model. Convolutions
+// run convgen's generated forward kernels, JIT-compiled from the same code and
+// schedules `convgen compile` uses (one per distinct layer, shared); every other layer
+// runs the runtime's operators (runtime/ops.h). Activations stay in the kernels'
+// channels-last layout between layers (runtime/tensor.h); outputs come back in ONNX
+// order.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "conv_schedule.h"
+#include "model_graph.h"
+#include "tensor.h"
+
+namespace convgen::model {
+
+class ModelExecutor {
+ public:
+  // `records` may be empty. `why` (optional) gets the kernel and schedule decisions.
+  ModelExecutor(Graph graph, const TargetInfo& t, const std::string& records, std::vector<std::string>* why = nullptr);
+  ~ModelExecutor();
+  ModelExecutor(const ModelExecutor&) = delete;
+  ModelExecutor& operator=(const ModelExecutor&) = delete;
+
+  const Graph& graph() const { return g_; }
+
+  // inputs: one dense tensor per graph input, by name, of the inferred shape. Returns
+  // the graph's outputs in order, dense in ONNX order. BadData on a wrong input.
+  std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs);
+
+ private:
+  struct Kernels;
+  Graph g_;
+  std::unique_ptr<Kernels> kernels_;
+};
+
+// A constant Value as a dense tensor.
+Tensor tensor_of(const Value& v);
+
+}  // namespace convgen::model

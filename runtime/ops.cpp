@@ -1,0 +1,337 @@
+#include "ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace convgen::ops {
+
+namespace {
+
+// Calls f(logical index) for every index of `shape`, in row-major order.
+template <typename F>
+void for_each_index(const std::vector<int64_t>& shape, F f) {
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (int64_t e = 0; e < n; ++e) {
+    f(idx);
+    for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0 && ++idx[d] == shape[d]; --d) idx[d] = 0;
+  }
+}
+
+int64_t offset(const std::vector<int64_t>& idx, const std::vector<int64_t>& strides) {
+  int64_t o = 0;
+  for (size_t d = 0; d < idx.size(); ++d) o += idx[d] * strides[d];
+  return o;
+}
+
+// Strides of `t` for indexing with an index of out_rank dimensions under numpy
+// broadcasting: right-aligned, size-1 dimensions stride 0.
+std::vector<int64_t> broadcast_strides(const Tensor& t, size_t out_rank) {
+  const auto s = t.strides();
+  std::vector<int64_t> out(out_rank, 0);
+  const size_t lead = out_rank - t.shape.size();
+  for (size_t d = 0; d < t.shape.size(); ++d) out[lead + d] = t.shape[d] == 1 ? 0 : s[d];
+  return out;
+}
+
+bool keeps_channels_last(const Tensor& t, const std::vector<int64_t>& out_shape) {
+  return t.channels_last && t.shape == out_shape;
+}
+
+float apply(Binary op, float a, float b) {
+  switch (op) {
+    case Binary::Add: return a + b;
+    case Binary::Sub: return a - b;
+    case Binary::Mul: return a * b;
+    case Binary::Div: return a / b;
+    case Binary::Pow: return std::pow(a, b);
+  }
+  return 0.0f;
+}
+
+// Index of the input element under a pooling window position, or -1 when it lies in
+// the padding. `pos` holds the output index; `tap` the window offsets.
+template <typename F>
+void for_each_window(const Tensor& x, const Window& w, const std::vector<int64_t>& out_idx, F f) {
+  const size_t spatial = x.shape.size() - 2;
+  std::vector<int64_t> tap(spatial, 0);
+  int64_t taps = 1;
+  for (int64_t k : w.kernel) taps *= k;
+  for (int64_t t = 0; t < taps; ++t) {
+    bool inside = true, in_padding_extent = true;
+    std::vector<int64_t> in_idx = {out_idx[0], out_idx[1]};
+    for (size_t d = 0; d < spatial; ++d) {
+      const int64_t i = out_idx[2 + d] * w.strides[d] + tap[d] * w.dilations[d] - w.pads_begin[d];
+      inside = inside && i >= 0 && i < x.shape[2 + d];
+      in_padding_extent = in_padding_extent && i < x.shape[2 + d] + w.pads_end[d];
+      in_idx.push_back(i);
+    }
+    f(in_idx, inside, in_padding_extent);
+    for (int64_t d = static_cast<int64_t>(spatial) - 1; d >= 0 && ++tap[d] == w.kernel[d]; --d) tap[d] = 0;
+  }
+}
+
+}  // namespace
+
+Tensor unary(const Tensor& x, Unary op, float alpha, float lo, float hi) {
+  Tensor y = x;
+  for (float& v : y.data) {
+    switch (op) {
+      case Unary::Relu: v = v > 0.0f ? v : 0.0f; break;
+      case Unary::LeakyRelu: v = v >= 0.0f ? v : alpha * v; break;
+      case Unary::Clip: v = std::min(std::max(v, lo), hi); break;
+      case Unary::Sigmoid: v = 1.0f / (1.0f + std::exp(-v)); break;
+      case Unary::Identity: break;
+    }
+  }
+  return y;
+}
+
+Tensor binary(const Tensor& a, const Tensor& b, Binary op, const std::vector<int64_t>& out_shape) {
+  const bool cl = out_shape.size() >= 3 && out_shape.size() <= 4 &&
+                  (keeps_channels_last(a, out_shape) || keeps_channels_last(b, out_shape));
+  Tensor y(out_shape, cl);
+  const auto sa = broadcast_strides(a, out_shape.size()), sb = broadcast_strides(b, out_shape.size());
+  const auto sy = y.strides();
+  for_each_index(out_shape, [&](const std::vector<int64_t>& i) {
+    y.data[offset(i, sy)] = apply(op, a.data[offset(i, sa)], b.data[offset(i, sb)]);
+  });
+  return y;
+}
+
+Tensor max_pool(const Tensor& x, const Window& w, const std::vector<int64_t>& out_shape) {
+  Tensor y(out_shape, x.channels_last);
+  const auto sx = x.strides(), sy = y.strides();
+  for_each_index(out_shape, [&](const std::vector<int64_t>& o) {
+    float m = -std::numeric_limits<float>::infinity();
+    for_each_window(x, w, o, [&](const std::vector<int64_t>& i, bool inside, bool) {
+      if (inside) m = std::max(m, x.data[offset(i, sx)]);
+    });
+    y.data[offset(o, sy)] = m;
+  });
+  return y;
+}
+
+Tensor average_pool(const Tensor& x, const Window& w, bool count_include_pad, const std::vector<int64_t>& out_shape) {
+  Tensor y(out_shape, x.channels_last);
+  const auto sx = x.strides(), sy = y.strides();
+  for_each_index(out_shape, [&](const std::vector<int64_t>& o) {
+    double sum = 0.0;
+    int64_t count = 0;
+    for_each_window(x, w, o, [&](const std::vector<int64_t>& i, bool inside, bool in_padding_extent) {
+      if (inside) sum += x.data[offset(i, sx)];
+      if (count_include_pad ? in_padding_extent : inside) ++count;
+    });
+    y.data[offset(o, sy)] = count > 0 ? static_cast<float>(sum / static_cast<double>(count)) : 0.0f;
+  });
+  return y;
+}
+
+Tensor global_pool(const Tensor& x, bool max) {
+  std::vector<int64_t> out_shape = {x.shape[0], x.shape[1]};
+  for (size_t d = 2; d < x.shape.size(); ++d) out_shape.push_back(1);
+  Tensor y(out_shape, x.channels_last);
+  const auto sx = x.strides(), sy = y.strides();
+  std::vector<int64_t> spatial(x.shape.begin() + 2, x.shape.end());
+  for (int64_t n = 0; n < x.shape[0]; ++n) {
+    for (int64_t c = 0; c < x.shape[1]; ++c) {
+      double acc = max ? -std::numeric_limits<double>::infinity() : 0.0;
+      int64_t count = 0;
+      for_each_index(spatial, [&](const std::vector<int64_t>& s) {
+        std::vector<int64_t> i = {n, c};
+        i.insert(i.end(), s.begin(), s.end());
+        const double v = x.data[offset(i, sx)];
+        acc = max ? std::max(acc, v) : acc + v;
+        ++count;
+      });
+      std::vector<int64_t> o(out_shape.size(), 0);
+      o[0] = n, o[1] = c;
+      y.data[offset(o, sy)] = static_cast<float>(max ? acc : acc / static_cast<double>(count));
+    }
+  }
+  return y;
+}
+
+Tensor gemm(const Tensor& a, const Tensor& b, const Tensor* c, float alpha, float beta, bool trans_a, bool trans_b) {
+  const Tensor A = with_layout(a, false), B = with_layout(b, false);
+  const int64_t m = trans_a ? A.shape[1] : A.shape[0], k = trans_a ? A.shape[0] : A.shape[1];
+  const int64_t n = trans_b ? B.shape[0] : B.shape[1];
+  Tensor y({m, n}, false);
+  const auto sc = c ? broadcast_strides(*c, 2) : std::vector<int64_t>{0, 0};
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+        const float av = trans_a ? A.data[p * m + i] : A.data[i * k + p];
+        const float bv = trans_b ? B.data[j * k + p] : B.data[p * n + j];
+        acc += static_cast<double>(av) * bv;
+      }
+      double v = alpha * acc;
+      if (c) v += static_cast<double>(beta) * c->data[i * sc[0] + j * sc[1]];
+      y.data[i * n + j] = static_cast<float>(v);
+    }
+  }
+  return y;
+}
+
+Tensor matmul(const Tensor& a_in, const Tensor& b_in, const std::vector<int64_t>& out_shape) {
+  Tensor a = with_layout(a_in, false), b = with_layout(b_in, false);
+  // Promote 1-D operands: a [K] -> [1, K], b [K] -> [K, 1]; the extra dim is dropped
+  // from out_shape by ONNX, so compute into the promoted shape and relabel.
+  if (a.shape.size() == 1) a.shape.insert(a.shape.begin(), 1);
+  if (b.shape.size() == 1) b.shape.push_back(1);
+  const int64_t m = a.shape[a.shape.size() - 2], k = a.shape.back(), n = b.shape.back();
+  std::vector<int64_t> batch;  // broadcast batch shape
+  const size_t ra = a.shape.size() - 2, rb = b.shape.size() - 2, r = std::max(ra, rb);
+  for (size_t d = 0; d < r; ++d) {
+    const int64_t ea = d + ra >= r ? a.shape[d + ra - r] : 1, eb = d + rb >= r ? b.shape[d + rb - r] : 1;
+    batch.push_back(std::max(ea, eb));
+  }
+  auto batch_offset = [&](const std::vector<int64_t>& idx, const Tensor& t, size_t rt) {
+    int64_t off = 0, stride = t.shape[rt] * t.shape[rt + 1];
+    for (int64_t d = static_cast<int64_t>(rt) - 1; d >= 0; --d) {
+      const int64_t e = t.shape[d];
+      const int64_t i = idx[d + (r - rt)];
+      off += (e == 1 ? 0 : i) * stride;
+      stride *= e;
+    }
+    return off;
+  };
+  std::vector<int64_t> full = batch;
+  full.push_back(m);
+  full.push_back(n);
+  Tensor y(full, false);
+  int64_t block = 0;
+  for_each_index(batch, [&](const std::vector<int64_t>& bi) {
+    const float* pa = a.data.data() + batch_offset(bi, a, ra);
+    const float* pb = b.data.data() + batch_offset(bi, b, rb);
+    float* py = y.data.data() + block * m * n;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0.0;
+        for (int64_t p = 0; p < k; ++p) acc += static_cast<double>(pa[i * k + p]) * pb[p * n + j];
+        py[i * n + j] = static_cast<float>(acc);
+      }
+    ++block;
+  });
+  y.shape = out_shape;
+  return y;
+}
+
+Tensor concat(const std::vector<const Tensor*>& xs, int64_t axis) {
+  bool cl = xs.front()->channels_last;
+  for (const Tensor* t : xs) cl = cl && t->channels_last;
+  std::vector<int64_t> shape = xs.front()->shape;
+  shape[axis] = 0;
+  for (const Tensor* t : xs) shape[axis] += t->shape[axis];
+  Tensor y(shape, cl);
+  const auto sy = y.strides();
+  int64_t start = 0;
+  for (const Tensor* t : xs) {
+    const auto st = t->strides();
+    for_each_index(t->shape, [&](const std::vector<int64_t>& i) {
+      std::vector<int64_t> o = i;
+      o[axis] += start;
+      y.data[offset(o, sy)] = t->data[offset(i, st)];
+    });
+    start += t->shape[axis];
+  }
+  return y;
+}
+
+Tensor reshape(const Tensor& x, const std::vector<int64_t>& shape) {
+  Tensor y = with_layout(x, false);
+  y.shape = shape;
+  if (y.elements() != x.elements()) throw std::logic_error("reshape: element count changes");
+  return y;
+}
+
+Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm) {
+  std::vector<int64_t> shape;
+  for (int64_t p : perm) shape.push_back(x.shape[p]);
+  Tensor y(shape, false);
+  const auto sx = x.strides(), sy = y.strides();
+  for_each_index(shape, [&](const std::vector<int64_t>& o) {
+    int64_t from = 0;
+    for (size_t d = 0; d < perm.size(); ++d) from += o[d] * sx[perm[d]];
+    y.data[offset(o, sy)] = x.data[from];
+  });
+  return y;
+}
+
+Tensor batch_norm(const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& mean, const Tensor& var,
+                  float epsilon) {
+  Tensor y(x.shape, x.channels_last);
+  const auto sx = x.strides(), sy = y.strides();
+  for_each_index(x.shape, [&](const std::vector<int64_t>& i) {
+    const int64_t c = i[1];
+    const double z = (static_cast<double>(x.data[offset(i, sx)]) - mean.data[c]) /
+                     std::sqrt(static_cast<double>(var.data[c]) + epsilon);
+    y.data[offset(i, sy)] = static_cast<float>(scale.data[c] * z + bias.data[c]);
+  });
+  return y;
+}
+
+Tensor lrn(const Tensor& x, int64_t size, float alpha, float beta, float bias) {
+  Tensor y(x.shape, x.channels_last);
+  const auto sx = x.strides(), sy = y.strides();
+  const int64_t channels = x.shape[1], below = (size - 1) / 2, above = size - 1 - below;
+  for_each_index(x.shape, [&](const std::vector<int64_t>& i) {
+    std::vector<int64_t> j = i;
+    double sum = 0.0;
+    for (int64_t c = std::max<int64_t>(0, i[1] - below); c <= std::min(channels - 1, i[1] + above); ++c) {
+      j[1] = c;
+      const double v = x.data[offset(j, sx)];
+      sum += v * v;
+    }
+    const double v = x.data[offset(i, sx)];
+    y.data[offset(i, sy)] = static_cast<float>(v / std::pow(bias + alpha / static_cast<double>(size) * sum, beta));
+  });
+  return y;
+}
+
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, float value) {
+  const size_t r = x.shape.size();
+  std::vector<int64_t> shape = x.shape;
+  for (size_t d = 0; d < r; ++d) shape[d] += pads[d] + pads[r + d];
+  Tensor y(shape, x.channels_last);
+  std::fill(y.data.begin(), y.data.end(), value);
+  const auto sx = x.strides(), sy = y.strides();
+  for_each_index(x.shape, [&](const std::vector<int64_t>& i) {
+    std::vector<int64_t> o = i;
+    for (size_t d = 0; d < r; ++d) o[d] += pads[d];
+    y.data[offset(o, sy)] = x.data[offset(i, sx)];
+  });
+  return y;
+}
+
+Tensor softmax(const Tensor& x_in, int64_t axis, bool coerce_2d, bool log) {
+  Tensor y = with_layout(x_in, false);
+  int64_t outer = 1, inner = 1, n = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= y.shape[d];
+  if (coerce_2d) {
+    for (size_t d = axis; d < y.shape.size(); ++d) n *= y.shape[d];
+  } else {
+    n = y.shape[axis];
+    for (size_t d = axis + 1; d < y.shape.size(); ++d) inner *= y.shape[d];
+  }
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t in = 0; in < inner; ++in) {
+      float* p = y.data.data() + o * n * inner + in;
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < n; ++i) m = std::max(m, p[i * inner]);
+      double sum = 0.0;
+      for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(p[i * inner]) - m);
+      for (int64_t i = 0; i < n; ++i) {
+        const double z = static_cast<double>(p[i * inner]) - m;
+        p[i * inner] = static_cast<float>(log ? z - std::log(sum) : std::exp(z) / sum);
+      }
+    }
+  }
+  return y;
+}
+
+}  // namespace convgen::ops

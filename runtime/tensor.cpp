@@ -1,0 +1,57 @@
+#include "tensor.h"
+
+#include <stdexcept>
+
+namespace convgen {
+
+Tensor::Tensor(std::vector<int64_t> logical_shape, bool channels_last_storage)
+    : shape(std::move(logical_shape)), channels_last(channels_last_storage) {
+  if (channels_last && shape.size() != 3 && shape.size() != 4)
+    throw std::logic_error("channels-last storage needs a rank-3 or rank-4 tensor");
+  data.assign(static_cast<size_t>(elements()), 0.0f);
+}
+
+int64_t Tensor::elements() const {
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  return n;
+}
+
+std::vector<int64_t> dense_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * shape[i + 1];
+  return s;
+}
+
+std::vector<int64_t> Tensor::strides() const {
+  if (!channels_last) return dense_strides(shape);
+  // Storage order N, spatial..., C.
+  const size_t r = shape.size();
+  std::vector<int64_t> s(r);
+  int64_t step = 1;
+  s[1] = step;
+  step *= shape[1];
+  for (size_t i = r - 1; i >= 2; --i) {
+    s[i] = step;
+    step *= shape[i];
+  }
+  s[0] = step;
+  return s;
+}
+
+Tensor with_layout(const Tensor& t, bool channels_last) {
+  if (t.channels_last == channels_last) return t;
+  Tensor out(t.shape, channels_last);
+  const auto from = t.strides(), to = out.strides();
+  const int64_t r = t.rank(), n = t.elements();
+  std::vector<int64_t> idx(r, 0);
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t a = 0, b = 0;
+    for (int64_t d = 0; d < r; ++d) a += idx[d] * from[d], b += idx[d] * to[d];
+    out.data[b] = t.data[a];
+    for (int64_t d = r - 1; d >= 0 && ++idx[d] == t.shape[d]; --d) idx[d] = 0;
+  }
+  return out;
+}
+
+}  // namespace convgen

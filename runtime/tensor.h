@@ -1,0 +1,34 @@
+// A float32 tensor of the model executor: a logical shape in ONNX order (N, C, spatial...)
+// and its storage, either dense in that order or channels-last (N, spatial..., C -- the
+// layout convgen's convolution kernels read and write) for rank-3 and rank-4 tensors.
+// Operators read any layout through strides(), so activations keep the kernels' layout
+// between layers and change layout only where an operator's semantics need ONNX order
+// (Flatten, Reshape, Transpose, Gemm, MatMul, Softmax) or at the model's outputs.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace convgen {
+
+struct Tensor {
+  std::vector<int64_t> shape;  // logical, ONNX order
+  bool channels_last = false;  // storage N, spatial..., C (rank 3 or 4 only)
+  std::vector<float> data;
+
+  Tensor() = default;
+  Tensor(std::vector<int64_t> logical_shape, bool channels_last_storage);
+
+  int64_t elements() const;
+  int64_t rank() const { return static_cast<int64_t>(shape.size()); }
+  // Element step of each logical dimension in data.
+  std::vector<int64_t> strides() const;
+};
+
+// The same values stored in the requested layout (a copy only when it differs).
+Tensor with_layout(const Tensor& t, bool channels_last);
+
+// Dense row-major strides of a shape.
+std::vector<int64_t> dense_strides(const std::vector<int64_t>& shape);
+
+}  // namespace convgen

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# End-to-end checks of `convgen run` and `convgen check`: outputs as TensorProto files,
+# the bundled models run, and bad data or a failing comparison exit with their codes.
+set -u
+convgen="$1"
+root="$2"
+data=/usr/share/libonnx-testdata/data
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+expect_error() {
+  local code="$1" fragment="$2"; shift 2
+  "$convgen" "$@" >"$work/out" 2>"$work/err"
+  local got=$?
+  [[ $got -eq $code ]] || fail "convgen $* exited $got, want $code"
+  grep -q -- "$fragment" "$work/err" || fail "convgen $*: stderr lacks '$fragment': $(cat "$work/err")"
+  [[ $(wc -l <"$work/err") -eq 1 ]] || fail "convgen $*: want one line of error, got: $(cat "$work/err")"
+}
+
+case_dir="$data/pytorch-converted/test_Conv2d_depthwise_padded"
+"$convgen" run "$case_dir/model.onnx" --input "$case_dir/test_data_set_0/input_0.pb" --output-dir "$work/out1" \
+  >/dev/null || fail "run"
+[[ -s "$work/out1/output_0.pb" ]] || fail "run wrote no output_0.pb"
+# The written output is what check compares against: build a case from it and check.
+mkdir -p "$work/case/test_data_set_0"
+cp "$case_dir/model.onnx" "$work/case/"
+cp "$case_dir/test_data_set_0/input_0.pb" "$work/case/test_data_set_0/"
+cp "$work/out1/output_0.pb" "$work/case/test_data_set_0/output_0.pb"
+"$convgen" check "$work/case" --rtol 0 --atol 0 >/dev/null || fail "check of run's own output (bit-exact)"
+"$convgen" check "$case_dir" | grep -q "all 1 outputs pass" || fail "check $case_dir"
+
+# A wrong expected output fails the check with code 9.
+cp "$data/pytorch-converted/test_Conv2d/test_data_set_0/output_0.pb" "$work/case/test_data_set_0/output_0.pb"
+expect_error 9 "differ" check "$work/case"
+# Bad data: not a tensor file; no data for an input.
+echo "not a tensor" >"$work/bad.pb"
+expect_error 8 "bad data" run "$case_dir/model.onnx" --input "$work/bad.pb" --output-dir "$work/out2"
+expect_error 8 "no data for input" run "$case_dir/model.onnx" --output-dir "$work/out3"
+expect_error 7 "not supported: op Tanh" check "$data/pytorch-converted/test_Tanh"
+"$convgen" run --help | grep -q "usage: convgen run" || fail "run --help"
+"$convgen" check --help | grep -q "usage: convgen check" || fail "check --help"
+
+if [[ $failures -eq 0 ]]; then echo "cli.run: all checks passed"; else exit 1; fi
