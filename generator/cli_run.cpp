@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <regex>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -39,8 +40,9 @@ const char* kCheckUsage = R"(usage: convgen check DIR [options]
 
 DIR holds model.onnx and test_data_set_*/{input,output}_*.pb, as ONNX's backend test
 cases do. Runs the model on every data set (as `convgen run`) and compares each output
-with the expected one: |got - want| <= atol + rtol * |want| element-wise (ONNX's runner
-defaults, rtol 1e-3, atol 1e-7). Prints the largest error of each output; exits 0 only
+with the expected one: |got - want| <= atol + rtol * |want| element-wise, with the
+case's own tolerances when DIR/tolerances says ("rtol X" and "atol Y" lines), else
+ONNX's runner defaults (rtol 1e-3, atol 1e-7). Prints the largest error of each output; exits 0 only
 if every output of every data set passes (9 otherwise, docs/exit-codes.md).
 
   --rtol R, --atol A   tolerances
@@ -201,8 +203,21 @@ int check_model(const Args& args) {
     dir = r.positional();
   }
   if (dir.empty()) throw Error(ExitCode::Usage, "check: missing DIR (see --help)");
-  const double rtol = rtol_text.empty() ? 1e-3 : parse_double("--rtol", rtol_text);
-  const double atol = atol_text.empty() ? 1e-7 : parse_double("--atol", atol_text);
+  // The case's own tolerances (DIR/tolerances: lines "rtol X" / "atol Y"), else ONNX's
+  // runner defaults; the command line wins over both.
+  double rtol = 1e-3, atol = 1e-7;
+  const fs::path own = fs::path(dir) / "tolerances";
+  if (fs::exists(own)) {
+    std::istringstream in(read_file(own.string()));
+    std::string key, value;
+    while (in >> key >> value) {
+      if (key == "rtol") rtol = parse_double(own.string() + ": rtol", value);
+      else if (key == "atol") atol = parse_double(own.string() + ": atol", value);
+      else throw Error(ExitCode::BadData, fmt::format("{}: unknown key '{}' (rtol, atol)", own.string(), key));
+    }
+  }
+  if (!rtol_text.empty()) rtol = parse_double("--rtol", rtol_text);
+  if (!atol_text.empty()) atol = parse_double("--atol", atol_text);
   const std::string model = (fs::path(dir) / "model.onnx").string();
   if (!fs::exists(model)) throw Error(ExitCode::Io, fmt::format("{}: cannot read", model));
   std::vector<fs::path> sets;
