@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+
 #include "conv_jit.h"
 #include "errors.h"
 #include "model_kernels.h"
@@ -27,10 +29,14 @@ Tensor tensor_of(const Value& v) {
 ModelExecutor::ModelExecutor(Graph graph, const TargetInfo& t, const std::string& records,
                              std::vector<std::string>* why)
     : g_(std::move(graph)), kernels_(std::make_unique<Kernels>()) {
-  for (const PlannedKernel& k : plan_kernels(g_, t, records, why)) {
+  const std::vector<PlannedKernel> planned = plan_kernels(g_, t, records, why);
+  for (const PlannedKernel& k : planned) {
     kernels_->owned.push_back(std::make_unique<JitForwardKernel>(k.descriptor, k.selection.schedule, t));
     for (const auto& layer : k.layers) kernels_->by_layer[layer] = kernels_->owned.back().get();
   }
+  plan_ = make_plan(g_, planned);
+  weights_ = weights_blob(g_, plan_);
+  arena_.assign(static_cast<size_t>(plan_.arena_floats), 0.0f);
 }
 
 ModelExecutor::~ModelExecutor() = default;
@@ -41,94 +47,96 @@ ops::Window window_of(const Attributes& a) {
   return {a.kernel, a.strides, a.dilations, a.pads_begin, a.pads_end};
 }
 
+ops::Unary unary_of(Op op) {
+  switch (op) {
+    case Op::Relu: return ops::Unary::Relu;
+    case Op::LeakyRelu: return ops::Unary::LeakyRelu;
+    case Op::Clip: return ops::Unary::Clip;
+    case Op::Sigmoid: return ops::Unary::Sigmoid;
+    default: return ops::Unary::Identity;
+  }
+}
+
+ops::Binary binary_of(Op op) {
+  switch (op) {
+    case Op::Sub: return ops::Binary::Sub;
+    case Op::Mul: return ops::Binary::Mul;
+    case Op::Div: return ops::Binary::Div;
+    case Op::Pow: return ops::Binary::Pow;
+    default: return ops::Binary::Add;
+  }
+}
+
 }  // namespace
 
+void run_plan_step(const PlanStep& s, const Plan& p, float* arena, const float* weights,
+                   const std::function<void(const PlanStep&, const float*, const float*, const float*, float*)>& conv) {
+  auto view = [&](int id) -> View {
+    const PlanBuffer& b = p.buffers[id];
+    return {b.constant ? const_cast<float*>(weights) + b.offset : arena + b.offset, b.shape, b.channels_last};
+  };
+  const Attributes& a = s.attributes;
+  const View y = view(s.output);
+  auto x = [&](size_t i) -> ConstView { return view(s.inputs[i]); };
+  switch (s.kind) {
+    case StepKind::Conv:
+      conv(s, x(0).data, x(1).data, s.inputs.size() > 2 ? x(2).data : nullptr, y.data);
+      return;
+    case StepKind::Unary: ops::unary(x(0), y, unary_of(s.op), a.alpha, a.clip_min, a.clip_max); return;
+    case StepKind::Binary: ops::binary(x(0), x(1), y, binary_of(s.op)); return;
+    case StepKind::MaxPool: ops::max_pool(x(0), window_of(a), y); return;
+    case StepKind::AveragePool: ops::average_pool(x(0), window_of(a), a.count_include_pad, y); return;
+    case StepKind::GlobalPool: ops::global_pool(x(0), s.op == Op::GlobalMaxPool, y); return;
+    case StepKind::Gemm: {
+      const ConstView c = s.inputs.size() > 2 ? x(2) : ConstView{};
+      ops::gemm(x(0), x(1), s.inputs.size() > 2 ? &c : nullptr, a.alpha, a.beta, a.trans_a, a.trans_b, y);
+      return;
+    }
+    case StepKind::MatMul: ops::matmul(x(0), x(1), y); return;
+    case StepKind::Concat: {
+      std::vector<ConstView> xs;
+      for (size_t i = 0; i < s.inputs.size(); ++i) xs.push_back(x(i));
+      ops::concat(xs, a.axis, y);
+      return;
+    }
+    case StepKind::Copy: {
+      // A layout conversion, or a relabelling of the same values (Flatten, Reshape,
+      // Identity): copy in the input's shape, into the output's layout.
+      const ConstView in = x(0);
+      copy_layout(in, View{y.data, in.shape, y.channels_last && in.shape == y.shape});
+      return;
+    }
+    case StepKind::Transpose: ops::transpose(x(0), a.perm, y); return;
+    case StepKind::BatchNorm: ops::batch_norm(x(0), x(1), x(2), x(3), x(4), a.epsilon, y); return;
+    case StepKind::LRN: ops::lrn(x(0), a.size, a.alpha, a.beta, a.lrn_bias, y); return;
+    case StepKind::Pad: ops::pad(x(0), a.pad_amounts, a.pad_value, y); return;
+    case StepKind::Softmax: ops::softmax(x(0), a.axis, a.softmax_coerce_2d, s.op == Op::LogSoftmax, y); return;
+  }
+}
+
 std::vector<Tensor> ModelExecutor::run(const std::map<std::string, Tensor>& inputs) {
-  std::map<std::string, Tensor> live;
-  for (const auto& name : g_.inputs) {
+  for (size_t i = 0; i < g_.inputs.size(); ++i) {
+    const std::string& name = g_.inputs[i];
     auto it = inputs.find(name);
     if (it == inputs.end()) throw Error(ExitCode::BadData, fmt::format("{}: no data for input '{}'", g_.source, name));
     if (it->second.shape != g_.value(name).shape)
       throw Error(ExitCode::BadData, fmt::format("{}: input '{}' has the wrong shape", g_.source, name));
-    live[name] = it->second;
+    const PlanBuffer& b = plan_.buffers[plan_.inputs[i]];
+    const Tensor dense = with_layout(it->second, false);
+    std::copy(dense.data.begin(), dense.data.end(), arena_.begin() + b.offset);
   }
-  auto get = [&](const std::string& name) -> const Tensor& {
-    auto it = live.find(name);
-    if (it != live.end()) return it->second;
-    const Value& v = g_.value(name);
-    if (!v.is_constant) throw Error(ExitCode::Internal, fmt::format("executor: value '{}' not computed", name));
-    return live.emplace(name, tensor_of(v)).first->second;
+  auto conv = [&](const PlanStep& s, const float* x, const float* w, const float* bias, float* y) {
+    kernels_->by_layer.at(s.node)->run(x, w, bias, y);
   };
-  for (const Node& n : g_.nodes) {
-    const Attributes& a = n.attributes;
-    const std::vector<int64_t>& out_shape = g_.value(n.outputs[0]).shape;
-    Tensor y;
-    switch (n.op) {
-      case Op::Conv: {
-        JitForwardKernel* k = kernels_->by_layer.at(n.name);
-        const Tensor x = with_layout(get(n.inputs[0]), true);
-        const Tensor w = with_layout(get(n.inputs[1]), false);
-        const bool bias = n.inputs.size() > 2 && !n.inputs[2].empty();
-        y = Tensor(out_shape, true);
-        k->run(x.data.data(), w.data.data(), bias ? get(n.inputs[2]).data.data() : nullptr, y.data.data());
-        break;
-      }
-      case Op::Relu: y = ops::unary(get(n.inputs[0]), ops::Unary::Relu); break;
-      case Op::LeakyRelu: y = ops::unary(get(n.inputs[0]), ops::Unary::LeakyRelu, a.alpha); break;
-      case Op::Clip: y = ops::unary(get(n.inputs[0]), ops::Unary::Clip, 0.0f, a.clip_min, a.clip_max); break;
-      case Op::Sigmoid: y = ops::unary(get(n.inputs[0]), ops::Unary::Sigmoid); break;
-      case Op::Identity:
-      case Op::Dropout: y = get(n.inputs[0]); break;
-      case Op::MaxPool: y = ops::max_pool(get(n.inputs[0]), window_of(a), out_shape); break;
-      case Op::AveragePool:
-        y = ops::average_pool(get(n.inputs[0]), window_of(a), a.count_include_pad, out_shape);
-        break;
-      case Op::GlobalAveragePool: y = ops::global_pool(get(n.inputs[0]), false); break;
-      case Op::GlobalMaxPool: y = ops::global_pool(get(n.inputs[0]), true); break;
-      case Op::Gemm: {
-        const bool has_c = n.inputs.size() > 2 && !n.inputs[2].empty();
-        y = ops::gemm(get(n.inputs[0]), get(n.inputs[1]), has_c ? &get(n.inputs[2]) : nullptr, a.alpha, a.beta,
-                      a.trans_a, a.trans_b);
-        break;
-      }
-      case Op::MatMul: y = ops::matmul(get(n.inputs[0]), get(n.inputs[1]), out_shape); break;
-      case Op::Add: y = ops::binary(get(n.inputs[0]), get(n.inputs[1]), ops::Binary::Add, out_shape); break;
-      case Op::Sub: y = ops::binary(get(n.inputs[0]), get(n.inputs[1]), ops::Binary::Sub, out_shape); break;
-      case Op::Mul: y = ops::binary(get(n.inputs[0]), get(n.inputs[1]), ops::Binary::Mul, out_shape); break;
-      case Op::Div: y = ops::binary(get(n.inputs[0]), get(n.inputs[1]), ops::Binary::Div, out_shape); break;
-      case Op::Pow: y = ops::binary(get(n.inputs[0]), get(n.inputs[1]), ops::Binary::Pow, out_shape); break;
-      case Op::Sum: {
-        y = get(n.inputs[0]);
-        for (size_t i = 1; i < n.inputs.size(); ++i) y = ops::binary(y, get(n.inputs[i]), ops::Binary::Add, out_shape);
-        if (n.inputs.size() == 1 && y.shape != out_shape) y = ops::reshape(y, out_shape);
-        break;
-      }
-      case Op::Concat: {
-        std::vector<const Tensor*> xs;
-        for (const auto& in : n.inputs) xs.push_back(&get(in));
-        y = ops::concat(xs, a.axis);
-        break;
-      }
-      case Op::Flatten:
-      case Op::Reshape: y = ops::reshape(get(n.inputs[0]), out_shape); break;
-      case Op::Transpose: y = ops::transpose(get(n.inputs[0]), a.perm); break;
-      case Op::BatchNormalization:
-        y = ops::batch_norm(get(n.inputs[0]), get(n.inputs[1]), get(n.inputs[2]), get(n.inputs[3]), get(n.inputs[4]),
-                            a.epsilon);
-        break;
-      case Op::LRN: y = ops::lrn(get(n.inputs[0]), a.size, a.alpha, a.beta, a.lrn_bias); break;
-      case Op::Pad: y = ops::pad(get(n.inputs[0]), a.pad_amounts, a.pad_value); break;
-      case Op::Softmax:
-      case Op::LogSoftmax:
-        y = ops::softmax(get(n.inputs[0]), a.axis, a.softmax_coerce_2d, n.op == Op::LogSoftmax);
-        break;
-    }
-    if (y.shape != out_shape)
-      throw Error(ExitCode::Internal, fmt::format("executor: node '{}' ({}) produced a wrong shape", n.name, op_name(n.op)));
-    live[n.outputs[0]] = std::move(y);
-  }
+  for (const PlanStep& s : plan_.steps) run_plan_step(s, plan_, arena_.data(), weights_.data(), conv);
   std::vector<Tensor> outputs;
-  for (const auto& name : g_.outputs) outputs.push_back(with_layout(get(name), false));
+  for (int id : plan_.outputs) {
+    const PlanBuffer& b = plan_.buffers[id];
+    Tensor t(b.shape, false);
+    const float* src = b.constant ? weights_.data() + b.offset : arena_.data() + b.offset;
+    std::copy(src, src + b.elements(), t.data.begin());
+    outputs.push_back(std::move(t));
+  }
   return outputs;
 }
 

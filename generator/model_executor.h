@@ -1,12 +1,13 @@
 // The in-process model executor behind `convgen run` and `convgen check`: runs an
-// imported (and inference-fused) model graph with no C++ compile per model. Convolutions
-// run convgen's generated forward kernels, JIT-compiled from the same code and
-// schedules `convgen compile` uses (one per distinct layer, shared); every other layer
-// runs the runtime's operators (runtime/ops.h). Activations stay in the kernels'
-// channels-last layout between layers (runtime/tensor.h); outputs come back in ONNX
-// order.
+// imported (and inference-fused) model graph with no C++ compile per model, over the
+// same static plan (model_plan.h) and operators (runtime/ops.h) as the generated model
+// driver. Convolutions run convgen's generated forward kernels, JIT-compiled from the
+// same code and schedules `convgen compile` uses (one per distinct layer, shared).
+// Activations stay in the kernels' channels-last layout between layers
+// (runtime/tensor.h); outputs come back in ONNX order.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "conv_schedule.h"
 #include "model_graph.h"
+#include "model_plan.h"
 #include "tensor.h"
 
 namespace convgen::model {
@@ -27,6 +29,7 @@ class ModelExecutor {
   ModelExecutor& operator=(const ModelExecutor&) = delete;
 
   const Graph& graph() const { return g_; }
+  const Plan& plan() const { return plan_; }
 
   // inputs: one dense tensor per graph input, by name, of the inferred shape. Returns
   // the graph's outputs in order, dense in ONNX order. BadData on a wrong input.
@@ -35,8 +38,15 @@ class ModelExecutor {
  private:
   struct Kernels;
   Graph g_;
+  Plan plan_;
+  std::vector<float> weights_, arena_;
   std::unique_ptr<Kernels> kernels_;
 };
+
+// Runs one step of a plan over an arena and a weights blob; `conv` runs the Conv
+// steps (x channels-last, w ONNX OIHW, bias or null, y channels-last).
+void run_plan_step(const PlanStep& s, const Plan& p, float* arena, const float* weights,
+                   const std::function<void(const PlanStep&, const float*, const float*, const float*, float*)>& conv);
 
 // A constant Value as a dense tensor.
 Tensor tensor_of(const Value& v);

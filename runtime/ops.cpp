@@ -29,7 +29,7 @@ int64_t offset(const std::vector<int64_t>& idx, const std::vector<int64_t>& stri
 
 // Strides of `t` for indexing with an index of out_rank dimensions under numpy
 // broadcasting: right-aligned, size-1 dimensions stride 0.
-std::vector<int64_t> broadcast_strides(const Tensor& t, size_t out_rank) {
+std::vector<int64_t> broadcast_strides(const ConstView& t, size_t out_rank) {
   const auto s = t.strides();
   std::vector<int64_t> out(out_rank, 0);
   const size_t lead = out_rank - t.shape.size();
@@ -37,7 +37,7 @@ std::vector<int64_t> broadcast_strides(const Tensor& t, size_t out_rank) {
   return out;
 }
 
-bool keeps_channels_last(const Tensor& t, const std::vector<int64_t>& out_shape) {
+bool keeps_channels_last(const ConstView& t, const std::vector<int64_t>& out_shape) {
   return t.channels_last && t.shape == out_shape;
 }
 
@@ -55,7 +55,7 @@ float apply(Binary op, float a, float b) {
 // Index of the input element under a pooling window position, or -1 when it lies in
 // the padding. `pos` holds the output index; `tap` the window offsets.
 template <typename F>
-void for_each_window(const Tensor& x, const Window& w, const std::vector<int64_t>& out_idx, F f) {
+void for_each_window(const ConstView& x, const Window& w, const std::vector<int64_t>& out_idx, F f) {
   const size_t spatial = x.shape.size() - 2;
   std::vector<int64_t> tap(spatial, 0);
   int64_t taps = 1;
@@ -76,9 +76,10 @@ void for_each_window(const Tensor& x, const Window& w, const std::vector<int64_t
 
 }  // namespace
 
-Tensor unary(const Tensor& x, Unary op, float alpha, float lo, float hi) {
-  Tensor y = x;
-  for (float& v : y.data) {
+void unary(const ConstView& x, const View& y, Unary op, float alpha, float lo, float hi) {
+  const int64_t n = x.elements();
+  for (int64_t i = 0; i < n; ++i) {
+    float v = x.data[i];
     switch (op) {
       case Unary::Relu: v = v > 0.0f ? v : 0.0f; break;
       case Unary::LeakyRelu: v = v >= 0.0f ? v : alpha * v; break;
@@ -86,39 +87,37 @@ Tensor unary(const Tensor& x, Unary op, float alpha, float lo, float hi) {
       case Unary::Sigmoid: v = 1.0f / (1.0f + std::exp(-v)); break;
       case Unary::Identity: break;
     }
+    y.data[i] = v;
   }
-  return y;
 }
 
-Tensor binary(const Tensor& a, const Tensor& b, Binary op, const std::vector<int64_t>& out_shape) {
-  const bool cl = out_shape.size() >= 3 && out_shape.size() <= 4 &&
-                  (keeps_channels_last(a, out_shape) || keeps_channels_last(b, out_shape));
-  Tensor y(out_shape, cl);
-  const auto sa = broadcast_strides(a, out_shape.size()), sb = broadcast_strides(b, out_shape.size());
+bool binary_output_channels_last(const ConstView& a, const ConstView& b, const std::vector<int64_t>& out_shape) {
+  return out_shape.size() >= 3 && out_shape.size() <= 4 &&
+         (keeps_channels_last(a, out_shape) || keeps_channels_last(b, out_shape));
+}
+
+void binary(const ConstView& a, const ConstView& b, const View& y, Binary op) {
+  const auto sa = broadcast_strides(a, y.shape.size()), sb = broadcast_strides(b, y.shape.size());
   const auto sy = y.strides();
-  for_each_index(out_shape, [&](const std::vector<int64_t>& i) {
+  for_each_index(y.shape, [&](const std::vector<int64_t>& i) {
     y.data[offset(i, sy)] = apply(op, a.data[offset(i, sa)], b.data[offset(i, sb)]);
   });
-  return y;
 }
 
-Tensor max_pool(const Tensor& x, const Window& w, const std::vector<int64_t>& out_shape) {
-  Tensor y(out_shape, x.channels_last);
+void max_pool(const ConstView& x, const Window& w, const View& y) {
   const auto sx = x.strides(), sy = y.strides();
-  for_each_index(out_shape, [&](const std::vector<int64_t>& o) {
+  for_each_index(y.shape, [&](const std::vector<int64_t>& o) {
     float m = -std::numeric_limits<float>::infinity();
     for_each_window(x, w, o, [&](const std::vector<int64_t>& i, bool inside, bool) {
       if (inside) m = std::max(m, x.data[offset(i, sx)]);
     });
     y.data[offset(o, sy)] = m;
   });
-  return y;
 }
 
-Tensor average_pool(const Tensor& x, const Window& w, bool count_include_pad, const std::vector<int64_t>& out_shape) {
-  Tensor y(out_shape, x.channels_last);
+void average_pool(const ConstView& x, const Window& w, bool count_include_pad, const View& y) {
   const auto sx = x.strides(), sy = y.strides();
-  for_each_index(out_shape, [&](const std::vector<int64_t>& o) {
+  for_each_index(y.shape, [&](const std::vector<int64_t>& o) {
     double sum = 0.0;
     int64_t count = 0;
     for_each_window(x, w, o, [&](const std::vector<int64_t>& i, bool inside, bool in_padding_extent) {
@@ -127,13 +126,9 @@ Tensor average_pool(const Tensor& x, const Window& w, bool count_include_pad, co
     });
     y.data[offset(o, sy)] = count > 0 ? static_cast<float>(sum / static_cast<double>(count)) : 0.0f;
   });
-  return y;
 }
 
-Tensor global_pool(const Tensor& x, bool max) {
-  std::vector<int64_t> out_shape = {x.shape[0], x.shape[1]};
-  for (size_t d = 2; d < x.shape.size(); ++d) out_shape.push_back(1);
-  Tensor y(out_shape, x.channels_last);
+void global_pool(const ConstView& x, bool max, const View& y) {
   const auto sx = x.strides(), sy = y.strides();
   std::vector<int64_t> spatial(x.shape.begin() + 2, x.shape.end());
   for (int64_t n = 0; n < x.shape[0]; ++n) {
@@ -147,19 +142,18 @@ Tensor global_pool(const Tensor& x, bool max) {
         acc = max ? std::max(acc, v) : acc + v;
         ++count;
       });
-      std::vector<int64_t> o(out_shape.size(), 0);
+      std::vector<int64_t> o(y.shape.size(), 0);
       o[0] = n, o[1] = c;
       y.data[offset(o, sy)] = static_cast<float>(max ? acc : acc / static_cast<double>(count));
     }
   }
-  return y;
 }
 
-Tensor gemm(const Tensor& a, const Tensor& b, const Tensor* c, float alpha, float beta, bool trans_a, bool trans_b) {
-  const Tensor A = with_layout(a, false), B = with_layout(b, false);
+void gemm(const ConstView& A, const ConstView& B, const ConstView* c, float alpha, float beta, bool trans_a,
+          bool trans_b, const View& y) {
+  if (A.channels_last || B.channels_last) throw std::logic_error("gemm: operands must be dense");
   const int64_t m = trans_a ? A.shape[1] : A.shape[0], k = trans_a ? A.shape[0] : A.shape[1];
   const int64_t n = trans_b ? B.shape[0] : B.shape[1];
-  Tensor y({m, n}, false);
   const auto sc = c ? broadcast_strides(*c, 2) : std::vector<int64_t>{0, 0};
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
@@ -174,13 +168,13 @@ Tensor gemm(const Tensor& a, const Tensor& b, const Tensor* c, float alpha, floa
       y.data[i * n + j] = static_cast<float>(v);
     }
   }
-  return y;
 }
 
-Tensor matmul(const Tensor& a_in, const Tensor& b_in, const std::vector<int64_t>& out_shape) {
-  Tensor a = with_layout(a_in, false), b = with_layout(b_in, false);
-  // Promote 1-D operands: a [K] -> [1, K], b [K] -> [K, 1]; the extra dim is dropped
-  // from out_shape by ONNX, so compute into the promoted shape and relabel.
+void matmul(const ConstView& a_in, const ConstView& b_in, const View& y) {
+  if (a_in.channels_last || b_in.channels_last) throw std::logic_error("matmul: operands must be dense");
+  ConstView a = a_in, b = b_in;
+  // Promote 1-D operands: a [K] -> [1, K], b [K] -> [K, 1]; ONNX drops the extra
+  // dimension from the output, whose dense data is the same.
   if (a.shape.size() == 1) a.shape.insert(a.shape.begin(), 1);
   if (b.shape.size() == 1) b.shape.push_back(1);
   const int64_t m = a.shape[a.shape.size() - 2], k = a.shape.back(), n = b.shape.back();
@@ -190,7 +184,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, const std::vector<int64_t>
     const int64_t ea = d + ra >= r ? a.shape[d + ra - r] : 1, eb = d + rb >= r ? b.shape[d + rb - r] : 1;
     batch.push_back(std::max(ea, eb));
   }
-  auto batch_offset = [&](const std::vector<int64_t>& idx, const Tensor& t, size_t rt) {
+  auto batch_offset = [&](const std::vector<int64_t>& idx, const ConstView& t, size_t rt) {
     int64_t off = 0, stride = t.shape[rt] * t.shape[rt + 1];
     for (int64_t d = static_cast<int64_t>(rt) - 1; d >= 0; --d) {
       const int64_t e = t.shape[d];
@@ -200,15 +194,11 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, const std::vector<int64_t>
     }
     return off;
   };
-  std::vector<int64_t> full = batch;
-  full.push_back(m);
-  full.push_back(n);
-  Tensor y(full, false);
   int64_t block = 0;
   for_each_index(batch, [&](const std::vector<int64_t>& bi) {
-    const float* pa = a.data.data() + batch_offset(bi, a, ra);
-    const float* pb = b.data.data() + batch_offset(bi, b, rb);
-    float* py = y.data.data() + block * m * n;
+    const float* pa = a.data + batch_offset(bi, a, ra);
+    const float* pb = b.data + batch_offset(bi, b, rb);
+    float* py = y.data + block * m * n;
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         double acc = 0.0;
@@ -217,54 +207,33 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, const std::vector<int64_t>
       }
     ++block;
   });
-  y.shape = out_shape;
-  return y;
 }
 
-Tensor concat(const std::vector<const Tensor*>& xs, int64_t axis) {
-  bool cl = xs.front()->channels_last;
-  for (const Tensor* t : xs) cl = cl && t->channels_last;
-  std::vector<int64_t> shape = xs.front()->shape;
-  shape[axis] = 0;
-  for (const Tensor* t : xs) shape[axis] += t->shape[axis];
-  Tensor y(shape, cl);
+void concat(const std::vector<ConstView>& xs, int64_t axis, const View& y) {
   const auto sy = y.strides();
   int64_t start = 0;
-  for (const Tensor* t : xs) {
-    const auto st = t->strides();
-    for_each_index(t->shape, [&](const std::vector<int64_t>& i) {
+  for (const ConstView& t : xs) {
+    const auto st = t.strides();
+    for_each_index(t.shape, [&](const std::vector<int64_t>& i) {
       std::vector<int64_t> o = i;
       o[axis] += start;
-      y.data[offset(o, sy)] = t->data[offset(i, st)];
+      y.data[offset(o, sy)] = t.data[offset(i, st)];
     });
-    start += t->shape[axis];
+    start += t.shape[axis];
   }
-  return y;
 }
 
-Tensor reshape(const Tensor& x, const std::vector<int64_t>& shape) {
-  Tensor y = with_layout(x, false);
-  y.shape = shape;
-  if (y.elements() != x.elements()) throw std::logic_error("reshape: element count changes");
-  return y;
-}
-
-Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm) {
-  std::vector<int64_t> shape;
-  for (int64_t p : perm) shape.push_back(x.shape[p]);
-  Tensor y(shape, false);
+void transpose(const ConstView& x, const std::vector<int64_t>& perm, const View& y) {
   const auto sx = x.strides(), sy = y.strides();
-  for_each_index(shape, [&](const std::vector<int64_t>& o) {
+  for_each_index(y.shape, [&](const std::vector<int64_t>& o) {
     int64_t from = 0;
     for (size_t d = 0; d < perm.size(); ++d) from += o[d] * sx[perm[d]];
     y.data[offset(o, sy)] = x.data[from];
   });
-  return y;
 }
 
-Tensor batch_norm(const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& mean, const Tensor& var,
-                  float epsilon) {
-  Tensor y(x.shape, x.channels_last);
+void batch_norm(const ConstView& x, const ConstView& scale, const ConstView& bias, const ConstView& mean,
+                const ConstView& var, float epsilon, const View& y) {
   const auto sx = x.strides(), sy = y.strides();
   for_each_index(x.shape, [&](const std::vector<int64_t>& i) {
     const int64_t c = i[1];
@@ -272,11 +241,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& scale, const Tensor& bias, cons
                      std::sqrt(static_cast<double>(var.data[c]) + epsilon);
     y.data[offset(i, sy)] = static_cast<float>(scale.data[c] * z + bias.data[c]);
   });
-  return y;
 }
 
-Tensor lrn(const Tensor& x, int64_t size, float alpha, float beta, float bias) {
-  Tensor y(x.shape, x.channels_last);
+void lrn(const ConstView& x, int64_t size, float alpha, float beta, float bias, const View& y) {
   const auto sx = x.strides(), sy = y.strides();
   const int64_t channels = x.shape[1], below = (size - 1) / 2, above = size - 1 - below;
   for_each_index(x.shape, [&](const std::vector<int64_t>& i) {
@@ -290,26 +257,23 @@ Tensor lrn(const Tensor& x, int64_t size, float alpha, float beta, float bias) {
     const double v = x.data[offset(i, sx)];
     y.data[offset(i, sy)] = static_cast<float>(v / std::pow(bias + alpha / static_cast<double>(size) * sum, beta));
   });
-  return y;
 }
 
-Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, float value) {
+void pad(const ConstView& x, const std::vector<int64_t>& pads, float value, const View& y) {
   const size_t r = x.shape.size();
-  std::vector<int64_t> shape = x.shape;
-  for (size_t d = 0; d < r; ++d) shape[d] += pads[d] + pads[r + d];
-  Tensor y(shape, x.channels_last);
-  std::fill(y.data.begin(), y.data.end(), value);
+  std::fill(y.data, y.data + y.elements(), value);
   const auto sx = x.strides(), sy = y.strides();
   for_each_index(x.shape, [&](const std::vector<int64_t>& i) {
     std::vector<int64_t> o = i;
     for (size_t d = 0; d < r; ++d) o[d] += pads[d];
     y.data[offset(o, sy)] = x.data[offset(i, sx)];
   });
-  return y;
 }
 
-Tensor softmax(const Tensor& x_in, int64_t axis, bool coerce_2d, bool log) {
-  Tensor y = with_layout(x_in, false);
+void softmax(const ConstView& x, int64_t axis, bool coerce_2d, bool log, const View& y) {
+  if (x.channels_last || y.channels_last) throw std::logic_error("softmax: operands must be dense");
+  const int64_t total = x.elements();
+  std::copy(x.data, x.data + total, y.data);
   int64_t outer = 1, inner = 1, n = 1;
   for (int64_t d = 0; d < axis; ++d) outer *= y.shape[d];
   if (coerce_2d) {
@@ -320,7 +284,7 @@ Tensor softmax(const Tensor& x_in, int64_t axis, bool coerce_2d, bool log) {
   }
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t in = 0; in < inner; ++in) {
-      float* p = y.data.data() + o * n * inner + in;
+      float* p = y.data + o * n * inner + in;
       float m = -std::numeric_limits<float>::infinity();
       for (int64_t i = 0; i < n; ++i) m = std::max(m, p[i * inner]);
       double sum = 0.0;
@@ -331,7 +295,6 @@ Tensor softmax(const Tensor& x_in, int64_t axis, bool coerce_2d, bool log) {
       }
     }
   }
-  return y;
 }
 
 }  // namespace convgen::ops

@@ -1,8 +1,8 @@
-// The model executor's operators other than convolution, with ONNX semantics, over
-// tensors in either layout (tensor.h). Plain, readable loops: the in-process executor
-// (`convgen run` / `check`) runs them; the generated model driver will call fast
-// versions with the same contracts. Output shapes come from the caller (the model's
-// inferred shapes) where ONNX defines them by formula (pooling, broadcasting).
+// The model's operators other than convolution, with ONNX semantics, over tensor views
+// in either layout (tensor.h). The caller owns every buffer -- a static memory plan's
+// arena in the generated driver and in the in-process executor alike, so both run the
+// same code on the same layouts and give the same bits. Output views come with their
+// shape and layout decided by the caller (model_plan.h); plain, readable loops.
 #pragma once
 
 #include <cstdint>
@@ -13,39 +13,40 @@
 namespace convgen::ops {
 
 enum class Unary { Relu, LeakyRelu, Clip, Sigmoid, Identity };
-// alpha: LeakyRelu's slope; lo/hi: Clip's bounds. Output keeps x's layout.
-Tensor unary(const Tensor& x, Unary op, float alpha = 0.0f, float lo = 0.0f, float hi = 0.0f);
+// y has x's shape and layout. alpha: LeakyRelu's slope; lo/hi: Clip's bounds.
+void unary(const ConstView& x, const View& y, Unary op, float alpha = 0.0f, float lo = 0.0f, float hi = 0.0f);
 
 enum class Binary { Add, Sub, Mul, Div, Pow };
-// Numpy broadcasting to out_shape; the output takes the layout of an operand of that
-// exact shape stored channels-last, else dense.
-Tensor binary(const Tensor& a, const Tensor& b, Binary op, const std::vector<int64_t>& out_shape);
+// Numpy broadcasting of a and b to y's shape.
+void binary(const ConstView& a, const ConstView& b, const View& y, Binary op);
+// The layout a binary op's output takes: channels-last when an operand of exactly the
+// output's shape is stored so, else dense.
+bool binary_output_channels_last(const ConstView& a, const ConstView& b, const std::vector<int64_t>& out_shape);
 
 struct Window {
   std::vector<int64_t> kernel, strides, dilations, pads_begin, pads_end;
 };
-// MaxPool / AveragePool (count_include_pad counts window positions inside the explicit
-// padding, not past it), to the given output shape; keeps x's layout.
-Tensor max_pool(const Tensor& x, const Window& w, const std::vector<int64_t>& out_shape);
-Tensor average_pool(const Tensor& x, const Window& w, bool count_include_pad, const std::vector<int64_t>& out_shape);
-Tensor global_pool(const Tensor& x, bool max);
+// MaxPool / AveragePool to y's shape (count_include_pad counts window positions inside
+// the explicit padding, not past it); GlobalAveragePool / GlobalMaxPool.
+void max_pool(const ConstView& x, const Window& w, const View& y);
+void average_pool(const ConstView& x, const Window& w, bool count_include_pad, const View& y);
+void global_pool(const ConstView& x, bool max, const View& y);
 
-// Y = alpha * A' * B' + beta * C (C optional: null), A and B 2-D; dense output.
-Tensor gemm(const Tensor& a, const Tensor& b, const Tensor* c, float alpha, float beta, bool trans_a, bool trans_b);
-// Numpy matmul (batch dimensions broadcast, 1-D operands promoted); dense output.
-Tensor matmul(const Tensor& a, const Tensor& b, const std::vector<int64_t>& out_shape);
+// Y = alpha * A' * B' + beta * C (c optional), dense 2-D operands.
+void gemm(const ConstView& a, const ConstView& b, const ConstView* c, float alpha, float beta, bool trans_a,
+          bool trans_b, const View& y);
+// Numpy matmul (batch dimensions broadcast, 1-D operands promoted), dense operands.
+void matmul(const ConstView& a, const ConstView& b, const View& y);
 
-Tensor concat(const std::vector<const Tensor*>& xs, int64_t axis);
-// Same values, new logical shape (dense storage).
-Tensor reshape(const Tensor& x, const std::vector<int64_t>& shape);
-Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm);
-Tensor batch_norm(const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& mean, const Tensor& var,
-                  float epsilon);
-Tensor lrn(const Tensor& x, int64_t size, float alpha, float beta, float bias);
+void concat(const std::vector<ConstView>& xs, int64_t axis, const View& y);
+void transpose(const ConstView& x, const std::vector<int64_t>& perm, const View& y);
+void batch_norm(const ConstView& x, const ConstView& scale, const ConstView& bias, const ConstView& mean,
+                const ConstView& var, float epsilon, const View& y);
+void lrn(const ConstView& x, int64_t size, float alpha, float beta, float bias, const View& y);
 // Constant padding; pads = begins of every axis, then ends.
-Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, float value);
+void pad(const ConstView& x, const std::vector<int64_t>& pads, float value, const View& y);
 // Softmax / LogSoftmax along axis, or (coerce_2d, before opset 13) over the flattened
-// dimensions from axis on; dense output.
-Tensor softmax(const Tensor& x, int64_t axis, bool coerce_2d, bool log);
+// dimensions from axis on; dense x and y.
+void softmax(const ConstView& x, int64_t axis, bool coerce_2d, bool log, const View& y);
 
 }  // namespace convgen::ops

@@ -23,7 +23,7 @@ std::vector<int64_t> dense_strides(const std::vector<int64_t>& shape) {
   return s;
 }
 
-std::vector<int64_t> Tensor::strides() const {
+std::vector<int64_t> layout_strides(const std::vector<int64_t>& shape, bool channels_last) {
   if (!channels_last) return dense_strides(shape);
   // Storage order N, spatial..., C.
   const size_t r = shape.size();
@@ -39,18 +39,37 @@ std::vector<int64_t> Tensor::strides() const {
   return s;
 }
 
-Tensor with_layout(const Tensor& t, bool channels_last) {
-  if (t.channels_last == channels_last) return t;
-  Tensor out(t.shape, channels_last);
-  const auto from = t.strides(), to = out.strides();
-  const int64_t r = t.rank(), n = t.elements();
+std::vector<int64_t> Tensor::strides() const { return layout_strides(shape, channels_last); }
+std::vector<int64_t> ConstView::strides() const { return layout_strides(shape, channels_last); }
+std::vector<int64_t> View::strides() const { return layout_strides(shape, channels_last); }
+
+namespace {
+int64_t product(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  return n;
+}
+}  // namespace
+
+int64_t ConstView::elements() const { return product(shape); }
+int64_t View::elements() const { return product(shape); }
+
+void copy_layout(const ConstView& x, const View& y) {
+  const auto from = x.strides(), to = y.strides();
+  const int64_t r = x.rank(), n = x.elements();
   std::vector<int64_t> idx(r, 0);
   for (int64_t e = 0; e < n; ++e) {
     int64_t a = 0, b = 0;
     for (int64_t d = 0; d < r; ++d) a += idx[d] * from[d], b += idx[d] * to[d];
-    out.data[b] = t.data[a];
-    for (int64_t d = r - 1; d >= 0 && ++idx[d] == t.shape[d]; --d) idx[d] = 0;
+    y.data[b] = x.data[a];
+    for (int64_t d = r - 1; d >= 0 && ++idx[d] == x.shape[d]; --d) idx[d] = 0;
   }
+}
+
+Tensor with_layout(const Tensor& t, bool channels_last) {
+  if (t.channels_last == channels_last) return t;
+  Tensor out(t.shape, channels_last);
+  copy_layout(view_of(t), view_of(out));
   return out;
 }
 

@@ -25,6 +25,34 @@ struct Tensor {
   std::vector<int64_t> strides() const;
 };
 
+// Views of tensor storage owned elsewhere (a static memory plan's arena, a caller's
+// buffer): the same shape/layout conventions as Tensor.
+struct ConstView {
+  const float* data = nullptr;
+  std::vector<int64_t> shape;
+  bool channels_last = false;
+  int64_t elements() const;
+  int64_t rank() const { return static_cast<int64_t>(shape.size()); }
+  std::vector<int64_t> strides() const;
+};
+struct View {
+  float* data = nullptr;
+  std::vector<int64_t> shape;
+  bool channels_last = false;
+  int64_t elements() const;
+  int64_t rank() const { return static_cast<int64_t>(shape.size()); }
+  std::vector<int64_t> strides() const;
+  operator ConstView() const { return {data, shape, channels_last}; }
+};
+inline ConstView view_of(const Tensor& t) { return {t.data.data(), t.shape, t.channels_last}; }
+inline View view_of(Tensor& t) { return {t.data.data(), t.shape, t.channels_last}; }
+
+// Element step of each logical dimension for a shape stored dense or channels-last.
+std::vector<int64_t> layout_strides(const std::vector<int64_t>& shape, bool channels_last);
+
+// Copies x into y (same logical shape), converting the layout.
+void copy_layout(const ConstView& x, const View& y);
+
 // The same values stored in the requested layout (a copy only when it differs).
 Tensor with_layout(const Tensor& t, bool channels_last);
 
