@@ -13,10 +13,13 @@
 #include "cli.h"
 #include "errors.h"
 #include "model_fusion.h"
+#include "model_driver_codegen.h"
 #include "model_kernels.h"
+#include "model_plan.h"
 #include "onnx_import.h"
 #include "sha256.h"
 #include "subprocess.h"
+#include "weights_file.h"
 
 namespace fs = std::filesystem;
 
@@ -32,13 +35,18 @@ kernel per distinct convolution layer, shared by identical layers. Writes:
 
   DIR/NAME.a               the kernels, built without a Halide runtime: link
                            convgen::runtime, which owns the process's one runtime
-  DIR/NAME.h               declarations of every kernel and the layer -> kernel table
+  DIR/NAME.h               the driver class (convgen_model_NAME::Model), every kernel's
+                           declaration and the layer -> kernel table
+  DIR/NAME.cpp             the generated model driver: every layer in order over a static
+                           memory plan (one arena, offsets fixed at compile time)
+  DIR/NAME.weights         the weights the driver loads (BatchNorm already folded)
   DIR/kernels/K.h          each kernel's own header (buffer conventions: docs/architecture.md)
   DIR/NAME.manifest.json   provenance: convgen version, generator hash, Halide version,
                            target, the model's SHA-256, each kernel's layer, schedule and
                            schedule source
 
-The generated model driver (other layers, memory plan) is not written yet (issue 4).
+Build NAME.cpp with the header directory on the include path and link NAME.a and
+convgen::runtime (model_runtime.h, ops.h).
 
   -o, --output DIR     output directory (default: NAME in the current directory)
   --name NAME          model name, a C identifier (default: the file's stem)
@@ -168,9 +176,10 @@ std::string provenance_lines(const Options& o, const std::string& name, const st
 }
 
 std::string model_header(const std::vector<model::PlannedKernel>& kernels, const Options& o, const std::string& name,
-                         const std::string& target) {
+                         const std::string& target, const std::string& driver) {
   std::string h = provenance_lines(o, name, target);
   h += fmt::format("#ifndef CONVGEN_MODEL_{0}_H\n#define CONVGEN_MODEL_{0}_H\n\n", name);
+  h += driver + "\n";
   for (const auto& k : kernels) h += fmt::format("#include \"kernels/{}.h\"\n", k.name);
   h += "\n// Layers and the kernel each runs (forward pass):\n";
   for (const auto& k : kernels)
@@ -281,10 +290,18 @@ int compile_model(const Args& args) {
     std::vector<std::string> ar = {"/usr/bin/ar", "rcsD", (stage / (name + ".a")).string()};
     ar.insert(ar.end(), objects.begin(), objects.end());
     if (!objects.empty()) run_tool(ar, stage / "objects", stage / "ar.log");
-    write_file((stage / (name + ".h")).string(), model_header(kernels, o, name, target));
+    // The driver: the static plan as C++, its weights blob beside it.
+    const model::Plan plan = model::make_plan(g, kernels);
+    const std::string plan_key =
+        sha256_hex(fmt::format("{}|{}|{}|{}|{}", model_sha, g.batch, CONVGEN_GENERATOR_HASH, target, name));
+    write_weights_file((stage / (name + ".weights")).string(), model::weights_blob(g, plan), plan_key);
+    write_file((stage / (name + ".cpp")).string(),
+               model::driver_source(name, g, plan, plan_key, provenance_lines(o, name, target) + "\n"));
+    write_file((stage / (name + ".h")).string(),
+               model_header(kernels, o, name, target, model::driver_declaration(name, g, plan)));
     write_file((stage / (name + ".manifest.json")).string(), manifest(kernels, o, name, target, model_sha, g));
     // Move into place: the files, then the kernels directory as a whole.
-    for (const std::string& f : {name + ".a", name + ".h", name + ".manifest.json"})
+    for (const std::string& f : {name + ".a", name + ".h", name + ".cpp", name + ".weights", name + ".manifest.json"})
       if (fs::exists(stage / f)) fs::rename(stage / f, out_dir / f);
     fs::remove_all(out_dir / "kernels", ec);
     fs::rename(stage / "kernels", out_dir / "kernels");

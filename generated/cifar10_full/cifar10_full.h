@@ -4,6 +4,34 @@
 #ifndef CONVGEN_MODEL_cifar10_full_H
 #define CONVGEN_MODEL_cifar10_full_H
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace convgen_model_cifar10_full {
+
+// The model's forward pass over a static plan: 23 steps, an arena of 47104 floats and
+// 89680 floats of weights (read from the weights file `convgen compile` wrote beside
+// this header). Data is dense float32 in ONNX order:
+//   inputs[0]  'data' {1, 3, 32, 32}
+//   outputs[0] 'prob_out' {1, 10}
+// forward() is not reentrant (one arena per Model); use one Model per thread.
+class Model {
+ public:
+  // Throws std::runtime_error naming the file when it is missing, truncated or
+  // written by another compile.
+  explicit Model(const std::string& weights_path);
+  static constexpr int kInputs = 1, kOutputs = 1;
+  static constexpr int64_t kInputElements[kInputs] = {3072};
+  static constexpr int64_t kOutputElements[kOutputs] = {10};
+  void forward(const float* const* inputs, float* const* outputs);
+
+ private:
+  std::vector<float> weights_, arena_;
+};
+
+}  // namespace convgen_model_cifar10_full
+
 #include "kernels/convgen_fwd_23b16232e46ced0e.h"
 #include "kernels/convgen_fwd_e9d3ac5e2b2c551b.h"
 #include "kernels/convgen_fwd_df1e674ae2cfd79d.h"

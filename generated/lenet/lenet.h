@@ -4,6 +4,34 @@
 #ifndef CONVGEN_MODEL_lenet_H
 #define CONVGEN_MODEL_lenet_H
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace convgen_model_lenet {
+
+// The model's forward pass over a static plan: 10 steps, an arena of 15968 floats and
+// 431152 floats of weights (read from the weights file `convgen compile` wrote beside
+// this header). Data is dense float32 in ONNX order:
+//   inputs[0]  'data' {1, 1, 28, 28}
+//   outputs[0] 'prob_out' {1, 10}
+// forward() is not reentrant (one arena per Model); use one Model per thread.
+class Model {
+ public:
+  // Throws std::runtime_error naming the file when it is missing, truncated or
+  // written by another compile.
+  explicit Model(const std::string& weights_path);
+  static constexpr int kInputs = 1, kOutputs = 1;
+  static constexpr int64_t kInputElements[kInputs] = {784};
+  static constexpr int64_t kOutputElements[kOutputs] = {10};
+  void forward(const float* const* inputs, float* const* outputs);
+
+ private:
+  std::vector<float> weights_, arena_;
+};
+
+}  // namespace convgen_model_lenet
+
 #include "kernels/convgen_fwd_d81b0a99cb63f2bc.h"
 #include "kernels/convgen_fwd_86babb5a5555a006.h"
 

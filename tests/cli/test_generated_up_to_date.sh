@@ -12,7 +12,7 @@ cp "$root/models/"*.onnx "$work/elsewhere/models/"
 for model in lenet cifar10_full; do
   (cd "$work/elsewhere" && "$convgen" compile "models/$model.onnx" -o "out/$model" --no-cache >/dev/null) ||
     { echo "FAIL: compile $model"; failures=$((failures + 1)); continue; }
-  rm -f "$work/elsewhere/out/$model/$model.a"
+  rm -f "$work/elsewhere/out/$model/$model.a" "$work/elsewhere/out/$model/$model.weights"
   if ! diff -r "$root/generated/$model" "$work/elsewhere/out/$model"; then
     echo "FAIL: generated/$model differs from a fresh compile (run scripts/regenerate-generated)"
     failures=$((failures + 1))

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The generated drivers of the bundled models (built into one program, so two compiled
+# models link and run together) must give the same bits as the in-process executor
+# (`convgen run`), and refuse a weights file of another model with a clear message.
+set -u
+convgen="$1"
+check="$2"
+built="$3"   # directory holding <model>/<model>.weights from the build-time compile
+root="$4"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+for model in lenet cifar10_full; do
+  case_dir="$work/$model"
+  mkdir -p "$case_dir/test_data_set_0"
+  cp "$root/models/$model.onnx" "$case_dir/model.onnx"
+  "$check" input "$model" "$case_dir/test_data_set_0/input_0.pb" || { fail "$model: input"; continue; }
+  "$check" run "$model" "$built/$model/$model.weights" "$case_dir/test_data_set_0/input_0.pb" \
+    "$case_dir/test_data_set_0/output_0.pb" || { fail "$model: driver run"; continue; }
+  # Bit for bit: the executor's output must equal the driver's exactly.
+  "$convgen" check "$case_dir" --rtol 0 --atol 0 >"$work/out" 2>&1 || fail "$model: driver and executor differ: $(cat "$work/out")"
+done
+"$check" run lenet "$built/cifar10_full/cifar10_full.weights" "$work/lenet/test_data_set_0/input_0.pb" "$work/x.pb" \
+  2>"$work/err" && fail "lenet accepted cifar10_full's weights"
+grep -q "written for another model" "$work/err" || fail "weights mismatch message: $(cat "$work/err")"
+if [[ $failures -eq 0 ]]; then echo "models.driver: drivers and executor agree bit for bit"; else exit 1; fi
