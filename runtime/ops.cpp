@@ -5,6 +5,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include <blis.h>
+
 namespace convgen::ops {
 
 namespace {
@@ -97,6 +99,15 @@ bool binary_output_channels_last(const ConstView& a, const ConstView& b, const s
 }
 
 void binary(const ConstView& a, const ConstView& b, const View& y, Binary op) {
+  // Fast paths, same arithmetic: operands of y's shape and layout, or a scalar.
+  const int64_t n = y.elements();
+  const bool a_flat = a.shape == y.shape && a.channels_last == y.channels_last;
+  const bool b_flat = b.shape == y.shape && b.channels_last == y.channels_last;
+  if ((a_flat || a.elements() == 1) && (b_flat || b.elements() == 1)) {
+    const int64_t ia = a_flat ? 1 : 0, ib = b_flat ? 1 : 0;
+    for (int64_t i = 0; i < n; ++i) y.data[i] = apply(op, a.data[i * ia], b.data[i * ib]);
+    return;
+  }
   const auto sa = broadcast_strides(a, y.shape.size()), sb = broadcast_strides(b, y.shape.size());
   const auto sy = y.strides();
   for_each_index(y.shape, [&](const std::vector<int64_t>& i) {
@@ -104,7 +115,36 @@ void binary(const ConstView& a, const ConstView& b, const View& y, Binary op) {
   });
 }
 
+// Channels-last 2-D pooling: the window loops outside, channels contiguous inside.
+template <bool Max>
+void pool_channels_last(const ConstView& x, const Window& w, bool count_include_pad, const View& y) {
+  const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], Wd = x.shape[3];
+  const int64_t P = y.shape[2], Q = y.shape[3];
+  std::vector<double> acc(static_cast<size_t>(C));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t q = 0; q < Q; ++q) {
+        std::fill(acc.begin(), acc.end(), Max ? -std::numeric_limits<double>::infinity() : 0.0);
+        int64_t count = 0;
+        for (int64_t r = 0; r < w.kernel[0]; ++r) {
+          const int64_t i = p * w.strides[0] + r * w.dilations[0] - w.pads_begin[0];
+          for (int64_t s = 0; s < w.kernel[1]; ++s) {
+            const int64_t j = q * w.strides[1] + s * w.dilations[1] - w.pads_begin[1];
+            const bool inside = i >= 0 && i < H && j >= 0 && j < Wd;
+            if (count_include_pad ? (i < H + w.pads_end[0] && j < Wd + w.pads_end[1]) : inside) ++count;
+            if (!inside) continue;
+            const float* px = x.data + ((n * H + i) * Wd + j) * C;
+            for (int64_t c = 0; c < C; ++c) acc[c] = Max ? std::max(acc[c], double(px[c])) : acc[c] + px[c];
+          }
+        }
+        float* py = y.data + ((n * P + p) * Q + q) * C;
+        for (int64_t c = 0; c < C; ++c)
+          py[c] = Max ? static_cast<float>(acc[c]) : (count > 0 ? static_cast<float>(acc[c] / double(count)) : 0.0f);
+      }
+}
+
 void max_pool(const ConstView& x, const Window& w, const View& y) {
+  if (x.channels_last && y.channels_last && x.rank() == 4) return pool_channels_last<true>(x, w, false, y);
   const auto sx = x.strides(), sy = y.strides();
   for_each_index(y.shape, [&](const std::vector<int64_t>& o) {
     float m = -std::numeric_limits<float>::infinity();
@@ -116,6 +156,7 @@ void max_pool(const ConstView& x, const Window& w, const View& y) {
 }
 
 void average_pool(const ConstView& x, const Window& w, bool count_include_pad, const View& y) {
+  if (x.channels_last && y.channels_last && x.rank() == 4) return pool_channels_last<false>(x, w, count_include_pad, y);
   const auto sx = x.strides(), sy = y.strides();
   for_each_index(y.shape, [&](const std::vector<int64_t>& o) {
     double sum = 0.0;
@@ -155,6 +196,17 @@ void gemm(const ConstView& A, const ConstView& B, const ConstView* c, float alph
   const int64_t m = trans_a ? A.shape[1] : A.shape[0], k = trans_a ? A.shape[0] : A.shape[1];
   const int64_t n = trans_b ? B.shape[0] : B.shape[1];
   const auto sc = c ? broadcast_strides(*c, 2) : std::vector<int64_t>{0, 0};
+  if (m > 0 && n > 0 && k > 0) {
+    // BLIS sgemm (its K loop is never split across threads, so the bits do not depend
+    // on the thread count): y = beta*C first, then y += alpha*A'*B'.
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) y.data[i * n + j] = c ? beta * c->data[i * sc[0] + j * sc[1]] : 0.0f;
+    float one = 1.0f, a_scale = alpha;
+    bli_sgemm(trans_a ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, trans_b ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, m, n, k,
+              &a_scale, const_cast<float*>(A.data), A.shape[1], 1, const_cast<float*>(B.data), B.shape[1], 1, &one,
+              y.data, n, 1);
+    return;
+  }
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       double acc = 0.0;

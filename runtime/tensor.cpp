@@ -1,5 +1,6 @@
 #include "tensor.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace convgen {
@@ -55,6 +56,21 @@ int64_t ConstView::elements() const { return product(shape); }
 int64_t View::elements() const { return product(shape); }
 
 void copy_layout(const ConstView& x, const View& y) {
+  if (x.channels_last == y.channels_last) {
+    std::copy(x.data, x.data + x.elements(), y.data);
+    return;
+  }
+  if (x.rank() == 4) {  // the common case, rows of channels at a time
+    const int64_t N = x.shape[0], C = x.shape[1], HW = x.shape[2] * x.shape[3];
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t p = 0; p < HW; ++p) {
+          const int64_t dense = (n * C + c) * HW + p, last = (n * HW + p) * C + c;
+          if (x.channels_last) y.data[dense] = x.data[last];
+          else y.data[last] = x.data[dense];
+        }
+    return;
+  }
   const auto from = x.strides(), to = y.strides();
   const int64_t r = x.rank(), n = x.elements();
   std::vector<int64_t> idx(r, 0);
