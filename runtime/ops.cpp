@@ -286,6 +286,18 @@ void transpose(const ConstView& x, const std::vector<int64_t>& perm, const View&
 
 void batch_norm(const ConstView& x, const ConstView& scale, const ConstView& bias, const ConstView& mean,
                 const ConstView& var, float epsilon, const View& y) {
+  if (x.channels_last == y.channels_last && x.rank() >= 2) {
+    // Per-channel scale and shift over flat data, computed exactly as below.
+    const int64_t C = x.shape[1], n = x.elements();
+    int64_t inner = 1;  // dense: elements per (n, c) block
+    for (size_t d = 2; d < x.shape.size(); ++d) inner *= x.shape[d];
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t c = x.channels_last ? i % C : (i / inner) % C;
+      const double z = (static_cast<double>(x.data[i]) - mean.data[c]) / std::sqrt(static_cast<double>(var.data[c]) + epsilon);
+      y.data[i] = static_cast<float>(scale.data[c] * z + bias.data[c]);
+    }
+    return;
+  }
   const auto sx = x.strides(), sy = y.strides();
   for_each_index(x.shape, [&](const std::vector<int64_t>& i) {
     const int64_t c = i[1];
@@ -314,6 +326,15 @@ void lrn(const ConstView& x, int64_t size, float alpha, float beta, float bias, 
 void pad(const ConstView& x, const std::vector<int64_t>& pads, float value, const View& y) {
   const size_t r = x.shape.size();
   std::fill(y.data, y.data + y.elements(), value);
+  if (x.channels_last && y.channels_last && r == 4 && pads[0] == 0 && pads[1] == 0 && pads[4] == 0 && pads[5] == 0) {
+    // Spatial padding of channels-last data: each input row of pixels is one copy.
+    const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3], YH = y.shape[2], YW = y.shape[3];
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t h = 0; h < H; ++h)
+        std::copy(x.data + ((n * H + h) * W) * C, x.data + ((n * H + h) * W + W) * C,
+                  y.data + ((n * YH + h + pads[2]) * YW + pads[3]) * C);
+    return;
+  }
   const auto sx = x.strides(), sy = y.strides();
   for_each_index(x.shape, [&](const std::vector<int64_t>& i) {
     std::vector<int64_t> o = i;
