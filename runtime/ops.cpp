@@ -262,6 +262,19 @@ void matmul(const ConstView& a_in, const ConstView& b_in, const View& y) {
 }
 
 void concat(const std::vector<ConstView>& xs, int64_t axis, const View& y) {
+  bool channels_last = y.channels_last && axis == 1;
+  for (const ConstView& t : xs) channels_last = channels_last && t.channels_last;
+  if (channels_last) {
+    // Channel concatenation in channels-last storage: per pixel, each input's channels.
+    const int64_t pixels = y.elements() / y.shape[1], C = y.shape[1];
+    int64_t start = 0;
+    for (const ConstView& t : xs) {
+      const int64_t c = t.shape[1];
+      for (int64_t p = 0; p < pixels; ++p) std::copy(t.data + p * c, t.data + (p + 1) * c, y.data + p * C + start);
+      start += c;
+    }
+    return;
+  }
   const auto sy = y.strides();
   int64_t start = 0;
   for (const ConstView& t : xs) {
