@@ -100,21 +100,25 @@ void bind_batch(onnx::ModelProto& m, int64_t batch, const std::string& path) {
   }
 }
 
+// A constant Value as an initializer.
+void set_tensor(onnx::TensorProto* t, const std::string& name, const Value& v) {
+  t->set_name(name);
+  for (int64_t d : v.shape) t->add_dims(d);
+  if (v.is_int64) {
+    t->set_data_type(onnx::TensorProto_DataType_INT64);
+    for (int64_t x : v.int64_data) t->add_int64_data(x);
+  } else {
+    t->set_data_type(onnx::TensorProto_DataType_FLOAT);
+    for (float x : v.data) t->add_float_data(x);
+  }
+}
+
 void bind_constant_inputs(onnx::ModelProto& m, const std::map<std::string, Value>& values, const std::string& path) {
   for (const auto& [name, v] : values) {
     bool found = false;
     for (const auto& input : m.graph().input()) found = found || input.name() == name;
     if (!found) throw Error(ExitCode::Usage, fmt::format("{}: no graph input named '{}' to bind", path, name));
-    auto* t = m.mutable_graph()->add_initializer();
-    t->set_name(name);
-    for (int64_t d : v.shape) t->add_dims(d);
-    if (v.is_int64) {
-      t->set_data_type(onnx::TensorProto_DataType_INT64);
-      for (int64_t x : v.int64_data) t->add_int64_data(x);
-    } else {
-      t->set_data_type(onnx::TensorProto_DataType_FLOAT);
-      for (float x : v.data) t->add_float_data(x);
-    }
+    set_tensor(m.mutable_graph()->add_initializer(), name, v);
   }
 }
 
@@ -205,20 +209,32 @@ void write_back_constants(onnx::ModelProto& model, const Graph& g) {
         auto* shape = type->mutable_shape();
         for (int64_t d : v.shape) shape->add_dim()->set_dim_value(d);
       }
-      auto* t = graph->add_initializer();
-      t->set_name(out);
-      for (int64_t d : v.shape) t->add_dims(d);
-      if (v.is_int64) {
-        t->set_data_type(onnx::TensorProto_DataType_INT64);
-        for (int64_t x : v.int64_data) t->add_int64_data(x);
-      } else {
-        t->set_data_type(onnx::TensorProto_DataType_FLOAT);
-        for (float x : v.data) t->add_float_data(x);
-      }
+      set_tensor(graph->add_initializer(), out, v);
     }
   }
   graph->mutable_node()->Swap(&kept);
   graph->clear_value_info();  // inferred afresh
+}
+
+}  // namespace
+
+namespace {
+
+// A tensor's n elements, from raw_data or the typed repeated field, checked against n.
+template <typename T, typename Field>
+void read_elements(const onnx::TensorProto& t, int64_t n, const char* type, const Field& typed,
+                   const std::string& where, std::vector<T>* out) {
+  if (t.has_raw_data()) {
+    if (static_cast<int64_t>(t.raw_data().size()) != n * static_cast<int64_t>(sizeof(T)))
+      throw Error(ExitCode::BadModel,
+                  fmt::format("{}: {} bytes of data for {} {} elements", where, t.raw_data().size(), n, type));
+    out->resize(static_cast<size_t>(n));
+    if (n > 0) std::memcpy(out->data(), t.raw_data().data(), static_cast<size_t>(n) * sizeof(T));
+    return;
+  }
+  if (typed.size() != n)
+    throw Error(ExitCode::BadModel, fmt::format("{}: {} values for {} {} elements", where, typed.size(), n, type));
+  out->assign(typed.begin(), typed.end());
 }
 
 }  // namespace
@@ -235,34 +251,12 @@ Value tensor_value(const onnx::TensorProto& t, const std::string& where) {
     throw Error(ExitCode::Unsupported, fmt::format("{}: tensor data stored in an external file", where));
   const int64_t n = v.elements();
   if (t.data_type() == onnx::TensorProto_DataType_FLOAT) {
-    if (t.has_raw_data()) {
-      if (static_cast<int64_t>(t.raw_data().size()) != n * 4)
-        throw Error(ExitCode::BadModel, fmt::format("{}: {} bytes of data for {} float32 elements", where,
-                                                    t.raw_data().size(), n));
-      v.data.resize(n);
-      if (n > 0) std::memcpy(v.data.data(), t.raw_data().data(), n * 4);
-    } else {
-      if (t.float_data_size() != n)
-        throw Error(ExitCode::BadModel,
-                    fmt::format("{}: {} values for {} float32 elements", where, t.float_data_size(), n));
-      v.data.assign(t.float_data().begin(), t.float_data().end());
-    }
+    read_elements(t, n, "float32", t.float_data(), where, &v.data);
     return v;
   }
   if (t.data_type() == onnx::TensorProto_DataType_INT64) {
     v.is_int64 = true;
-    if (t.has_raw_data()) {
-      if (static_cast<int64_t>(t.raw_data().size()) != n * 8)
-        throw Error(ExitCode::BadModel, fmt::format("{}: {} bytes of data for {} int64 elements", where,
-                                                    t.raw_data().size(), n));
-      v.int64_data.resize(n);
-      if (n > 0) std::memcpy(v.int64_data.data(), t.raw_data().data(), n * 8);
-    } else {
-      if (t.int64_data_size() != n)
-        throw Error(ExitCode::BadModel,
-                    fmt::format("{}: {} values for {} int64 elements", where, t.int64_data_size(), n));
-      v.int64_data.assign(t.int64_data().begin(), t.int64_data().end());
-    }
+    read_elements(t, n, "int64", t.int64_data(), where, &v.int64_data);
     return v;
   }
   throw Error(ExitCode::Unsupported,

@@ -4,20 +4,9 @@
 # every kind of bad input.
 set -u
 convgen="$1"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+# shellcheck source=helpers.sh
+source "$(dirname "${BASH_SOURCE[0]}")/helpers.sh"
 
-# expect_error CODE FRAGMENT ARGS...: exit code CODE, one stderr line containing FRAGMENT.
-expect_error() {
-  local code="$1" fragment="$2"; shift 2
-  "$convgen" "$@" >"$work/out" 2>"$work/err"
-  local got=$?
-  [[ $got -eq $code ]] || fail "convgen $* exited $got, want $code"
-  grep -q -- "$fragment" "$work/err" || fail "convgen $*: stderr lacks '$fragment': $(cat "$work/err")"
-  [[ $(wc -l <"$work/err") -eq 1 ]] || fail "convgen $*: want one line of error, got: $(cat "$work/err")"
-}
 
 layer='mb2ic16ih12oc24oh12kh3ph1+bias+relu'
 "$convgen" compile-layer "$layer" -o "$work/a" --name conv_a --emit stmt >/dev/null || fail "compile-layer a"

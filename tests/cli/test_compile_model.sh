@@ -4,20 +4,10 @@
 # failing with one line, a stable code and nothing left behind.
 set -u
 convgen="$1"
+# shellcheck source=helpers.sh
+source "$(dirname "${BASH_SOURCE[0]}")/helpers.sh"
 root="$2"
 data=/usr/share/libonnx-testdata/data/pytorch-converted
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-expect_error() {
-  local code="$1" fragment="$2"; shift 2
-  "$convgen" "$@" >"$work/out" 2>"$work/err"
-  local got=$?
-  [[ $got -eq $code ]] || fail "convgen $* exited $got, want $code"
-  grep -q -- "$fragment" "$work/err" || fail "convgen $*: stderr lacks '$fragment': $(cat "$work/err")"
-  [[ $(wc -l <"$work/err") -eq 1 ]] || fail "convgen $*: want one line of error, got: $(cat "$work/err")"
-}
 
 cache="$work/cache"
 "$convgen" compile "$root/models/cifar10_full.onnx" -o "$work/a" --cache-dir "$cache" --batch 4 --verbose \

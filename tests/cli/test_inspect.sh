@@ -3,21 +3,10 @@
 # bad model files give one stderr line with the stable exit code (docs/exit-codes.md).
 set -u
 convgen="$1"
+# shellcheck source=helpers.sh
+source "$(dirname "${BASH_SOURCE[0]}")/helpers.sh"
 data=/usr/share/libonnx-testdata/data/pytorch-converted
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-# expect_error CODE FRAGMENT ARGS...: exit code CODE, one stderr line containing FRAGMENT.
-expect_error() {
-  local code="$1" fragment="$2"; shift 2
-  "$convgen" "$@" >"$work/out" 2>"$work/err"
-  local got=$?
-  [[ $got -eq $code ]] || fail "convgen $* exited $got, want $code"
-  grep -q -- "$fragment" "$work/err" || fail "convgen $*: stderr lacks '$fragment': $(cat "$work/err")"
-  [[ $(wc -l <"$work/err") -eq 1 ]] || fail "convgen $*: want one line of error, got: $(cat "$work/err")"
-}
 
 "$convgen" inspect "$data/test_Conv2d_groups/model.onnx" --batch 3 >"$work/out" || fail "inspect Conv2d_groups"
 grep -q "^Conv " "$work/out" || fail "no Conv line: $(cat "$work/out")"

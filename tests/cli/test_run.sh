@@ -3,20 +3,10 @@
 # the bundled models run, and bad data or a failing comparison exit with their codes.
 set -u
 convgen="$1"
+# shellcheck source=helpers.sh
+source "$(dirname "${BASH_SOURCE[0]}")/helpers.sh"
 root="$2"
 data=/usr/share/libonnx-testdata/data
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-expect_error() {
-  local code="$1" fragment="$2"; shift 2
-  "$convgen" "$@" >"$work/out" 2>"$work/err"
-  local got=$?
-  [[ $got -eq $code ]] || fail "convgen $* exited $got, want $code"
-  grep -q -- "$fragment" "$work/err" || fail "convgen $*: stderr lacks '$fragment': $(cat "$work/err")"
-  [[ $(wc -l <"$work/err") -eq 1 ]] || fail "convgen $*: want one line of error, got: $(cat "$work/err")"
-}
 
 case_dir="$data/pytorch-converted/test_Conv2d_depthwise_padded"
 "$convgen" run "$case_dir/model.onnx" --input "$case_dir/test_data_set_0/input_0.pb" --output-dir "$work/out1" \
