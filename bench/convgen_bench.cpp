@@ -889,7 +889,7 @@ int run_bench(const Options& o) {
                "      minibatch is small) on {} OpenMP threads\n",
                o.threads);
   std::fflush(stdout);
-  const double peak_start = cb::measure_fma_peak_gflops(o.threads);
+  const double peak_start = convgen::measure_fma_peak_gflops(o.threads);
   fmt::print(stderr, "convgen-bench: FMA probe at start {:.1f} GFLOP/s\n", peak_start);
 
   // Progress goes to stderr; the tables are printed at the end, when the mean probe is known.
@@ -920,7 +920,7 @@ int run_bench(const Options& o) {
     }
   }
 
-  const double peak_end = cb::measure_fma_peak_gflops(o.threads);
+  const double peak_end = convgen::measure_fma_peak_gflops(o.threads);
   const double peak = 0.5 * (peak_start + peak_end);
   fmt::print("FMA probe ({} thread{}): {:.1f} GFLOP/s at start, {:.1f} at end; %pk uses the mean "
              "{:.1f}\n",

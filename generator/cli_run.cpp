@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "errors.h"
+#include "fma_probe.h"
 #include "model_executor.h"
 #include "model_fusion.h"
 #include "onnx_import.h"
@@ -34,6 +35,8 @@ are bound as constants. The batch is the first input's leading dimension.
   --target STRING      Halide target (default x86-64-linux-avx-avx2-f16c-fma-sse41)
   --schedules FILE     schedule records (JSON lines)
   --verbose            say per layer which kernel and schedule source were chosen
+  --profile            per layer: ms, and for convolutions GF/s, % of the FMA peak
+                       (measured in the same run) and workspace bytes (on stderr)
 )";
 
 const char* kCheckUsage = R"(usage: convgen check DIR [options]
@@ -46,12 +49,12 @@ ONNX's runner defaults (rtol 1e-3, atol 1e-7). Prints the largest error of each 
 if every output of every data set passes (9 otherwise, docs/exit-codes.md).
 
   --rtol R, --atol A   tolerances
-  --target STRING, --schedules FILE, --verbose   as for `convgen run`
+  --target STRING, --schedules FILE, --verbose, --profile   as for `convgen run`
 )";
 
 struct RunSetup {
   std::string target, schedules;
-  bool verbose = false;
+  bool verbose = false, profile = false;
 };
 
 // The model imported with the given input data: int64 inputs, and inputs the importer
@@ -100,10 +103,37 @@ Prepared prepare(const std::string& model_path, std::vector<model::Value> values
   }
 }
 
+// --profile: per step ms, and for convolutions GF/s, % of the FMA peak measured here
+// and the kernel's workspace; the steps of a second, warm run.
+void print_profile(const model::ModelExecutor& exec) {
+  const double peak = measure_fma_peak_gflops(1);
+  double total_ms = 0, total_flops = 0;
+  fmt::print(stderr, "convgen: profile (1 thread, FMA peak {:.1f} GFLOP/s measured now; second run)\n", peak);
+  fmt::print(stderr, "{:<28} {:<18} {:>9} {:>8} {:>5} {:>10}\n", "layer", "op", "ms", "GF/s", "%pk", "ws bytes");
+  for (const auto& t : exec.profile()) {
+    total_ms += t.ms;
+    total_flops += t.flops;
+    if (t.flops > 0) {
+      const double gflops = t.flops / (t.ms * 1e6);
+      fmt::print(stderr, "{:<28} {:<18} {:>9.3f} {:>8.1f} {:>5.0f} {:>10}\n", t.node, model::op_name(t.op), t.ms, gflops,
+                 100.0 * gflops / peak, t.workspace_bytes);
+    } else {
+      fmt::print(stderr, "{:<28} {:<18} {:>9.3f}\n", t.node, model::op_name(t.op), t.ms);
+    }
+  }
+  fmt::print(stderr, "{:<28} {:<18} {:>9.3f} {:>8.1f}   (convolutions {:.1f} GFLOP)\n", "total", "", total_ms,
+             total_flops / (total_ms * 1e6), total_flops / 1e9);
+}
+
 std::vector<Tensor> execute(const Prepared& p, const RunSetup& s, std::vector<std::string>* why) {
   const std::string target = s.target.empty() ? default_target().target : s.target;
   model::ModelExecutor exec(p.graph, target_info(target), s.schedules, why);
-  return exec.run(p.feeds);
+  if (!s.profile) return exec.run(p.feeds);
+  exec.run(p.feeds);  // warm-up: first touch
+  exec.set_profiling(true);
+  std::vector<Tensor> out = exec.run(p.feeds);
+  print_profile(exec);
+  return out;
 }
 
 void print_why(const std::vector<std::string>& why) {
@@ -159,6 +189,7 @@ int run_model(const Args& args) {
     if (r.value("--output-dir", &output_dir) || r.value("--target", &s.target) || r.value("--schedules", &s.schedules))
       continue;
     if (r.flag("--verbose") || r.flag("-v")) { s.verbose = true; continue; }
+    if (r.flag("--profile")) { s.profile = true; continue; }
     if (!model.empty()) throw Error(ExitCode::Usage, fmt::format("unexpected argument '{}'", r.peek()));
     model = r.positional();
   }
@@ -199,6 +230,7 @@ int check_model(const Args& args) {
         r.value("--schedules", &s.schedules))
       continue;
     if (r.flag("--verbose") || r.flag("-v")) { s.verbose = true; continue; }
+    if (r.flag("--profile")) { s.profile = true; continue; }
     if (!dir.empty()) throw Error(ExitCode::Usage, fmt::format("unexpected argument '{}'", r.peek()));
     dir = r.positional();
   }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <functional>
 
 #include "conv_jit.h"
@@ -128,7 +129,21 @@ std::vector<Tensor> ModelExecutor::run(const std::map<std::string, Tensor>& inpu
   auto conv = [&](const PlanStep& s, const float* x, const float* w, const float* bias, float* y) {
     kernels_->by_layer.at(s.node)->run(x, w, bias, y);
   };
-  for (const PlanStep& s : plan_.steps) run_plan_step(s, plan_, arena_.data(), weights_.data(), conv);
+  profile_.clear();
+  for (const PlanStep& s : plan_.steps) {
+    const auto start = std::chrono::steady_clock::now();
+    run_plan_step(s, plan_, arena_.data(), weights_.data(), conv);
+    if (!profiling_) continue;
+    StepTiming t;
+    t.node = s.node;
+    t.op = s.op;
+    t.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (s.kind == StepKind::Conv) {
+      t.flops = s.descriptor.flops();
+      t.workspace_bytes = kernels_->by_layer.at(s.node)->last_workspace_bytes();
+    }
+    profile_.push_back(t);
+  }
   std::vector<Tensor> outputs;
   for (int id : plan_.outputs) {
     const PlanBuffer& b = plan_.buffers[id];

@@ -31,6 +31,17 @@ class ModelExecutor {
   const Graph& graph() const { return g_; }
   const Plan& plan() const { return plan_; }
 
+  // With profiling on, run() times every step (--profile of `convgen run` / `check`).
+  struct StepTiming {
+    std::string node;
+    Op op = Op::Identity;
+    double ms = 0.0;
+    double flops = 0.0;              // Conv: 2*N*K*(C/g)*R*S*P*Q; else 0
+    int64_t workspace_bytes = 0;     // Conv: the kernel's heap workspace
+  };
+  void set_profiling(bool on) { profiling_ = on; }
+  const std::vector<StepTiming>& profile() const { return profile_; }
+
   // inputs: one dense tensor per graph input, by name, of the inferred shape. Returns
   // the graph's outputs in order, dense in ONNX order. BadData on a wrong input.
   std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs);
@@ -41,6 +52,8 @@ class ModelExecutor {
   Plan plan_;
   std::vector<float> weights_, arena_;
   std::unique_ptr<Kernels> kernels_;
+  bool profiling_ = false;
+  std::vector<StepTiming> profile_;
 };
 
 // Runs one step of a plan over an arena and a weights blob; `conv` runs the Conv

@@ -19,6 +19,9 @@ cp "$case_dir/test_data_set_0/input_0.pb" "$work/case/test_data_set_0/"
 cp "$work/out1/output_0.pb" "$work/case/test_data_set_0/output_0.pb"
 "$convgen" check "$work/case" --rtol 0 --atol 0 >/dev/null || fail "check of run's own output (bit-exact)"
 "$convgen" check "$case_dir" | grep -q "all 1 outputs pass" || fail "check $case_dir"
+"$convgen" run "$case_dir/model.onnx" --input "$case_dir/test_data_set_0/input_0.pb" --output-dir "$work/out4" \
+  --profile >/dev/null 2>"$work/profile" || fail "run --profile"
+grep -q "GF/s" "$work/profile" && grep -q "^total" "$work/profile" || fail "no profile table: $(cat "$work/profile")"
 
 # A wrong expected output fails the check with code 9.
 cp "$data/pytorch-converted/test_Conv2d/test_data_set_0/output_0.pb" "$work/case/test_data_set_0/output_0.pb"

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace convgen::bench {
+namespace convgen {
 namespace {
 
 constexpr int kChains = 12;            // independent accumulators (latency 4 x 2 pipes = 8 needed)
@@ -92,4 +92,4 @@ double measure_fma_peak_gflops(int threads) {
   return best;
 }
 
-}  // namespace convgen::bench
+}  // namespace convgen
