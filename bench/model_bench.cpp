@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     options.batch = batch;
     convgen::model::Graph g = convgen::model::import_onnx(path, options);
     convgen::model::fuse_for_inference(g);
-    convgen::model::ModelExecutor exec(g, convgen::default_target(), "");
+    convgen::model::ModelExecutor exec(std::move(g), convgen::default_target(), "");
     std::map<std::string, convgen::Tensor> inputs;
     std::mt19937 rng(1);
     std::normal_distribution<float> normal(0.0f, 1.0f);

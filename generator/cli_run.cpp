@@ -125,9 +125,9 @@ void print_profile(const model::ModelExecutor& exec) {
              total_flops / (total_ms * 1e6), total_flops / 1e9);
 }
 
-std::vector<Tensor> execute(const Prepared& p, const RunSetup& s, std::vector<std::string>* why) {
+std::vector<Tensor> execute(Prepared p, const RunSetup& s, std::vector<std::string>* why) {
   const std::string target = s.target.empty() ? default_target().target : s.target;
-  model::ModelExecutor exec(p.graph, target_info(target), s.schedules, why);
+  model::ModelExecutor exec(std::move(p.graph), target_info(target), s.schedules, why);
   if (!s.profile) return exec.run(p.feeds);
   exec.run(p.feeds);  // warm-up: first touch
   exec.set_profiling(true);
@@ -199,15 +199,16 @@ int run_model(const Args& args) {
   std::vector<model::Value> values;
   for (const auto& f : input_files) values.push_back(model::read_tensor_file(f));
   std::vector<std::string> why;
-  const Prepared p = prepare(model, values, &why);
-  const std::vector<Tensor> outputs = execute(p, s, &why);
+  Prepared p = prepare(model, values, &why);
+  const std::vector<std::string> output_names = p.graph.outputs;
+  const std::vector<Tensor> outputs = execute(std::move(p), s, &why);
   if (s.verbose) print_why(why);
   std::error_code ec;
   fs::create_directories(output_dir, ec);
   if (ec) throw Error(ExitCode::Io, fmt::format("{}: cannot create directory: {}", output_dir, ec.message()));
   for (size_t i = 0; i < outputs.size(); ++i) {
     const std::string path = (fs::path(output_dir) / fmt::format("output_{}.pb", i)).string();
-    model::write_tensor_file(path, p.graph.outputs[i], outputs[i]);
+    model::write_tensor_file(path, output_names[i], outputs[i]);
     fmt::print("{}\n", path);
   }
   return 0;
@@ -263,8 +264,9 @@ int check_model(const Args& args) {
     std::vector<model::Value> values;
     for (const auto& f : numbered_files(set, "input")) values.push_back(model::read_tensor_file(f));
     std::vector<std::string> why;
-    const Prepared p = prepare(model, values, &why);
-    const std::vector<Tensor> got = execute(p, s, &why);
+    Prepared p = prepare(model, values, &why);
+    const std::vector<std::string> output_names = p.graph.outputs;
+    const std::vector<Tensor> got = execute(std::move(p), s, &why);
     if (s.verbose) print_why(why);
     const auto expected_files = numbered_files(set, "output");
     if (expected_files.size() != got.size())
@@ -285,7 +287,7 @@ int check_model(const Args& args) {
         }
       }
       if (!ok) ++failed;
-      fmt::print("{} output {} '{}': max |error| {:.3g} {}\n", set.filename().string(), i, p.graph.outputs[i],
+      fmt::print("{} output {} '{}': max |error| {:.3g} {}\n", set.filename().string(), i, output_names[i],
                  max_error, ok ? "pass" : (want.shape == got[i].shape ? "FAIL" : "FAIL (shape)"));
     }
   }

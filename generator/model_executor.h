@@ -28,6 +28,7 @@ class ModelExecutor {
   ModelExecutor(const ModelExecutor&) = delete;
   ModelExecutor& operator=(const ModelExecutor&) = delete;
 
+  // The graph's names and shapes; constants' data lives in the plan's weights blob.
   const Graph& graph() const { return g_; }
   const Plan& plan() const { return plan_; }
 

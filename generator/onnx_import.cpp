@@ -28,15 +28,13 @@ std::string first_line(const std::string& s) {
 }
 
 onnx::ModelProto parse_model(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw Error(ExitCode::Io, fmt::format("{}: cannot read", path));
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  if (!in.good() && !in.eof()) throw Error(ExitCode::Io, fmt::format("{}: read error", path));
-  const std::string data = bytes.str();
-  if (data.empty()) throw Error(ExitCode::BadModel, fmt::format("{}: bad model: the file is empty", path));
+  if (in.tellg() <= 0) throw Error(ExitCode::BadModel, fmt::format("{}: bad model: the file is empty", path));
+  in.seekg(0);
+  // Parsed from the stream: no second in-memory copy of a model's weights.
   onnx::ModelProto model;
-  if (!model.ParseFromString(data))
+  if (!model.ParseFromIstream(&in))
     throw Error(ExitCode::BadModel,
                 fmt::format("{}: bad model: not a valid ONNX protobuf (truncated or corrupted?)", path));
   if (!model.has_graph() || model.graph().node_size() == 0)
