@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <omp.h>
+
 #include <chrono>
 #include <functional>
 
@@ -28,11 +30,14 @@ Tensor tensor_of(const Value& v) {
 }
 
 ModelExecutor::ModelExecutor(Graph graph, const TargetInfo& t, const std::string& records,
-                             std::vector<std::string>* why)
+                             std::vector<std::string>* why, int threads)
     : g_(std::move(graph)), kernels_(std::make_unique<Kernels>()) {
   const std::vector<PlannedKernel> planned = plan_kernels(g_, t, records, why);
+  if (threads > 1) omp_set_num_threads(threads);
   for (const PlannedKernel& k : planned) {
-    kernels_->owned.push_back(std::make_unique<JitForwardKernel>(k.descriptor, k.selection.schedule, t));
+    ConvSchedule s = k.selection.schedule;
+    if (threads > 1) s.parallel = k.descriptor.mb >= 2 * threads ? Parallel::Images : Parallel::Pixels;
+    kernels_->owned.push_back(std::make_unique<JitForwardKernel>(k.descriptor, s, t));
     for (const auto& layer : k.layers) kernels_->by_layer[layer] = kernels_->owned.back().get();
   }
   plan_ = make_plan(g_, planned);

@@ -23,7 +23,11 @@ namespace convgen::model {
 class ModelExecutor {
  public:
   // `records` may be empty. `why` (optional) gets the kernel and schedule decisions.
-  ModelExecutor(Graph graph, const TargetInfo& t, const std::string& records, std::vector<std::string>* why = nullptr);
+  // threads > 1: convolutions run their intra-kernel parallel variant (images, or
+  // pixels when the batch is under 2 per thread) on that many OpenMP threads; kernels
+  // split only non-reduction loops, so the bits do not change.
+  ModelExecutor(Graph graph, const TargetInfo& t, const std::string& records, std::vector<std::string>* why = nullptr,
+                int threads = 1);
   ~ModelExecutor();
   ModelExecutor(const ModelExecutor&) = delete;
   ModelExecutor& operator=(const ModelExecutor&) = delete;

@@ -78,8 +78,11 @@ void for_each_window(const ConstView& x, const Window& w, const std::vector<int6
 
 }  // namespace
 
+// Element-wise loops and channels-last pooling split over OpenMP threads: each output
+// element is computed by one thread in a fixed way, so the bits never depend on T.
 void unary(const ConstView& x, const View& y, Unary op, float alpha, float lo, float hi) {
   const int64_t n = x.elements();
+#pragma omp parallel for schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) {
     float v = x.data[i];
     switch (op) {
@@ -105,6 +108,7 @@ void binary(const ConstView& a, const ConstView& b, const View& y, Binary op) {
   const bool b_flat = b.shape == y.shape && b.channels_last == y.channels_last;
   if ((a_flat || a.elements() == 1) && (b_flat || b.elements() == 1)) {
     const int64_t ia = a_flat ? 1 : 0, ib = b_flat ? 1 : 0;
+#pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; ++i) y.data[i] = apply(op, a.data[i * ia], b.data[i * ib]);
     return;
   }
@@ -120,9 +124,10 @@ template <bool Max>
 void pool_channels_last(const ConstView& x, const Window& w, bool count_include_pad, const View& y) {
   const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], Wd = x.shape[3];
   const int64_t P = y.shape[2], Q = y.shape[3];
-  std::vector<double> acc(static_cast<size_t>(C));
+#pragma omp parallel for collapse(2) schedule(static) if (N * P * Q * C > 65536)
   for (int64_t n = 0; n < N; ++n)
-    for (int64_t p = 0; p < P; ++p)
+    for (int64_t p = 0; p < P; ++p) {
+      std::vector<double> acc(static_cast<size_t>(C));
       for (int64_t q = 0; q < Q; ++q) {
         std::fill(acc.begin(), acc.end(), Max ? -std::numeric_limits<double>::infinity() : 0.0);
         int64_t count = 0;
@@ -141,6 +146,7 @@ void pool_channels_last(const ConstView& x, const Window& w, bool count_include_
         for (int64_t c = 0; c < C; ++c)
           py[c] = Max ? static_cast<float>(acc[c]) : (count > 0 ? static_cast<float>(acc[c] / double(count)) : 0.0f);
       }
+    }
 }
 
 void max_pool(const ConstView& x, const Window& w, const View& y) {
