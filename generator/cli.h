@@ -36,6 +36,9 @@ struct OptionReader {
 
 void print_version();
 
+// True for a C identifier (a kernel or model name): [A-Za-z_][A-Za-z0-9_]*.
+bool is_c_identifier(const std::string& s);
+
 // Whole-file I/O with convgen::Error (Io) on failure, and JSON string escaping.
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& text);

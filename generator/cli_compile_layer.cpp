@@ -59,12 +59,6 @@ ConvDescriptor descriptor_argument(const std::string& text) {
   return parse_descriptor(text);
 }
 
-bool valid_identifier(const std::string& s) {
-  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
-  for (char c : s)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
-  return true;
-}
 
 struct CompileOptions {
   std::string descriptor_text, output_dir, name, pass = "fwd", target, schedules, overrides, emit;
@@ -181,7 +175,7 @@ int compile_layer(const Args& args) {
   if (o.descriptor_text.empty()) throw Error(ExitCode::Usage, "compile-layer: missing DESCRIPTOR (see --help)");
   check_pass(o.pass);
   if (o.name.empty()) o.name = "conv_" + o.pass;
-  if (!valid_identifier(o.name)) throw Error(ExitCode::Usage, fmt::format("--name {}: not a C identifier", o.name));
+  if (!is_c_identifier(o.name)) throw Error(ExitCode::Usage, fmt::format("--name {}: not a C identifier", o.name));
   bool emit_stmt = false, emit_asm = false;
   for (std::stringstream ss(o.emit); ss.good();) {
     std::string item;

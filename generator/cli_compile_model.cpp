@@ -74,10 +74,6 @@ std::string identifier_from(const std::string& stem) {
   return id;
 }
 
-bool is_identifier(const std::string& s) {
-  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
-}
 
 fs::path default_cache_dir() {
   if (const char* d = std::getenv("CONVGEN_CACHE_DIR"); d && *d) return d;
@@ -249,7 +245,7 @@ int compile_model(const Args& args) {
   }
   if (o.model.empty()) throw Error(ExitCode::Usage, "compile: missing MODEL.onnx (see --help)");
   const std::string name = o.name.empty() ? identifier_from(fs::path(o.model).stem().string()) : o.name;
-  if (!is_identifier(name)) throw Error(ExitCode::Usage, fmt::format("--name {}: not a C identifier", name));
+  if (!is_c_identifier(name)) throw Error(ExitCode::Usage, fmt::format("--name {}: not a C identifier", name));
   const std::string target = o.target.empty() ? default_target().target : o.target;
   const TargetInfo t = target_info(target);
   model::ImportOptions import;
@@ -259,7 +255,7 @@ int compile_model(const Args& args) {
   model::Graph g = model::import_onnx(o.model, import);
   model::fuse_for_inference(g, &why);
   const auto kernels = model::plan_kernels(g, t, o.schedules, &why);
-  const std::string model_sha = sha256_hex(read_file(o.model));
+  const std::string model_sha = sha256_file_hex(o.model);
 
   const fs::path out_dir = o.output_dir.empty() ? fs::path(name) : fs::path(o.output_dir);
   make_dirs(out_dir);

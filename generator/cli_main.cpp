@@ -1,5 +1,6 @@
 // convgen: the command-line driver. Every failure is a one-line message on stderr and a
 // stable exit code (docs/exit-codes.md); nothing here aborts on bad input.
+#include <cctype>
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -53,6 +54,13 @@ int64_t parse_count(const std::string& option, const std::string& text) {
   }
   if (text.empty() || value < 1) throw Error(ExitCode::Usage, fmt::format("{} {}: expected a positive integer", option, text));
   return value;
+}
+
+bool is_c_identifier(const std::string& s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  return true;
 }
 
 std::string read_file(const std::string& path) {

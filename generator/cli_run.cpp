@@ -65,8 +65,9 @@ struct Prepared {
   std::map<std::string, Tensor> feeds;
 };
 
-Prepared prepare(const std::string& model_path, std::vector<model::Value> values, std::vector<std::string>* why) {
-  const std::vector<std::string> names = model::onnx_input_names(model_path);
+// `names`: the model's graph inputs in order (model::onnx_input_names).
+Prepared prepare(const std::string& model_path, const std::vector<std::string>& names, std::vector<model::Value> values,
+                 std::vector<std::string>* why) {
   if (values.size() > names.size())
     throw Error(ExitCode::BadData, fmt::format("{}: {} inputs given, the model has {}", model_path, values.size(),
                                                names.size()));
@@ -81,7 +82,6 @@ Prepared prepare(const std::string& model_path, std::vector<model::Value> values
     if (v.is_int64) options.constant_inputs[name] = v;
     else if (!v.shape.empty() && options.batch == 1 && name == names.front()) options.batch = std::max<int64_t>(1, v.shape[0]);
   }
-  static const std::regex not_constant(R"(\(input '([^']*)'\) is not a constant)");
   for (;;) {
     try {
       Prepared p{model::import_onnx(model_path, options), {}};
@@ -92,13 +92,9 @@ Prepared prepare(const std::string& model_path, std::vector<model::Value> values
       }
       model::fuse_for_inference(p.graph, why);
       return p;
-    } catch (const Error& e) {
-      std::smatch m;
-      const std::string what = e.what();
-      if (e.code() != ExitCode::Unsupported || !std::regex_search(what, m, not_constant)) throw;
-      const std::string name = m[1];
-      if (!by_name.count(name) || options.constant_inputs.count(name)) throw;
-      options.constant_inputs[name] = by_name[name];  // data for it was given: bind it
+    } catch (const model::ConstantInputNeeded& e) {
+      if (!by_name.count(e.input()) || options.constant_inputs.count(e.input())) throw;
+      options.constant_inputs[e.input()] = by_name[e.input()];  // data for it was given: bind it
     }
   }
 }
@@ -195,11 +191,12 @@ int run_model(const Args& args) {
   }
   if (model.empty()) throw Error(ExitCode::Usage, "run: missing MODEL.onnx (see --help)");
   if (output_dir.empty()) throw Error(ExitCode::Usage, "run: missing --output-dir DIR (see --help)");
-  model::onnx_input_names(model);  // refuse the model itself (ops, input types) before reading data
+  // Refuses the model itself (ops, input types) before any data is read.
+  const std::vector<std::string> names = model::onnx_input_names(model);
   std::vector<model::Value> values;
   for (const auto& f : input_files) values.push_back(model::read_tensor_file(f));
   std::vector<std::string> why;
-  Prepared p = prepare(model, values, &why);
+  Prepared p = prepare(model, names, values, &why);
   const std::vector<std::string> output_names = p.graph.outputs;
   const std::vector<Tensor> outputs = execute(std::move(p), s, &why);
   if (s.verbose) print_why(why);
@@ -258,13 +255,14 @@ int check_model(const Args& args) {
     if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0) sets.push_back(e.path());
   std::sort(sets.begin(), sets.end());
   if (sets.empty()) throw Error(ExitCode::BadData, fmt::format("{}: no test_data_set_* directories", dir));
-  model::onnx_input_names(model);  // refuse the model itself (ops, input types) before reading data
+  // Refuses the model itself (ops, input types) before any data is read.
+  const std::vector<std::string> names = model::onnx_input_names(model);
   int failed = 0, total = 0;
   for (const fs::path& set : sets) {
     std::vector<model::Value> values;
     for (const auto& f : numbered_files(set, "input")) values.push_back(model::read_tensor_file(f));
     std::vector<std::string> why;
-    Prepared p = prepare(model, values, &why);
+    Prepared p = prepare(model, names, values, &why);
     const std::vector<std::string> output_names = p.graph.outputs;
     const std::vector<Tensor> got = execute(std::move(p), s, &why);
     if (s.verbose) print_why(why);

@@ -29,8 +29,7 @@ class Writer {
   }
   std::string view(int id, bool writable) const {
     const PlanBuffer& b = p_.buffers[id];
-    return fmt::format("convgen::{}{{{}, {}, {}}}", writable ? "View" : "ConstView",
-                       b.constant && writable ? "nullptr" : (b.constant ? pointer(id) : pointer(id)), ints(b.shape),
+    return fmt::format("convgen::{}{{{}, {}, {}}}", writable ? "View" : "ConstView", pointer(id), ints(b.shape),
                        bool_lit(b.channels_last));
   }
   std::string window(const Attributes& a) const {

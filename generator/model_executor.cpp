@@ -135,8 +135,7 @@ std::vector<Tensor> ModelExecutor::run(const std::map<std::string, Tensor>& inpu
     if (it->second.shape != g_.value(name).shape)
       throw Error(ExitCode::BadData, fmt::format("{}: input '{}' has the wrong shape", g_.source, name));
     const PlanBuffer& b = plan_.buffers[plan_.inputs[i]];
-    const Tensor dense = with_layout(it->second, false);
-    std::copy(dense.data.begin(), dense.data.end(), arena_.begin() + b.offset);
+    copy_layout(view_of(it->second), View{arena_.data() + b.offset, b.shape, false});
   }
   auto conv = [&](const PlanStep& s, const float* x, const float* w, const float* bias, float* y) {
     kernels_->by_layer.at(s.node)->run(x, w, bias, y);

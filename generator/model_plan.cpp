@@ -33,7 +33,7 @@ class Planner {
   Plan run() {
     for (const auto& name : g_.inputs) plan_.inputs.push_back(define(name, g_.value(name).shape, false));
     for (const Node& n : g_.nodes) plan_node(n);
-    for (const auto& name : g_.outputs) plan_.outputs.push_back(dense(buffer_of(name), name));
+    for (const auto& name : g_.outputs) plan_.outputs.push_back(in_layout(buffer_of(name), false, "output layout"));
     place();
     return plan_;
   }
@@ -72,8 +72,9 @@ class Planner {
     return output;
   }
 
-  // The buffer holding `id`'s values in the wanted layout: itself, or a converted copy.
-  int in_layout(int id, bool channels_last, const Node& n) {
+  // The buffer holding `id`'s values in the wanted layout: itself, or a copy converted
+  // by an Identity step named after the node that needs it.
+  int in_layout(int id, bool channels_last, const std::string& for_node) {
     const PlanBuffer b = plan_.buffers[id];
     const bool want = channels_last && can_be_channels_last(b.shape);
     if (b.channels_last == want) return id;
@@ -81,17 +82,10 @@ class Planner {
     auto it = by_value_.find(name);
     if (it != by_value_.end()) return it->second;
     const int out = define(name, b.shape, want);
-    Node copy = n;
-    copy.op = Op::Identity;
+    Node copy;
+    copy.name = for_node;
     step(StepKind::Copy, copy, {id}, out);
     return out;
-  }
-
-  int dense(int id, const std::string& value) {
-    (void)value;
-    Node n;
-    n.name = "output layout";
-    return in_layout(id, false, n);
   }
 
   void plan_node(const Node& n) {
@@ -100,8 +94,8 @@ class Planner {
     auto layout_of = [&](int id) { return plan_.buffers[id].channels_last; };
     switch (n.op) {
       case Op::Conv: {
-        const int x = in_layout(in(0), true, n);
-        std::vector<int> ins = {x, in_layout(in(1), false, n)};
+        const int x = in_layout(in(0), true, n.name);
+        std::vector<int> ins = {x, in_layout(in(1), false, n.name)};
         if (n.inputs.size() > 2 && !n.inputs[2].empty()) ins.push_back(in(2));
         step(StepKind::Conv, n, ins, define(n.outputs[0], out_shape, true));
         PlanStep& s = plan_.steps.back();
@@ -185,18 +179,18 @@ class Planner {
         step(StepKind::Transpose, n, {in(0)}, define(n.outputs[0], out_shape, false));
         return;
       case Op::Gemm: {
-        std::vector<int> ins = {in_layout(in(0), false, n), in_layout(in(1), false, n)};
-        if (n.inputs.size() > 2 && !n.inputs[2].empty()) ins.push_back(in_layout(in(2), false, n));
+        std::vector<int> ins = {in_layout(in(0), false, n.name), in_layout(in(1), false, n.name)};
+        if (n.inputs.size() > 2 && !n.inputs[2].empty()) ins.push_back(in_layout(in(2), false, n.name));
         step(StepKind::Gemm, n, ins, define(n.outputs[0], out_shape, false));
         return;
       }
       case Op::MatMul:
-        step(StepKind::MatMul, n, {in_layout(in(0), false, n), in_layout(in(1), false, n)},
+        step(StepKind::MatMul, n, {in_layout(in(0), false, n.name), in_layout(in(1), false, n.name)},
              define(n.outputs[0], out_shape, false));
         return;
       case Op::Softmax:
       case Op::LogSoftmax:
-        step(StepKind::Softmax, n, {in_layout(in(0), false, n)}, define(n.outputs[0], out_shape, false));
+        step(StepKind::Softmax, n, {in_layout(in(0), false, n.name)}, define(n.outputs[0], out_shape, false));
         return;
     }
   }

@@ -71,6 +71,43 @@ void check_ops(const onnx::ModelProto& m, const std::string& path) {
   }
 }
 
+const char* dtype_name(int t) {
+  switch (t) {
+    case onnx::TensorProto_DataType_FLOAT: return "float32";
+    case onnx::TensorProto_DataType_DOUBLE: return "float64";
+    case onnx::TensorProto_DataType_FLOAT16: return "float16";
+    case onnx::TensorProto_DataType_BFLOAT16: return "bfloat16";
+    case onnx::TensorProto_DataType_INT8: return "int8";
+    case onnx::TensorProto_DataType_UINT8: return "uint8";
+    case onnx::TensorProto_DataType_INT32: return "int32";
+    case onnx::TensorProto_DataType_INT64: return "int64";
+    case onnx::TensorProto_DataType_BOOL: return "bool";
+    case onnx::TensorProto_DataType_STRING: return "string";
+    default: return "another dtype";
+  }
+}
+
+// The graph inputs that are not initializers, in order, each checked to be a tensor of
+// float32 (or int64 when allow_int64: a caller may bind it to a constant). Runs before
+// shape inference, whose own message would not say "dtype".
+std::vector<std::string> checked_input_names(const onnx::ModelProto& m, const std::string& path, bool allow_int64) {
+  std::set<std::string> initializers;
+  for (const auto& t : m.graph().initializer()) initializers.insert(t.name());
+  std::vector<std::string> names;
+  for (const auto& v : m.graph().input()) {
+    if (initializers.count(v.name())) continue;
+    if (!v.type().has_tensor_type())
+      throw Error(ExitCode::Unsupported,
+                  fmt::format("{}: input '{}': not a tensor (dtype: tensors of float32 only)", path, v.name()));
+    const int elem = v.type().tensor_type().elem_type();
+    if (elem != onnx::TensorProto_DataType_FLOAT && !(allow_int64 && elem == onnx::TensorProto_DataType_INT64))
+      throw Error(ExitCode::Unsupported,
+                  fmt::format("{}: input '{}': dtype {} not supported (float32 only)", path, v.name(), dtype_name(elem)));
+    names.push_back(v.name());
+  }
+  return names;
+}
+
 // Dimension 0 of each real input (not an initializer) may be dynamic: it takes the
 // batch size. Any other dynamic dimension cannot be bound.
 void bind_batch(onnx::ModelProto& m, int64_t batch, const std::string& path) {
@@ -78,9 +115,7 @@ void bind_batch(onnx::ModelProto& m, int64_t batch, const std::string& path) {
   for (const auto& t : m.graph().initializer()) initializers.insert(t.name());
   for (auto& input : *m.mutable_graph()->mutable_input()) {
     if (initializers.count(input.name())) continue;
-    if (!input.type().has_tensor_type())
-      throw Error(ExitCode::Unsupported, fmt::format("{}: input '{}': not a tensor", path, input.name()));
-    auto* tensor = input.mutable_type()->mutable_tensor_type();
+    auto* tensor = input.mutable_type()->mutable_tensor_type();  // a tensor: checked_input_names
     if (!tensor->has_shape())
       throw Error(ExitCode::Unsupported, fmt::format("{}: input '{}': no shape (rank unknown)", path, input.name()));
     auto* shape = tensor->mutable_shape();
@@ -120,23 +155,8 @@ void bind_constant_inputs(onnx::ModelProto& m, const std::map<std::string, Value
   }
 }
 
-const char* dtype_name(int t) {
-  switch (t) {
-    case onnx::TensorProto_DataType_FLOAT: return "float32";
-    case onnx::TensorProto_DataType_DOUBLE: return "float64";
-    case onnx::TensorProto_DataType_FLOAT16: return "float16";
-    case onnx::TensorProto_DataType_BFLOAT16: return "bfloat16";
-    case onnx::TensorProto_DataType_INT8: return "int8";
-    case onnx::TensorProto_DataType_UINT8: return "uint8";
-    case onnx::TensorProto_DataType_INT32: return "int32";
-    case onnx::TensorProto_DataType_INT64: return "int64";
-    case onnx::TensorProto_DataType_BOOL: return "bool";
-    case onnx::TensorProto_DataType_STRING: return "string";
-    default: return "another dtype";
-  }
-}
 
-std::vector<int64_t> shape_of(const onnx::ValueInfoProto& v, const std::string& path, bool* known) {
+std::vector<int64_t> shape_of(const onnx::ValueInfoProto& v, bool* known) {
   std::vector<int64_t> shape;
   *known = v.type().has_tensor_type() && v.type().tensor_type().has_shape();
   if (!*known) return shape;
@@ -147,7 +167,6 @@ std::vector<int64_t> shape_of(const onnx::ValueInfoProto& v, const std::string& 
     }
     shape.push_back(dim.dim_value());
   }
-  (void)path;
   return shape;
 }
 
@@ -157,23 +176,6 @@ void infer_shapes(onnx::ModelProto& model, const std::string& path) {
     onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(), strict);
   } catch (const std::exception& e) {
     throw Error(ExitCode::BadModel, fmt::format("{}: bad model: shape inference failed: {}", path, first_line(e.what())));
-  }
-}
-
-// Graph inputs must be float32 tensors (int64 ones only when bound to constants);
-// checked before shape inference, whose own message would not say "dtype".
-void check_dtypes(const onnx::ModelProto& m, const std::string& path) {
-  std::set<std::string> initializers;
-  for (const auto& t : m.graph().initializer()) initializers.insert(t.name());
-  for (const auto& input : m.graph().input()) {
-    if (initializers.count(input.name())) continue;
-    if (!input.type().has_tensor_type())
-      throw Error(ExitCode::Unsupported, fmt::format("{}: input '{}': not a tensor (dtype: tensors of float32 only)",
-                                                     path, input.name()));
-    const int elem = input.type().tensor_type().elem_type();
-    if (elem != onnx::TensorProto_DataType_FLOAT)
-      throw Error(ExitCode::Unsupported,
-                  fmt::format("{}: input '{}': dtype {} not supported (float32 only)", path, input.name(), dtype_name(elem)));
   }
 }
 
@@ -264,21 +266,7 @@ Value tensor_value(const onnx::TensorProto& t, const std::string& where) {
 std::vector<std::string> onnx_input_names(const std::string& path) {
   const onnx::ModelProto model = parse_model(path);
   check_ops(model, path);
-  std::set<std::string> initializers;
-  for (const auto& t : model.graph().initializer()) initializers.insert(t.name());
-  std::vector<std::string> names;
-  for (const auto& v : model.graph().input()) {
-    if (initializers.count(v.name())) continue;
-    if (!v.type().has_tensor_type())
-      throw Error(ExitCode::Unsupported,
-                  fmt::format("{}: input '{}': not a tensor (dtype: tensors of float32 only)", path, v.name()));
-    const int elem = v.type().tensor_type().elem_type();
-    if (elem != onnx::TensorProto_DataType_FLOAT && elem != onnx::TensorProto_DataType_INT64)
-      throw Error(ExitCode::Unsupported,
-                  fmt::format("{}: input '{}': dtype {} not supported (float32 only)", path, v.name(), dtype_name(elem)));
-    names.push_back(v.name());
-  }
-  return names;
+  return checked_input_names(model, path, /*allow_int64=*/true);
 }
 
 Graph import_onnx(const std::string& path, const ImportOptions& options) {
@@ -311,9 +299,8 @@ Graph import_onnx(const std::string& path, const ImportOptions& options) {
     if (n->name().empty()) n->set_name(fmt::format("{}_{}", n->op_type(), i));
   }
   bind_constant_inputs(model, options.constant_inputs, path);
+  checked_input_names(model, path, /*allow_int64=*/false);
   bind_batch(model, options.batch, path);
-
-  check_dtypes(model, path);
   infer_shapes(model, path);
   Graph g;
   g.source = path;
@@ -346,7 +333,7 @@ void collect_values(const onnx::ModelProto& model, Graph& g) {
     bool known = false;
     Value value;
     value.name = v.name();
-    value.shape = shape_of(v, path, &known);
+    value.shape = shape_of(v, &known);
     if (!known) return;  // left unknown: lowering reports it if a node needs it
     const int elem = v.type().tensor_type().elem_type();
     value.is_int64 = elem == onnx::TensorProto_DataType_INT64;
@@ -359,12 +346,7 @@ void collect_values(const onnx::ModelProto& model, Graph& g) {
     add_info(v);
     if (!g.values.count(v.name()))
       throw Error(ExitCode::Unsupported, fmt::format("{}: input '{}': shape unknown", path, v.name()));
-    if (!g.values[v.name()].is_constant) {
-      if (g.values[v.name()].is_int64)
-        throw Error(ExitCode::Unsupported, fmt::format("{}: input '{}': dtype int64 not supported (float32 only)",
-                                                       path, v.name()));
-      g.inputs.push_back(v.name());
-    }
+    if (!g.values[v.name()].is_constant) g.inputs.push_back(v.name());  // float32: checked_input_names
   }
   for (const auto& v : graph.value_info()) add_info(v);
   for (const auto& v : graph.output()) {

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "errors.h"
 #include "model_graph.h"
 
 namespace convgen::model {
@@ -34,6 +35,20 @@ struct ImportOptions {
 };
 
 Graph import_onnx(const std::string& path, const ImportOptions& options = {});
+
+// What import_onnx throws (Unsupported) when an operand that must be a constant --
+// Clip's bounds, Pad's pads, Reshape's shape, Dropout's ratio, ... -- is not: `input`
+// names that value, so a caller holding data for a graph input of that name can bind
+// it (ImportOptions::constant_inputs) and import again.
+class ConstantInputNeeded : public Error {
+ public:
+  ConstantInputNeeded(const std::string& message, std::string input)
+      : Error(ExitCode::Unsupported, message), input_(std::move(input)) {}
+  const std::string& input() const { return input_; }
+
+ private:
+  std::string input_;
+};
 
 // The names of a model file's graph inputs that are not initializers, in order (for
 // matching data files to inputs before import). Same errors as import_onnx's parse.

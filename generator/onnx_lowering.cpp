@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "errors.h"
+#include "onnx_import.h"
 
 namespace convgen::model {
 
@@ -67,7 +68,9 @@ class NodeContext {
   }
   const Value& constant_input(int i, const char* what) const {
     const Value& v = input(i);
-    if (!v.is_constant) unsupported(fmt::format("{} (input '{}') is not a constant", what, n_.input(i)));
+    if (!v.is_constant)
+      throw ConstantInputNeeded(
+          fmt::format("{}: not supported: {} (input '{}') is not a constant", where(), what, n_.input(i)), n_.input(i));
     return v;
   }
   const Value& output_value(int i) const {

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "errors.h"
 
 namespace convgen {
 
@@ -84,6 +88,19 @@ std::string Sha256::hex() {
 std::string sha256_hex(const std::string& data) {
   Sha256 s;
   s.update(data);
+  return s.hex();
+}
+
+std::string sha256_file_hex(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ExitCode::Io, path + ": cannot read");
+  Sha256 s;
+  std::vector<char> block(1 << 20);
+  while (in) {
+    in.read(block.data(), static_cast<std::streamsize>(block.size()));
+    s.update(block.data(), static_cast<size_t>(in.gcount()));
+  }
+  if (!in.eof()) throw Error(ExitCode::Io, path + ": read error");
   return s.hex();
 }
 

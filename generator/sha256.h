@@ -25,4 +25,8 @@ class Sha256 {
 
 std::string sha256_hex(const std::string& data);
 
+// Of a file's bytes, read in blocks (a model's weights are never held twice); Io error
+// naming the file when it cannot be read.
+std::string sha256_file_hex(const std::string& path);
+
 }  // namespace convgen

@@ -39,10 +39,6 @@ std::vector<int64_t> broadcast_strides(const ConstView& t, size_t out_rank) {
   return out;
 }
 
-bool keeps_channels_last(const ConstView& t, const std::vector<int64_t>& out_shape) {
-  return t.channels_last && t.shape == out_shape;
-}
-
 float apply(Binary op, float a, float b) {
   switch (op) {
     case Binary::Add: return a + b;
@@ -54,8 +50,8 @@ float apply(Binary op, float a, float b) {
   return 0.0f;
 }
 
-// Index of the input element under a pooling window position, or -1 when it lies in
-// the padding. `pos` holds the output index; `tap` the window offsets.
+// Calls f(input index, inside the input, inside the explicit padding) for every tap of
+// the pooling window at output index out_idx, taps in row-major order.
 template <typename F>
 void for_each_window(const ConstView& x, const Window& w, const std::vector<int64_t>& out_idx, F f) {
   const size_t spatial = x.shape.size() - 2;
@@ -94,11 +90,6 @@ void unary(const ConstView& x, const View& y, Unary op, float alpha, float lo, f
     }
     y.data[i] = v;
   }
-}
-
-bool binary_output_channels_last(const ConstView& a, const ConstView& b, const std::vector<int64_t>& out_shape) {
-  return out_shape.size() >= 3 && out_shape.size() <= 4 &&
-         (keeps_channels_last(a, out_shape) || keeps_channels_last(b, out_shape));
 }
 
 void binary(const ConstView& a, const ConstView& b, const View& y, Binary op) {
@@ -202,30 +193,15 @@ void gemm(const ConstView& A, const ConstView& B, const ConstView* c, float alph
   const int64_t m = trans_a ? A.shape[1] : A.shape[0], k = trans_a ? A.shape[0] : A.shape[1];
   const int64_t n = trans_b ? B.shape[0] : B.shape[1];
   const auto sc = c ? broadcast_strides(*c, 2) : std::vector<int64_t>{0, 0};
-  if (m > 0 && n > 0 && k > 0) {
-    // BLIS sgemm (its K loop is never split across threads, so the bits do not depend
-    // on the thread count): y = beta*C first, then y += alpha*A'*B'.
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) y.data[i * n + j] = c ? beta * c->data[i * sc[0] + j * sc[1]] : 0.0f;
-    float one = 1.0f, a_scale = alpha;
-    bli_sgemm(trans_a ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, trans_b ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, m, n, k,
-              &a_scale, const_cast<float*>(A.data), A.shape[1], 1, const_cast<float*>(B.data), B.shape[1], 1, &one,
-              y.data, n, 1);
-    return;
-  }
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double acc = 0.0;
-      for (int64_t p = 0; p < k; ++p) {
-        const float av = trans_a ? A.data[p * m + i] : A.data[i * k + p];
-        const float bv = trans_b ? B.data[j * k + p] : B.data[p * n + j];
-        acc += static_cast<double>(av) * bv;
-      }
-      double v = alpha * acc;
-      if (c) v += static_cast<double>(beta) * c->data[i * sc[0] + j * sc[1]];
-      y.data[i * n + j] = static_cast<float>(v);
-    }
-  }
+  // y = beta*C first, then BLIS sgemm adds alpha*A'*B' (its K loop is never split
+  // across threads, so the bits do not depend on the thread count).
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) y.data[i * n + j] = c ? beta * c->data[i * sc[0] + j * sc[1]] : 0.0f;
+  if (m == 0 || n == 0 || k == 0) return;
+  float one = 1.0f, a_scale = alpha;
+  bli_sgemm(trans_a ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, trans_b ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, m, n, k,
+            &a_scale, const_cast<float*>(A.data), A.shape[1], 1, const_cast<float*>(B.data), B.shape[1], 1, &one,
+            y.data, n, 1);
 }
 
 void matmul(const ConstView& a_in, const ConstView& b_in, const View& y) {
@@ -305,25 +281,16 @@ void transpose(const ConstView& x, const std::vector<int64_t>& perm, const View&
 
 void batch_norm(const ConstView& x, const ConstView& scale, const ConstView& bias, const ConstView& mean,
                 const ConstView& var, float epsilon, const View& y) {
-  if (x.channels_last == y.channels_last && x.rank() >= 2) {
-    // Per-channel scale and shift over flat data, computed exactly as below.
-    const int64_t C = x.shape[1], n = x.elements();
-    int64_t inner = 1;  // dense: elements per (n, c) block
-    for (size_t d = 2; d < x.shape.size(); ++d) inner *= x.shape[d];
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t c = x.channels_last ? i % C : (i / inner) % C;
-      const double z = (static_cast<double>(x.data[i]) - mean.data[c]) / std::sqrt(static_cast<double>(var.data[c]) + epsilon);
-      y.data[i] = static_cast<float>(scale.data[c] * z + bias.data[c]);
-    }
-    return;
+  if (x.channels_last != y.channels_last) throw std::logic_error("batch_norm: x and y must share a layout");
+  // Per-channel scale and shift over the flat data, channel from the element's place.
+  const int64_t C = x.shape[1], n = x.elements();
+  int64_t inner = 1;  // dense: elements per (n, c) block
+  for (size_t d = 2; d < x.shape.size(); ++d) inner *= x.shape[d];
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = x.channels_last ? i % C : (i / inner) % C;
+    const double z = (static_cast<double>(x.data[i]) - mean.data[c]) / std::sqrt(static_cast<double>(var.data[c]) + epsilon);
+    y.data[i] = static_cast<float>(scale.data[c] * z + bias.data[c]);
   }
-  const auto sx = x.strides(), sy = y.strides();
-  for_each_index(x.shape, [&](const std::vector<int64_t>& i) {
-    const int64_t c = i[1];
-    const double z = (static_cast<double>(x.data[offset(i, sx)]) - mean.data[c]) /
-                     std::sqrt(static_cast<double>(var.data[c]) + epsilon);
-    y.data[offset(i, sy)] = static_cast<float>(scale.data[c] * z + bias.data[c]);
-  });
 }
 
 void lrn(const ConstView& x, int64_t size, float alpha, float beta, float bias, const View& y) {

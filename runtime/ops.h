@@ -19,9 +19,6 @@ void unary(const ConstView& x, const View& y, Unary op, float alpha = 0.0f, floa
 enum class Binary { Add, Sub, Mul, Div, Pow };
 // Numpy broadcasting of a and b to y's shape.
 void binary(const ConstView& a, const ConstView& b, const View& y, Binary op);
-// The layout a binary op's output takes: channels-last when an operand of exactly the
-// output's shape is stored so, else dense.
-bool binary_output_channels_last(const ConstView& a, const ConstView& b, const std::vector<int64_t>& out_shape);
 
 struct Window {
   std::vector<int64_t> kernel, strides, dilations, pads_begin, pads_end;
@@ -40,6 +37,7 @@ void matmul(const ConstView& a, const ConstView& b, const View& y);
 
 void concat(const std::vector<ConstView>& xs, int64_t axis, const View& y);
 void transpose(const ConstView& x, const std::vector<int64_t>& perm, const View& y);
+// y in x's layout.
 void batch_norm(const ConstView& x, const ConstView& scale, const ConstView& bias, const ConstView& mean,
                 const ConstView& var, float epsilon, const View& y);
 void lrn(const ConstView& x, int64_t size, float alpha, float beta, float bias, const View& y);

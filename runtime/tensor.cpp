@@ -12,7 +12,9 @@ Tensor::Tensor(std::vector<int64_t> logical_shape, bool channels_last_storage)
   data.assign(static_cast<size_t>(elements()), 0.0f);
 }
 
-int64_t Tensor::elements() const {
+namespace {
+
+int64_t product(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t e : shape) n *= e;
   return n;
@@ -23,6 +25,12 @@ std::vector<int64_t> dense_strides(const std::vector<int64_t>& shape) {
   for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * shape[i + 1];
   return s;
 }
+
+}  // namespace
+
+int64_t Tensor::elements() const { return product(shape); }
+int64_t ConstView::elements() const { return product(shape); }
+int64_t View::elements() const { return product(shape); }
 
 std::vector<int64_t> layout_strides(const std::vector<int64_t>& shape, bool channels_last) {
   if (!channels_last) return dense_strides(shape);
@@ -40,20 +48,8 @@ std::vector<int64_t> layout_strides(const std::vector<int64_t>& shape, bool chan
   return s;
 }
 
-std::vector<int64_t> Tensor::strides() const { return layout_strides(shape, channels_last); }
 std::vector<int64_t> ConstView::strides() const { return layout_strides(shape, channels_last); }
 std::vector<int64_t> View::strides() const { return layout_strides(shape, channels_last); }
-
-namespace {
-int64_t product(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t e : shape) n *= e;
-  return n;
-}
-}  // namespace
-
-int64_t ConstView::elements() const { return product(shape); }
-int64_t View::elements() const { return product(shape); }
 
 void copy_layout(const ConstView& x, const View& y) {
   if (x.channels_last == y.channels_last) {

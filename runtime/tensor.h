@@ -21,8 +21,6 @@ struct Tensor {
 
   int64_t elements() const;
   int64_t rank() const { return static_cast<int64_t>(shape.size()); }
-  // Element step of each logical dimension in data.
-  std::vector<int64_t> strides() const;
 };
 
 // Views of tensor storage owned elsewhere (a static memory plan's arena, a caller's
@@ -55,8 +53,5 @@ void copy_layout(const ConstView& x, const View& y);
 
 // The same values stored in the requested layout (a copy only when it differs).
 Tensor with_layout(const Tensor& t, bool channels_last);
-
-// Dense row-major strides of a shape.
-std::vector<int64_t> dense_strides(const std::vector<int64_t>& shape);
 
 }  // namespace convgen
