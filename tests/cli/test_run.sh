@@ -31,6 +31,16 @@ echo "not a tensor" >"$work/bad.pb"
 expect_error 8 "bad data" run "$case_dir/model.onnx" --input "$work/bad.pb" --output-dir "$work/out2"
 expect_error 8 "no data for input" run "$case_dir/model.onnx" --output-dir "$work/out3"
 expect_error 7 "not supported: op Tanh" check "$data/pytorch-converted/test_Tanh"
+# A case's tolerances file with an unknown key; a case directory without data sets;
+# more input files than the model has inputs.
+echo "rtol 1e-3" >"$work/case/tolerances"
+echo "slack 2" >>"$work/case/tolerances"
+expect_error 8 "case/tolerances: unknown key 'slack'" check "$work/case"
+mkdir -p "$work/empty"
+cp "$case_dir/model.onnx" "$work/empty/"
+expect_error 8 "empty: no test_data_set_" check "$work/empty"
+expect_error 8 "2 inputs given, the model has 1" run "$case_dir/model.onnx" --input "$case_dir/test_data_set_0/input_0.pb" \
+  --input "$case_dir/test_data_set_0/input_0.pb" --output-dir "$work/out5"
 "$convgen" run --help | grep -q "usage: convgen run" || fail "run --help"
 "$convgen" check --help | grep -q "usage: convgen check" || fail "check --help"
 

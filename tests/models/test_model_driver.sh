@@ -24,4 +24,13 @@ done
 "$check" run lenet "$built/cifar10_full/cifar10_full.weights" "$work/lenet/test_data_set_0/input_0.pb" "$work/x.pb" \
   2>"$work/err" && fail "lenet accepted cifar10_full's weights"
 grep -q "written for another model" "$work/err" || fail "weights mismatch message: $(cat "$work/err")"
+# A truncated weights file and one that is not a weights file at all.
+head -c 1000 "$built/lenet/lenet.weights" >"$work/cut.weights"
+"$check" run lenet "$work/cut.weights" "$work/lenet/test_data_set_0/input_0.pb" "$work/x.pb" 2>"$work/err" &&
+  fail "lenet accepted truncated weights"
+grep -q "cut.weights: truncated weights file" "$work/err" || fail "truncated weights message: $(cat "$work/err")"
+echo "not weights" >"$work/junk.weights"
+"$check" run lenet "$work/junk.weights" "$work/lenet/test_data_set_0/input_0.pb" "$work/x.pb" 2>"$work/err" &&
+  fail "lenet accepted a non-weights file"
+grep -q "junk.weights: not a convgen weights file" "$work/err" || fail "junk weights message: $(cat "$work/err")"
 if [[ $failures -eq 0 ]]; then echo "models.driver: drivers and executor agree bit for bit"; else exit 1; fi
