@@ -106,6 +106,7 @@ Commands:
   compile MODEL.onnx [-o DIR]       generate the kernels of a model into one static library
   run MODEL.onnx --input F.pb ...   run a model in-process on ONNX tensor files
   check DIR                         run an ONNX test case (model.onnx + test_data_set_*)
+  train MODEL.onnx --data SOURCE    train a model, batch-parallel (fashion-mnist, idx:, cifar10:, synthetic)
   emit-runtime -o DIR               write the Halide runtime object kernels built with
                                     --no-runtime link against (convgen::runtime has it)
 
@@ -131,6 +132,7 @@ int run(const Args& args) {
   if (args[0] == "compile") return compile_model(rest);
   if (args[0] == "run") return run_model(rest);
   if (args[0] == "check") return check_model(rest);
+  if (args[0] == "train") return train_model(rest);
   throw Error(ExitCode::Usage, fmt::format("unknown command '{}' (see convgen --help)", args[0]));
 }
 

@@ -18,6 +18,7 @@ enum class ExitCode : int {
   Unsupported = 7,      // valid input that convgen does not support
   BadData = 8,          // bad input data: tensor files, training data
   CheckFailed = 9,      // convgen check: some output differs from the expected data
+  NonFiniteLoss = 10,   // convgen train: a step's loss is NaN or infinite
 };
 
 class Error : public std::runtime_error {

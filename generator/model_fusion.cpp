@@ -60,13 +60,15 @@ void fold_batchnorm(Graph& g, Node& conv, const Node& bn) {
 
 }  // namespace
 
-void fuse_for_inference(Graph& g, std::vector<std::string>* why) {
+namespace {
+
+void fuse(Graph& g, const std::vector<Op>& followers, std::vector<std::string>* why) {
   auto say = [&](const std::string& line) {
     if (why) why->push_back(line);
   };
   for (size_t c = 0; c < g.nodes.size(); ++c) {
     if (g.nodes[c].op != Op::Conv) continue;
-    for (Op next : {Op::BatchNormalization, Op::Relu}) {
+    for (Op next : followers) {
       Node& conv = g.nodes[c];
       const std::string out = conv.outputs[0];
       const int reader = sole_reader(g, out, next);
@@ -97,5 +99,13 @@ void fuse_for_inference(Graph& g, std::vector<std::string>* why) {
     }
   }
 }
+
+}  // namespace
+
+void fuse_for_inference(Graph& g, std::vector<std::string>* why) {
+  fuse(g, {Op::BatchNormalization, Op::Relu}, why);
+}
+
+void fuse_for_training(Graph& g, std::vector<std::string>* why) { fuse(g, {Op::Relu}, why); }
 
 }  // namespace convgen::model

@@ -15,4 +15,8 @@ namespace convgen::model {
 // `why` (optional) receives one line per fusion made or refused.
 void fuse_for_inference(Graph& g, std::vector<std::string>* why = nullptr);
 
+// Training keeps BatchNormalization (its statistics are the mini-batch's); only the
+// Relu fusion applies, and the backward kernels apply its mask.
+void fuse_for_training(Graph& g, std::vector<std::string>* why = nullptr);
+
 }  // namespace convgen::model

@@ -7,37 +7,16 @@
 
 #include <blis.h>
 
+#include "index_util.h"
+
 namespace convgen::ops {
 
+using detail::broadcast_strides;
+using detail::for_each_index;
+using detail::for_each_window;
+using detail::offset;
+
 namespace {
-
-// Calls f(logical index) for every index of `shape`, in row-major order.
-template <typename F>
-void for_each_index(const std::vector<int64_t>& shape, F f) {
-  int64_t n = 1;
-  for (int64_t e : shape) n *= e;
-  std::vector<int64_t> idx(shape.size(), 0);
-  for (int64_t e = 0; e < n; ++e) {
-    f(idx);
-    for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0 && ++idx[d] == shape[d]; --d) idx[d] = 0;
-  }
-}
-
-int64_t offset(const std::vector<int64_t>& idx, const std::vector<int64_t>& strides) {
-  int64_t o = 0;
-  for (size_t d = 0; d < idx.size(); ++d) o += idx[d] * strides[d];
-  return o;
-}
-
-// Strides of `t` for indexing with an index of out_rank dimensions under numpy
-// broadcasting: right-aligned, size-1 dimensions stride 0.
-std::vector<int64_t> broadcast_strides(const ConstView& t, size_t out_rank) {
-  const auto s = t.strides();
-  std::vector<int64_t> out(out_rank, 0);
-  const size_t lead = out_rank - t.shape.size();
-  for (size_t d = 0; d < t.shape.size(); ++d) out[lead + d] = t.shape[d] == 1 ? 0 : s[d];
-  return out;
-}
 
 float apply(Binary op, float a, float b) {
   switch (op) {
@@ -48,28 +27,6 @@ float apply(Binary op, float a, float b) {
     case Binary::Pow: return std::pow(a, b);
   }
   return 0.0f;
-}
-
-// Calls f(input index, inside the input, inside the explicit padding) for every tap of
-// the pooling window at output index out_idx, taps in row-major order.
-template <typename F>
-void for_each_window(const ConstView& x, const Window& w, const std::vector<int64_t>& out_idx, F f) {
-  const size_t spatial = x.shape.size() - 2;
-  std::vector<int64_t> tap(spatial, 0);
-  int64_t taps = 1;
-  for (int64_t k : w.kernel) taps *= k;
-  for (int64_t t = 0; t < taps; ++t) {
-    bool inside = true, in_padding_extent = true;
-    std::vector<int64_t> in_idx = {out_idx[0], out_idx[1]};
-    for (size_t d = 0; d < spatial; ++d) {
-      const int64_t i = out_idx[2 + d] * w.strides[d] + tap[d] * w.dilations[d] - w.pads_begin[d];
-      inside = inside && i >= 0 && i < x.shape[2 + d];
-      in_padding_extent = in_padding_extent && i < x.shape[2 + d] + w.pads_end[d];
-      in_idx.push_back(i);
-    }
-    f(in_idx, inside, in_padding_extent);
-    for (int64_t d = static_cast<int64_t>(spatial) - 1; d >= 0 && ++tap[d] == w.kernel[d]; --d) tap[d] = 0;
-  }
 }
 
 }  // namespace

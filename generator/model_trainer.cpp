@@ -1,0 +1,577 @@
+#include "model_trainer.h"
+
+#include <fmt/format.h>
+
+#include <omp.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "conv_jit.h"
+#include "errors.h"
+#include "ops.h"
+#include "schedule_selection.h"
+#include "tensor.h"
+#include "train_ops.h"
+
+namespace convgen::model {
+
+int64_t default_micro_batch(int64_t batch) {
+  for (int64_t m = 8; m <= batch; ++m)
+    if (batch % m == 0) return m;
+  return std::max<int64_t>(1, batch);
+}
+
+namespace {
+
+// What the trainer knows of each graph value.
+struct ValueInfo {
+  std::string name;
+  std::vector<int64_t> shape;   // at the micro-batch size m (constants: as they are)
+  bool constant = false;
+  int parameter = -1;           // index into the parameters, or -1 (frozen / activation)
+  int frozen = -1;              // index into the frozen constants
+  bool channels_last = false;   // activations of rank 3 and 4: the kernels' layout
+  bool requires_grad = false;   // depends on a parameter: backward reaches it
+  int64_t sample_elements = 0;  // activations: elements per sample
+};
+
+// The three kernels of one Conv layer at one micro-batch size.
+struct ConvKernels {
+  std::unique_ptr<JitForwardKernel> fwd;
+  std::unique_ptr<JitBackwardDataKernel> bwd_data;      // only when the input needs a gradient
+  std::unique_ptr<JitBackwardWeightsKernel> bwd_weights;
+};
+
+// The buffers of one micro-batch: first allocated (and first touched) by the thread that
+// always runs that micro-batch.
+struct Slot {
+  int64_t size = 0;
+  std::vector<std::vector<float>> act, grad;   // per value (activations; gradients where required)
+  std::vector<std::vector<float>> param_grad;  // per parameter
+  std::vector<std::vector<float>> masks;       // per node (Dropout)
+  std::vector<char> grad_written, param_written;
+  std::vector<float> scratch;
+  double loss = 0.0;
+  int64_t correct = 0;
+};
+
+ops::Window window_of(const Attributes& a) { return {a.kernel, a.strides, a.dilations, a.pads_begin, a.pads_end}; }
+
+ops::Unary unary_of(Op op) {
+  switch (op) {
+    case Op::Relu: return ops::Unary::Relu;
+    case Op::LeakyRelu: return ops::Unary::LeakyRelu;
+    case Op::Clip: return ops::Unary::Clip;
+    case Op::Sigmoid: return ops::Unary::Sigmoid;
+    default: return ops::Unary::Identity;
+  }
+}
+
+ops::Binary binary_of(Op op) {
+  switch (op) {
+    case Op::Sub: return ops::Binary::Sub;
+    case Op::Mul: return ops::Binary::Mul;
+    case Op::Div: return ops::Binary::Div;
+    case Op::Pow: return ops::Binary::Pow;
+    default: return ops::Binary::Add;
+  }
+}
+
+}  // namespace
+
+struct Trainer::Impl {
+  TrainerOptions options;
+  TargetInfo target;
+  TrainGraph tg;
+  int64_t m = 1;
+  std::vector<ValueInfo> values;
+  std::map<std::string, int> value_id;
+  std::vector<Parameter> parameters;
+  std::vector<std::vector<float>> frozen;
+  int input = -1, logits = -1;
+  std::vector<Slot> slots;
+  std::map<std::pair<std::string, int64_t>, ConvKernels> kernels;  // (layer, micro-batch size)
+  std::vector<std::string>* why = nullptr;
+  int64_t steps = 0;
+  // Micro-batches in sequence with intra-kernel parallel kernels: asked for, or a full
+  // mini-batch has fewer micro-batches than threads. Fixed per trainer.
+  bool intra = false;
+
+  // ---- views -------------------------------------------------------------------
+  std::vector<int64_t> shape_at(int id, int64_t n) const {
+    std::vector<int64_t> s = values[id].shape;
+    if (!values[id].constant && !s.empty()) s[0] = n;
+    return s;
+  }
+  float* data_of(Slot& slot, int id) {
+    const ValueInfo& v = values[id];
+    if (v.parameter >= 0) return parameters[v.parameter].value.data();
+    if (v.frozen >= 0) return frozen[v.frozen].data();
+    return slot.act[id].data();
+  }
+  View view(Slot& slot, int id) { return {data_of(slot, id), shape_at(id, slot.size), values[id].channels_last}; }
+  View grad_view(Slot& slot, int id) {
+    return {slot.grad[id].data(), shape_at(id, slot.size), values[id].channels_last};
+  }
+  int id(const std::string& name) const { return name.empty() ? -1 : value_id.at(name); }
+
+  // ---- setup -------------------------------------------------------------------
+  void index_values() {
+    const Graph& g = tg.graph;
+    std::map<std::string, int> trainable;
+    for (size_t i = 0; i < tg.trainable.size(); ++i) trainable[tg.trainable[i]] = static_cast<int>(i);
+    for (const auto& [name, v] : g.values) {
+      ValueInfo info;
+      info.name = name;
+      info.shape = v.shape;
+      info.constant = v.is_constant;
+      if (v.is_constant) {
+        auto t = trainable.find(name);
+        if (t != trainable.end()) {
+          info.parameter = t->second;
+        } else {
+          info.frozen = static_cast<int>(frozen.size());
+          std::vector<float> data = v.data;
+          if (v.is_int64) data.assign(v.int64_data.begin(), v.int64_data.end());
+          frozen.push_back(std::move(data));
+        }
+      } else {
+        info.channels_last = v.shape.size() == 3 || v.shape.size() == 4;
+        int64_t e = 1;
+        for (size_t d = 1; d < v.shape.size(); ++d) e *= v.shape[d];
+        info.sample_elements = e;
+      }
+      value_id[name] = static_cast<int>(values.size());
+      values.push_back(std::move(info));
+    }
+    parameters.resize(tg.trainable.size());
+    for (size_t i = 0; i < tg.trainable.size(); ++i) {
+      const Value& v = g.value(tg.trainable[i]);
+      parameters[i] = Parameter{v.name, v.shape, v.data, std::vector<float>(v.data.size(), 0.0f)};
+    }
+    for (const Node& n : g.nodes) {
+      bool any = false;
+      for (const std::string& in : n.inputs)
+        if (!in.empty()) any = any || values[id(in)].requires_grad || values[id(in)].parameter >= 0;
+      for (const std::string& out : n.outputs) values[id(out)].requires_grad = any;
+    }
+    input = id(tg.input);
+    logits = id(tg.logits);
+    if (!values[logits].requires_grad)
+      throw Error(ExitCode::Unsupported, fmt::format("{}: not supported in training: no trainable parameter reaches "
+                                                     "the logits '{}'", g.source, tg.logits));
+  }
+
+  // Kernels of every Conv layer at micro-batch size n (compiled once per size).
+  void ensure_kernels(int64_t n) {
+    const Graph& g = tg.graph;
+    for (const Node& node : g.nodes) {
+      if (node.op != Op::Conv) continue;
+      auto key = std::make_pair(node.name, n);
+      if (kernels.count(key)) continue;
+      ConvDescriptor d = conv_descriptor(g, node);
+      d.mb = n;
+      d.name.clear();
+      ConvKernels k;
+      auto schedule = [&](const std::string& pass) {
+        ConvSchedule s = select_schedule(d, pass, target, options.records, why).schedule;
+        if (intra) s.parallel = n >= 2 * options.threads ? Parallel::Images : Parallel::Pixels;
+        return s;
+      };
+      k.fwd = std::make_unique<JitForwardKernel>(d, schedule("fwd"), target);
+      if (values[id(node.inputs[0])].requires_grad)
+        k.bwd_data = std::make_unique<JitBackwardDataKernel>(d, schedule("bwd_data"), target);
+      k.bwd_weights = std::make_unique<JitBackwardWeightsKernel>(d, schedule("bwd_weights"), target);
+      if (why)
+        why->push_back(fmt::format("{}: kernels for {} ({}){}", node.name, d.normalised(),
+                                   k.bwd_data ? "fwd, bwd_data, bwd_weights" : "fwd, bwd_weights (input needs no gradient)",
+                                   intra ? ", intra-kernel parallel" : ""));
+      kernels.emplace(key, std::move(k));
+    }
+  }
+
+  void prepare_slot(Slot& slot, int64_t n) {
+    if (slot.size == n && !slot.act.empty()) return;
+    slot.size = n;
+    slot.act.assign(values.size(), {});
+    slot.grad.assign(values.size(), {});
+    for (size_t i = 0; i < values.size(); ++i) {
+      const ValueInfo& v = values[i];
+      if (v.constant) continue;
+      slot.act[i].assign(static_cast<size_t>(v.sample_elements * n), 0.0f);
+      if (v.requires_grad) slot.grad[i].assign(slot.act[i].size(), 0.0f);
+    }
+    slot.param_grad.assign(parameters.size(), {});
+    for (size_t p = 0; p < parameters.size(); ++p) slot.param_grad[p].assign(parameters[p].value.size(), 0.0f);
+    slot.masks.assign(tg.graph.nodes.size(), {});
+    slot.grad_written.assign(values.size(), 0);
+    slot.param_written.assign(parameters.size(), 0);
+  }
+
+  // ---- forward -------------------------------------------------------------------
+  void forward(Slot& slot, size_t node_index, int64_t first_sample) {
+    const Node& n = tg.graph.nodes[node_index];
+    const Attributes& a = n.attributes;
+    auto x = [&](size_t i) -> ConstView { return view(slot, id(n.inputs[i])); };
+    const View y = view(slot, id(n.outputs[0]));
+    switch (n.op) {
+      case Op::Conv: {
+        ConvKernels& k = kernels.at({n.name, slot.size});
+        const float* bias = n.inputs.size() > 2 && !n.inputs[2].empty() ? x(2).data : nullptr;
+        k.fwd->run(x(0).data, x(1).data, bias, y.data);
+        return;
+      }
+      case Op::Relu: case Op::LeakyRelu: case Op::Clip: case Op::Sigmoid:
+        ops::unary(x(0), y, unary_of(n.op), a.alpha, a.clip_min, a.clip_max);
+        return;
+      case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow:
+        ops::binary(x(0), x(1), y, binary_of(n.op));
+        return;
+      case Op::MaxPool: ops::max_pool(x(0), window_of(a), y); return;
+      case Op::AveragePool: ops::average_pool(x(0), window_of(a), a.count_include_pad, y); return;
+      case Op::GlobalAveragePool: ops::global_pool(x(0), false, y); return;
+      case Op::Gemm: {
+        const ConstView c = n.inputs.size() > 2 && !n.inputs[2].empty() ? x(2) : ConstView{};
+        ops::gemm_1t(x(0), x(1), c.data ? &c : nullptr, a.alpha, a.beta, a.trans_a, a.trans_b, y);
+        return;
+      }
+      case Op::MatMul: ops::gemm_1t(x(0), x(1), nullptr, 1.0f, 0.0f, false, false, y); return;
+      case Op::Concat: {
+        std::vector<ConstView> xs;
+        for (size_t i = 0; i < n.inputs.size(); ++i) xs.push_back(x(i));
+        ops::concat(xs, a.axis, y);
+        return;
+      }
+      case Op::Pad: ops::pad(x(0), a.pad_amounts, a.pad_value, y); return;
+      case Op::LRN: ops::lrn(x(0), a.size, a.alpha, a.beta, a.lrn_bias, y); return;
+      case Op::Dropout: {
+        std::vector<float>& mask = slot.masks[node_index];
+        mask.resize(static_cast<size_t>(y.elements()));
+        ops::dropout_forward(x(0), a.ratio, options.seed, steps, first_sample, y, mask.data());
+        return;
+      }
+      case Op::Flatten: case Op::Reshape: case Op::Identity: {
+        const ConstView in = x(0);
+        copy_layout(in, View{y.data, in.shape, y.channels_last && in.shape == y.shape});
+        return;
+      }
+      default:
+        throw Error(ExitCode::Internal, fmt::format("trainer: no forward for node '{}' ({})", n.name, op_name(n.op)));
+    }
+  }
+
+  // ---- backward ------------------------------------------------------------------
+  // The gradient buffer of value `v` for a contribution: dx = c the first time, dx += c
+  // after (returned flag). Constants that are parameters get their slot's gradient.
+  struct Target {
+    View view;
+    bool accumulate = false;
+  };
+  Target target_for(Slot& slot, int v) {
+    const ValueInfo& info = values[v];
+    if (info.parameter >= 0) {
+      const int p = info.parameter;
+      const bool acc = slot.param_written[p] != 0;
+      slot.param_written[p] = 1;
+      return {View{slot.param_grad[p].data(), info.shape, false}, acc};
+    }
+    const bool acc = slot.grad_written[v] != 0;
+    slot.grad_written[v] = 1;
+    return {grad_view(slot, v), acc};
+  }
+  bool wants_grad(int v) const { return v >= 0 && (values[v].requires_grad || values[v].parameter >= 0); }
+
+  // Runs a kernel that writes (never adds) into t: straight in, or through scratch.
+  template <typename F>
+  void write_or_add(Slot& slot, const Target& t, F write) {
+    if (!t.accumulate) return write(t.view.data);
+    slot.scratch.resize(static_cast<size_t>(t.view.elements()));
+    write(slot.scratch.data());
+    for (int64_t i = 0; i < t.view.elements(); ++i) t.view.data[i] += slot.scratch[i];
+  }
+
+  void backward(Slot& slot, size_t node_index) {
+    const Node& n = tg.graph.nodes[node_index];
+    const Attributes& a = n.attributes;
+    const int out = id(n.outputs[0]);
+    if (!values[out].requires_grad) return;
+    if (!slot.grad_written[out]) {
+      // Nothing downstream reached this value: its gradient is zero.
+      std::fill(slot.grad[out].begin(), slot.grad[out].end(), 0.0f);
+      slot.grad_written[out] = 1;
+    }
+    auto x = [&](size_t i) -> ConstView { return view(slot, id(n.inputs[i])); };
+    const ConstView y = view(slot, out);
+    const ConstView dy = grad_view(slot, out);
+    auto in_id = [&](size_t i) { return i < n.inputs.size() ? id(n.inputs[i]) : -1; };
+    switch (n.op) {
+      case Op::Conv: {
+        ConvKernels& k = kernels.at({n.name, slot.size});
+        const float* yp = n.attributes.fused_relu ? y.data : nullptr;
+        const int w = in_id(1), b = in_id(2);
+        if (wants_grad(w)) {
+          const Target tw = target_for(slot, w);
+          Target tb{};
+          const bool has_bias = b >= 0;
+          if (has_bias) tb = target_for(slot, b);
+          if (!tw.accumulate && (!has_bias || !tb.accumulate)) {
+            k.bwd_weights->run(x(0).data, dy.data, yp, tw.view.data, has_bias ? tb.view.data : nullptr);
+          } else {
+            std::vector<float> dw(static_cast<size_t>(tw.view.elements())), db(has_bias ? tb.view.elements() : 0);
+            k.bwd_weights->run(x(0).data, dy.data, yp, dw.data(), has_bias ? db.data() : nullptr);
+            for (size_t i = 0; i < dw.size(); ++i) tw.view.data[i] = tw.accumulate ? tw.view.data[i] + dw[i] : dw[i];
+            for (size_t i = 0; i < db.size(); ++i) tb.view.data[i] = tb.accumulate ? tb.view.data[i] + db[i] : db[i];
+          }
+        }
+        if (values[in_id(0)].requires_grad) {
+          const Target tx = target_for(slot, in_id(0));
+          write_or_add(slot, tx, [&](float* dx) { k.bwd_data->run(dy.data, x(1).data, yp, dx); });
+        }
+        return;
+      }
+      case Op::Relu: case Op::LeakyRelu: case Op::Clip: case Op::Sigmoid: case Op::Identity: {
+        if (!wants_grad(in_id(0))) return;
+        const Target t = target_for(slot, in_id(0));
+        if (n.op == Op::Identity) return ops::relabel_backward(dy, t.view, t.accumulate);
+        ops::unary_backward(x(0), y, dy, t.view, unary_of(n.op), a.alpha, a.clip_min, a.clip_max, t.accumulate);
+        return;
+      }
+      case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow:
+        for (int which = 0; which < 2; ++which) {
+          if (!wants_grad(in_id(which))) continue;
+          const Target t = target_for(slot, in_id(which));
+          ops::binary_backward(x(0), x(1), y, dy, binary_of(n.op), which, t.view, t.accumulate);
+        }
+        return;
+      case Op::MaxPool: {
+        if (!wants_grad(in_id(0))) return;
+        const Target t = target_for(slot, in_id(0));
+        ops::max_pool_backward(x(0), window_of(a), dy, t.view, t.accumulate);
+        return;
+      }
+      case Op::AveragePool: {
+        if (!wants_grad(in_id(0))) return;
+        const Target t = target_for(slot, in_id(0));
+        ops::average_pool_backward(window_of(a), a.count_include_pad, dy, t.view, t.accumulate);
+        return;
+      }
+      case Op::GlobalAveragePool: {
+        if (!wants_grad(in_id(0))) return;
+        const Target t = target_for(slot, in_id(0));
+        ops::global_average_pool_backward(dy, t.view, t.accumulate);
+        return;
+      }
+      case Op::Gemm: case Op::MatMul: {
+        const bool gemm = n.op == Op::Gemm;
+        const float alpha = gemm ? a.alpha : 1.0f, beta = gemm ? a.beta : 0.0f;
+        const bool ta = gemm && a.trans_a, tb = gemm && a.trans_b;
+        Target t0{}, t1{}, t2{};
+        const bool g0 = wants_grad(in_id(0)), g1 = wants_grad(in_id(1)), g2 = gemm && wants_grad(in_id(2));
+        if (g0) t0 = target_for(slot, in_id(0));
+        if (g1) t1 = target_for(slot, in_id(1));
+        if (g2) t2 = target_for(slot, in_id(2));
+        ops::gemm_backward(x(0), x(1), dy, alpha, beta, ta, tb, g0 ? &t0.view : nullptr, t0.accumulate,
+                           g1 ? &t1.view : nullptr, t1.accumulate, g2 ? &t2.view : nullptr, t2.accumulate);
+        return;
+      }
+      case Op::Concat: {
+        std::vector<std::vector<int64_t>> shapes;
+        for (size_t i = 0; i < n.inputs.size(); ++i) shapes.push_back(shape_at(in_id(i), slot.size));
+        for (size_t i = 0; i < n.inputs.size(); ++i) {
+          if (!wants_grad(in_id(i))) continue;
+          const Target t = target_for(slot, in_id(i));
+          ops::concat_backward(dy, a.axis, shapes, static_cast<int>(i), t.view, t.accumulate);
+        }
+        return;
+      }
+      case Op::Pad: {
+        if (!wants_grad(in_id(0))) return;
+        const Target t = target_for(slot, in_id(0));
+        ops::pad_backward(dy, a.pad_amounts, t.view, t.accumulate);
+        return;
+      }
+      case Op::LRN: {
+        if (!wants_grad(in_id(0))) return;
+        const Target t = target_for(slot, in_id(0));
+        ops::lrn_backward(x(0), dy, a.size, a.alpha, a.beta, a.lrn_bias, t.view, t.accumulate);
+        return;
+      }
+      case Op::Dropout: {
+        if (!wants_grad(in_id(0))) return;
+        const Target t = target_for(slot, in_id(0));
+        ops::dropout_backward(dy, slot.masks[node_index].data(), t.view, t.accumulate);
+        return;
+      }
+      case Op::Flatten: case Op::Reshape: {
+        if (!wants_grad(in_id(0))) return;
+        const Target t = target_for(slot, in_id(0));
+        // The forward stored x's values in y's dense order: read dy in x's shape.
+        const bool same = y.shape == t.view.shape && y.channels_last == t.view.channels_last;
+        ops::relabel_backward(ConstView{dy.data, t.view.shape, same && t.view.channels_last}, t.view, t.accumulate);
+        return;
+      }
+      default:
+        throw Error(ExitCode::Internal, fmt::format("trainer: no backward for node '{}' ({})", n.name, op_name(n.op)));
+    }
+  }
+
+  // ---- one micro-batch -------------------------------------------------------------
+  void load_input(Slot& slot, const float* pixels) {
+    const View in = view(slot, input);
+    copy_layout(ConstView{pixels, in.shape, false}, in);
+  }
+
+  void run_micro_batch(Slot& slot, int64_t n, const float* pixels, const int32_t* labels, int64_t first_sample,
+                       double scale, bool train) {
+    prepare_slot(slot, n);
+    load_input(slot, pixels);
+    const auto& nodes = tg.graph.nodes;
+    for (size_t i = 0; i < nodes.size(); ++i) forward(slot, i, first_sample);
+    if (!train) {
+      slot.loss = ops::softmax_cross_entropy_loss(view(slot, logits), labels, &slot.correct);
+      return;
+    }
+    std::fill(slot.grad_written.begin(), slot.grad_written.end(), 0);
+    std::fill(slot.param_written.begin(), slot.param_written.end(), 0);
+    slot.loss = ops::softmax_cross_entropy(view(slot, logits), labels, scale, slot.grad[logits].data(), &slot.correct);
+    slot.grad_written[logits] = 1;
+    for (size_t i = nodes.size(); i-- > 0;) backward(slot, i);
+    for (size_t p = 0; p < parameters.size(); ++p)
+      if (!slot.param_written[p]) std::fill(slot.param_grad[p].begin(), slot.param_grad[p].end(), 0.0f);
+  }
+
+  // Runs micro-batches [0, count) of a mini-batch: on the threads, micro-batch i on
+  // thread i mod T, or in order with intra-kernel parallel kernels.
+  StepStats run_batch(const float* pixels, const int32_t* labels, int64_t count, bool train) {
+    if (count < 1 || count > options.batch)
+      throw Error(ExitCode::Internal, fmt::format("trainer: a batch of {} samples (batch size {})", count, options.batch));
+    const int64_t micro = (count + m - 1) / m, last = count - (micro - 1) * m;
+    ensure_kernels(m);
+    if (last != m) ensure_kernels(last);
+    if (static_cast<int64_t>(slots.size()) < micro) slots.resize(static_cast<size_t>(micro));
+    const int64_t sample_floats = values[input].sample_elements;
+    const double scale = 1.0 / double(count);
+    auto run = [&](int64_t i) {
+      const int64_t n = i + 1 == micro ? last : m;
+      run_micro_batch(slots[i], n, pixels + i * m * sample_floats, labels + i * m, i * m, scale, train);
+    };
+    std::exception_ptr failure;
+    std::mutex failure_mutex;
+    if (intra) {
+      omp_set_num_threads(options.threads);
+      for (int64_t i = 0; i < micro; ++i) run(i);
+    } else {
+#pragma omp parallel for schedule(static, 1) num_threads(options.threads)
+      for (int64_t i = 0; i < micro; ++i) {
+        try {
+          run(i);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(failure_mutex);
+          if (!failure) failure = std::current_exception();
+        }
+      }
+    }
+    if (failure) std::rethrow_exception(failure);
+
+    // The loss and the correct count: a pairwise tree over the micro-batch index.
+    std::vector<double> losses(static_cast<size_t>(micro));
+    StepStats stats;
+    for (int64_t i = 0; i < micro; ++i) losses[i] = slots[i].loss, stats.correct += slots[i].correct;
+    for (int64_t stride = 1; stride < micro; stride *= 2)
+      for (int64_t i = 0; i + stride < micro; i += 2 * stride) losses[i] += losses[i + stride];
+    stats.loss = losses[0] / double(count);
+    stats.count = count;
+    if (train) reduce_and_update(micro);
+    return stats;
+  }
+
+  // Gradients summed over micro-batches by the tree, then the SGD update; threads split
+  // the elements (each element's sum and update are the same whoever computes them).
+  void reduce_and_update(int64_t micro) {
+    constexpr int64_t chunk = 16384;
+    struct Work {
+      int p;
+      int64_t begin, end;
+    };
+    std::vector<Work> work;
+    for (size_t p = 0; p < parameters.size(); ++p)
+      for (int64_t b = 0; b < static_cast<int64_t>(parameters[p].value.size()); b += chunk)
+        work.push_back({static_cast<int>(p), b, std::min<int64_t>(b + chunk, parameters[p].value.size())});
+    const bool first = steps == 0;
+#pragma omp parallel for schedule(static) num_threads(options.threads)
+    for (size_t i = 0; i < work.size(); ++i) {
+      const Work& w = work[i];
+      std::vector<float*> grads(static_cast<size_t>(micro));
+      for (int64_t s = 0; s < micro; ++s) grads[s] = slots[s].param_grad[w.p].data();
+      ops::tree_sum(grads.data(), micro, w.begin, w.end);
+      Parameter& par = parameters[w.p];
+      ops::sgd_update(par.value.data(), par.momentum.data(), grads[0], w.begin, w.end, options.lr, options.momentum,
+                      options.weight_decay, first);
+    }
+    ++steps;
+  }
+};
+
+Trainer::Trainer(const std::string& model_path, const TrainerOptions& options, const TargetInfo& t,
+                 std::vector<std::string>* why)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  s.options = options;
+  if (s.options.batch < 1) throw Error(ExitCode::Usage, "--batch must be at least 1");
+  if (s.options.threads < 1) throw Error(ExitCode::Usage, "--threads must be at least 1");
+  s.m = s.options.micro_batch > 0 ? s.options.micro_batch : default_micro_batch(s.options.batch);
+  if (s.m > s.options.batch)
+    throw Error(ExitCode::Usage, fmt::format("--micro-batch {} is larger than --batch {}", s.m, s.options.batch));
+  s.options.micro_batch = s.m;
+  s.target = t;
+  s.why = why;
+  s.tg = prepare_training_graph(model_path, s.m, why);
+  s.index_values();
+  const int64_t full_micro = (s.options.batch + s.m - 1) / s.m;
+  s.intra = s.options.threads > 1 && (s.options.intra_kernel || full_micro < s.options.threads);
+  s.ensure_kernels(s.m);
+}
+
+Trainer::~Trainer() = default;
+
+StepStats Trainer::train_step(const float* pixels, const int32_t* labels, int64_t count) {
+  return impl_->run_batch(pixels, labels, count, true);
+}
+
+StepStats Trainer::evaluate(const float* pixels, const int32_t* labels, int64_t count) {
+  return impl_->run_batch(pixels, labels, count, false);
+}
+
+const std::vector<Parameter>& Trainer::parameters() const { return impl_->parameters; }
+std::vector<Parameter>& Trainer::parameters() { return impl_->parameters; }
+int64_t Trainer::steps_taken() const { return impl_->steps; }
+void Trainer::set_steps_taken(int64_t steps) { impl_->steps = steps; }
+void Trainer::set_learning_rate(float lr) { impl_->options.lr = lr; }
+const TrainGraph& Trainer::graph() const { return impl_->tg; }
+const TrainerOptions& Trainer::options() const { return impl_->options; }
+int64_t Trainer::micro_batch() const { return impl_->m; }
+
+double Trainer::step_flops(int64_t count) const {
+  const Impl& s = *impl_;
+  double flops = 0.0;
+  for (const Node& n : s.tg.graph.nodes) {
+    if (n.op == Op::Conv) {
+      ConvDescriptor d = conv_descriptor(s.tg.graph, n);
+      d.mb = count;
+      const bool data_pass = s.values[s.value_id.at(n.inputs[0])].requires_grad;
+      flops += d.flops() * (data_pass ? 3.0 : 2.0);
+    } else if (n.op == Op::Gemm || n.op == Op::MatMul) {
+      const auto& a = s.tg.graph.value(n.inputs[0]).shape;
+      const auto& b = s.tg.graph.value(n.inputs[1]).shape;
+      const bool ta = n.op == Op::Gemm && n.attributes.trans_a, tb = n.op == Op::Gemm && n.attributes.trans_b;
+      const double k = double(ta ? a[0] : a[1]), cols = double(tb ? b[0] : b[1]);
+      const bool data_pass = s.values[s.value_id.at(n.inputs[0])].requires_grad;
+      flops += 2.0 * double(count) * k * cols * (data_pass ? 3.0 : 2.0);
+    }
+  }
+  return flops;
+}
+
+}  // namespace convgen::model

@@ -1,0 +1,90 @@
+// The batch-parallel trainer behind `convgen train` (docs/training.md): forward, softmax
+// cross-entropy, backward and SGD with momentum over a training graph (train_graph.h),
+// with convgen's generated forward, backward-data and backward-weights kernels
+// (JIT-compiled from the code `convgen compile` uses) and the runtime's operators.
+//
+// Parallel design, after González (PPoPP 2016), made exact: a mini-batch of B samples is
+// cut into micro-batches of m consecutive samples (m fixed per trainer; a shorter last
+// one gets kernels of its own size). Threads take whole micro-batches (micro-batch i on
+// thread i mod T, the same in every step) and run forward and backward for them with
+// single-threaded kernels into private buffers. Every reduction over samples -- the
+// weight and bias gradients, the loss -- is computed per micro-batch in a fixed order
+// and combined by a fixed pairwise tree over the micro-batch index. The thread count
+// only decides who computes what, so weights, momentum and losses are bit-identical for
+// every T, and with intra-kernel parallelism (micro-batches in sequence, kernels
+// splitting their non-reduction loops) too.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "conv_schedule.h"
+#include "train_graph.h"
+
+namespace convgen::model {
+
+struct TrainerOptions {
+  int64_t batch = 64;        // mini-batch size B
+  int64_t micro_batch = 0;   // m; 0: the smallest divisor of B that is at least 8 (B if none)
+  float lr = 0.01f, momentum = 0.9f, weight_decay = 0.0f;
+  int threads = 1;
+  // Micro-batches run one after another with intra-kernel parallel kernels. Chosen
+  // automatically when a mini-batch has fewer micro-batches than threads.
+  bool intra_kernel = false;
+  uint64_t seed = 0;         // dropout masks
+  std::string records;       // schedule records ("" = analytic defaults)
+};
+
+// The micro-batch size TrainerOptions::micro_batch = 0 stands for.
+int64_t default_micro_batch(int64_t batch);
+
+struct StepStats {
+  double loss = 0.0;     // mean softmax cross-entropy over the samples
+  int64_t correct = 0;   // samples whose arg-max logit is the label
+  int64_t count = 0;
+};
+
+// A trainable tensor and its optimizer state.
+struct Parameter {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> value, momentum;
+};
+
+class Trainer {
+ public:
+  // Imports the model; kernels are compiled for the micro-batch size here and for other
+  // sizes when a batch first needs them. `why` gets kernel and schedule decisions.
+  Trainer(const std::string& model_path, const TrainerOptions& options, const TargetInfo& t,
+          std::vector<std::string>* why = nullptr);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // One SGD step on `count` samples (1 <= count <= batch): pixels dense NCHW floats,
+  // labels in [0, classes). The loss is the mean over the count samples.
+  StepStats train_step(const float* pixels, const int32_t* labels, int64_t count);
+  // Forward only (test accuracy): no state changes.
+  StepStats evaluate(const float* pixels, const int32_t* labels, int64_t count);
+
+  const std::vector<Parameter>& parameters() const;
+  std::vector<Parameter>& parameters();
+  int64_t steps_taken() const;
+  void set_steps_taken(int64_t steps);   // resuming
+  void set_learning_rate(float lr);
+
+  const TrainGraph& graph() const;
+  const TrainerOptions& options() const;
+  int64_t micro_batch() const;
+  // Sum of the nominal flops (2*N*K*(C/g)*R*S*P*Q per conv pass, 2*M*N*K per GEMM) of the
+  // passes one training step on `count` samples executes.
+  double step_flops(int64_t count) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace convgen::model

@@ -1,0 +1,23 @@
+// Writing models back: the trained model as ONNX, the original file with the trained
+// tensors' initializers replaced (everything else -- graph, opsets, metadata, other
+// initializers -- kept as it was), written to a temporary file, flushed to disk and
+// renamed over the destination, so a crash never leaves a partial model behind.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace convgen::model {
+
+// BadModel when `source` cannot be parsed, Unsupported when an initializer named in
+// `tensors` is not a float32 initializer of the model or has another element count, Io
+// when the destination cannot be written.
+void save_onnx_with_initializers(const std::string& source, const std::map<std::string, std::vector<float>>& tensors,
+                                 const std::string& destination);
+
+// Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename,
+// fsync of the directory. Io error naming the path on failure; no temporary is left.
+void write_file_atomically(const std::string& path, const std::string& bytes);
+
+}  // namespace convgen::model

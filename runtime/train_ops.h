@@ -1,0 +1,92 @@
+// The training driver's operators besides convolution: backward passes of the model
+// operators (ops.h), softmax cross-entropy, single-threaded BLIS GEMMs, and the
+// optimizer. Each is a plain loop in a fixed order over caller-owned views, with no
+// thread of its own: the batch-parallel driver calls them from its threads, one
+// micro-batch each, so every result depends only on its inputs (docs/training.md).
+//
+// `accumulate` selects dx += contribution (a value read by several nodes receives the
+// sum of their gradients, added in the driver's fixed node order) or dx = contribution.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ops.h"
+#include "tensor.h"
+
+namespace convgen::ops {
+
+// y = f(x) backward: dx = dy * f'(.) -- Relu from y (y > 0, PyTorch's rule at 0),
+// LeakyRelu from x (x > 0 ? 1 : alpha), Clip from x (lo <= x <= hi, torch.clamp),
+// Sigmoid from y (y * (1 - y)), Identity 1. Views share one shape and layout.
+void unary_backward(const ConstView& x, const ConstView& y, const ConstView& dy, const View& dx, Unary op,
+                    float alpha, float lo, float hi, bool accumulate);
+
+// y = a op b (numpy broadcasting) backward for operand `which` (0: a, 1: b): the
+// element-wise partial times dy, summed over the dimensions that operand was broadcast
+// along, in y's row-major order. y is the forward output (Pow's exponent gradient).
+void binary_backward(const ConstView& a, const ConstView& b, const ConstView& y, const ConstView& dy, Binary op,
+                     int which, const View& d_operand, bool accumulate);
+
+// Pooling backward. Max: dy goes to the window's first maximum (row-major tap order, as
+// the forward finds it). Average: dy / count to every tap inside the input, count as
+// the forward's divisor.
+void max_pool_backward(const ConstView& x, const Window& w, const ConstView& dy, const View& dx, bool accumulate);
+void average_pool_backward(const Window& w, bool count_include_pad, const ConstView& dy, const View& dx,
+                           bool accumulate);
+void global_average_pool_backward(const ConstView& dy, const View& dx, bool accumulate);
+
+// BLIS sgemm on one thread, whatever BLIS's own threading setting: C = alpha * op(A) *
+// op(B) + beta * C over row-major operands given with their leading dimensions.
+void sgemm_1t(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// Y = alpha * A' * B' + beta * C (ops::gemm's semantics) on one thread.
+void gemm_1t(const ConstView& a, const ConstView& b, const ConstView* c, float alpha, float beta, bool trans_a,
+             bool trans_b, const View& y);
+// Its backward: dA, dB (either may be null: not needed) and dC (C's shape, the sum of
+// beta * dY over the broadcast rows/columns; may be null).
+void gemm_backward(const ConstView& a, const ConstView& b, const ConstView& dy, float alpha, float beta,
+                   bool trans_a, bool trans_b, const View* da, bool accumulate_a, const View* db, bool accumulate_b,
+                   const View* dc, bool accumulate_c);
+
+// Concat backward for input `index`: its slice of dy.
+void concat_backward(const ConstView& dy, int64_t axis, const std::vector<std::vector<int64_t>>& input_shapes,
+                     int index, const View& dx, bool accumulate);
+// Constant Pad backward: the unpadded window of dy.
+void pad_backward(const ConstView& dy, const std::vector<int64_t>& pads, const View& dx, bool accumulate);
+// A relabelling (Flatten, Reshape, Identity, layout copy) backward: dy's values, in x's
+// shape, into dx's layout.
+void relabel_backward(const ConstView& dy, const View& dx, bool accumulate);
+// ONNX LRN (across channels) backward.
+void lrn_backward(const ConstView& x, const ConstView& dy, int64_t size, float alpha, float beta, float bias,
+                  const View& dx, bool accumulate);
+
+// Dropout in training mode: y = x * keep / (1 - ratio), keep drawn per element from a
+// counter-based generator keyed by (seed, step, sample index, element) -- the same mask
+// whatever thread or micro-batch computes it. `first_sample` is the index in the
+// mini-batch of x's first sample. mask (x's size) receives keep / (1 - ratio).
+void dropout_forward(const ConstView& x, float ratio, uint64_t seed, int64_t step, int64_t first_sample,
+                     const View& y, float* mask);
+void dropout_backward(const ConstView& dy, const float* mask, const View& dx, bool accumulate);
+
+// Softmax cross-entropy on dense logits [n, classes]: returns the sum over the n samples
+// of logsumexp(z) - z[label] (in double, samples in order), writes dlogits =
+// (softmax(z) - onehot(label)) * scale (scale = 1 / mini-batch size) and counts the
+// samples whose first maximal logit is the label.
+double softmax_cross_entropy(const ConstView& logits, const int32_t* labels, double scale, float* dlogits,
+                             int64_t* correct);
+// Forward only (evaluation): the loss sum and the correct count.
+double softmax_cross_entropy_loss(const ConstView& logits, const int32_t* labels, int64_t* correct);
+
+// Sums slots[0..count) of n floats into slots[0] by a fixed pairwise tree over the slot
+// index (level l adds slot i + 2^l into slot i, i a multiple of 2^(l+1)); elements
+// [begin, end) only, so threads can split the elements without changing any sum.
+void tree_sum(float* const* slots, int64_t count, int64_t begin, int64_t end);
+
+// torch.optim.SGD(momentum, dampening=0, nesterov=False, weight_decay) on elements
+// [begin, end): g' = g + wd * w; v = first ? g' : momentum * v + g'; w = w - lr * v.
+void sgd_update(float* w, float* v, const float* g, int64_t begin, int64_t end, float lr, float momentum,
+                float weight_decay, bool first_step);
+
+}  // namespace convgen::ops
