@@ -246,6 +246,7 @@ int train_model(const Args& args) {
   if (!s.save.empty()) {
     std::map<std::string, std::vector<float>> trained;
     for (const model::Parameter& p : trainer.parameters()) trained[p.name] = p.value;
+    for (const auto& [name, data] : trainer.state_tensors()) trained[name] = data;
     model::save_onnx_with_initializers(s.model, trained, s.save);
     fmt::print("saved {}\n", s.save);
   }

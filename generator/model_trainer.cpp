@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <mutex>
 
@@ -32,6 +33,7 @@ struct ValueInfo {
   bool constant = false;
   int parameter = -1;           // index into the parameters, or -1 (frozen / activation)
   int frozen = -1;              // index into the frozen constants
+  bool state = false;           // frozen but updated by training (BatchNormalization running statistics)
   bool channels_last = false;   // activations of rank 3 and 4: the kernels' layout
   bool requires_grad = false;   // depends on a parameter: backward reaches it
   int64_t sample_elements = 0;  // activations: elements per sample
@@ -51,10 +53,35 @@ struct Slot {
   std::vector<std::vector<float>> act, grad;   // per value (activations; gradients where required)
   std::vector<std::vector<float>> param_grad;  // per parameter
   std::vector<std::vector<float>> masks;       // per node (Dropout)
+  std::vector<std::vector<double>> bn_partial;  // per node (BatchNormalization): per-channel sums
   std::vector<char> grad_written, param_written;
   std::vector<float> scratch;
   double loss = 0.0;
   int64_t correct = 0;
+  // This micro-batch's part of the mini-batch.
+  int64_t first_sample = 0;
+  const float* pixels = nullptr;
+  const int32_t* labels = nullptr;
+};
+
+// Mini-batch statistics of one BatchNormalization node, combined over micro-batches.
+struct BatchStats {
+  std::vector<double> mean, var;       // biased variance
+  std::vector<float> invstd;           // 1 / sqrt(var + epsilon)
+  std::vector<double> dy_sum, dy_xhat_sum;
+};
+
+// Per-micro-batch work between two barriers (docs/training.md): a phase runs its actions
+// for every micro-batch, then `combine` (if any) runs once, on one thread.
+enum class Action { Forward, Loss, Backward, BnSums, BnSquares, BnBackwardSums };
+struct Step {
+  Action action;
+  size_t node = 0;
+};
+struct Phase {
+  std::vector<Step> steps;
+  Action combine = Action::Forward;  // Forward: nothing to combine
+  size_t combine_node = 0;
 };
 
 ops::Window window_of(const Attributes& a) { return {a.kernel, a.strides, a.dilations, a.pads_begin, a.pads_end}; }
@@ -98,6 +125,11 @@ struct Trainer::Impl {
   // Micro-batches in sequence with intra-kernel parallel kernels: asked for, or a full
   // mini-batch has fewer micro-batches than threads. Fixed per trainer.
   bool intra = false;
+  std::vector<Phase> train_phases, eval_phases;
+  std::map<size_t, BatchStats> batch_stats;  // by node index
+  std::vector<std::string> state_names;      // running statistics, in graph order
+  int64_t active = 0;                        // micro-batches of the running mini-batch
+  int64_t batch_count = 0;                   // samples of the running mini-batch
 
   // ---- views -------------------------------------------------------------------
   std::vector<int64_t> shape_at(int id, int64_t n) const {
@@ -157,6 +189,17 @@ struct Trainer::Impl {
         if (!in.empty()) any = any || values[id(in)].requires_grad || values[id(in)].parameter >= 0;
       for (const std::string& out : n.outputs) values[id(out)].requires_grad = any;
     }
+    for (const Node& n : g.nodes)
+      if (n.op == Op::BatchNormalization)
+        for (int i : {3, 4}) {
+          ValueInfo& v = values[id(n.inputs[i])];
+          if (v.frozen < 0)
+            throw Error(ExitCode::Unsupported, fmt::format("{}: node '{}' (BatchNormalization): not supported in "
+                                                           "training: running statistics that are not initializers",
+                                                           g.source, n.name));
+          if (!v.state) state_names.push_back(v.name);
+          v.state = true;
+        }
     input = id(tg.input);
     logits = id(tg.logits);
     if (!values[logits].requires_grad)
@@ -206,12 +249,14 @@ struct Trainer::Impl {
     slot.param_grad.assign(parameters.size(), {});
     for (size_t p = 0; p < parameters.size(); ++p) slot.param_grad[p].assign(parameters[p].value.size(), 0.0f);
     slot.masks.assign(tg.graph.nodes.size(), {});
+    slot.bn_partial.assign(tg.graph.nodes.size(), {});
     slot.grad_written.assign(values.size(), 0);
     slot.param_written.assign(parameters.size(), 0);
   }
 
   // ---- forward -------------------------------------------------------------------
-  void forward(Slot& slot, size_t node_index, int64_t first_sample) {
+  void forward(Slot& slot, size_t node_index, bool train) {
+    const int64_t first_sample = slot.first_sample;
     const Node& n = tg.graph.nodes[node_index];
     const Attributes& a = n.attributes;
     auto x = [&](size_t i) -> ConstView { return view(slot, id(n.inputs[i])); };
@@ -247,11 +292,15 @@ struct Trainer::Impl {
       case Op::Pad: ops::pad(x(0), a.pad_amounts, a.pad_value, y); return;
       case Op::LRN: ops::lrn(x(0), a.size, a.alpha, a.beta, a.lrn_bias, y); return;
       case Op::Dropout: {
+        if (!train) return copy_layout(x(0), y);
         std::vector<float>& mask = slot.masks[node_index];
         mask.resize(static_cast<size_t>(y.elements()));
         ops::dropout_forward(x(0), a.ratio, options.seed, steps, first_sample, y, mask.data());
         return;
       }
+      case Op::BatchNormalization:
+        if (!train) return ops::batch_norm(x(0), x(1), x(2), x(3), x(4), a.epsilon, y);
+        return batch_norm_forward(slot, node_index);
       case Op::Flatten: case Op::Reshape: case Op::Identity: {
         const ConstView in = x(0);
         copy_layout(in, View{y.data, in.shape, y.channels_last && in.shape == y.shape});
@@ -404,6 +453,7 @@ struct Trainer::Impl {
         ops::dropout_backward(dy, slot.masks[node_index].data(), t.view, t.accumulate);
         return;
       }
+      case Op::BatchNormalization: return batch_norm_backward(slot, node_index);
       case Op::Flatten: case Op::Reshape: {
         if (!wants_grad(in_id(0))) return;
         const Target t = target_for(slot, in_id(0));
@@ -423,27 +473,207 @@ struct Trainer::Impl {
     copy_layout(ConstView{pixels, in.shape, false}, in);
   }
 
-  void run_micro_batch(Slot& slot, int64_t n, const float* pixels, const int32_t* labels, int64_t first_sample,
-                       double scale, bool train) {
-    prepare_slot(slot, n);
-    load_input(slot, pixels);
-    const auto& nodes = tg.graph.nodes;
-    for (size_t i = 0; i < nodes.size(); ++i) forward(slot, i, first_sample);
-    if (!train) {
-      slot.loss = ops::softmax_cross_entropy_loss(view(slot, logits), labels, &slot.correct);
-      return;
+  // ---- BatchNormalization in training mode -------------------------------------
+  // Mini-batch statistics need every micro-batch: each computes per-channel sums in a
+  // fixed order (BnSums, BnSquares, BnBackwardSums), a barrier, and one thread combines
+  // them by the pairwise tree (combine_*). Then each micro-batch normalises (forward) or
+  // computes dx (backward) with the mini-batch's numbers.
+  struct ChannelWalk {
+    int64_t channels, pixels;
+  };
+  ChannelWalk walk(Slot& slot, int v) {
+    const View x = view(slot, v);
+    if (!x.channels_last && x.rank() > 2)
+      throw Error(ExitCode::Internal, "trainer: BatchNormalization expects channels-last or 2-D activations");
+    return {x.shape[1], x.elements() / x.shape[1]};
+  }
+
+  void bn_partial_sums(Slot& slot, size_t node_index, Action a) {
+    const Node& n = tg.graph.nodes[node_index];
+    const int xv = id(n.inputs[0]);
+    const ChannelWalk w = walk(slot, xv);
+    const float* x = view(slot, xv).data;
+    std::vector<double>& acc = slot.bn_partial[node_index];
+    acc.assign(static_cast<size_t>(2 * w.channels), 0.0);
+    const BatchStats& st = batch_stats[node_index];
+    if (a == Action::BnSums) {
+      for (int64_t p = 0; p < w.pixels; ++p)
+        for (int64_t c = 0; c < w.channels; ++c) acc[c] += x[p * w.channels + c];
+    } else if (a == Action::BnSquares) {
+      for (int64_t p = 0; p < w.pixels; ++p)
+        for (int64_t c = 0; c < w.channels; ++c) {
+          const double d = double(x[p * w.channels + c]) - st.mean[c];
+          acc[c] += d * d;
+        }
+    } else {
+      const int out = id(n.outputs[0]);
+      if (!slot.grad_written[out]) std::fill(slot.grad[out].begin(), slot.grad[out].end(), 0.0f), slot.grad_written[out] = 1;
+      const float* dy = slot.grad[out].data();
+      for (int64_t p = 0; p < w.pixels; ++p)
+        for (int64_t c = 0; c < w.channels; ++c) {
+          const int64_t i = p * w.channels + c;
+          const double xhat = (double(x[i]) - st.mean[c]) * double(st.invstd[c]);
+          acc[c] += dy[i];
+          acc[w.channels + c] += double(dy[i]) * xhat;
+        }
+      // This micro-batch's scale and bias gradients; the parameter tree adds them up.
+      for (int input : {1, 2}) {
+        const int v = id(n.inputs[input]);
+        if (values[v].parameter < 0) continue;
+        const Target t = target_for(slot, v);
+        for (int64_t c = 0; c < w.channels; ++c) {
+          const float g = float(acc[input == 1 ? w.channels + c : c]);
+          t.view.data[c] = t.accumulate ? t.view.data[c] + g : g;
+        }
+      }
     }
+  }
+
+  // The pairwise tree over micro-batches of one node's partial sums.
+  std::vector<double> combined(size_t node_index) {
+    std::vector<std::vector<double>*> parts;
+    for (int64_t i = 0; i < active; ++i) parts.push_back(&slots[i].bn_partial[node_index]);
+    for (size_t stride = 1; stride < parts.size(); stride *= 2)
+      for (size_t i = 0; i + stride < parts.size(); i += 2 * stride)
+        for (size_t c = 0; c < parts[i]->size(); ++c) (*parts[i])[c] += (*parts[i + stride])[c];
+    return *parts[0];
+  }
+
+  void combine(Action a, size_t node_index) {
+    const Node& n = tg.graph.nodes[node_index];
+    BatchStats& st = batch_stats[node_index];
+    const std::vector<double> total = combined(node_index);
+    const int64_t channels = int64_t(total.size() / 2);
+    const double elements = double(batch_count) * double(values[id(n.inputs[0])].sample_elements / channels);
+    if (a == Action::BnSums) {
+      st.mean.assign(total.begin(), total.begin() + channels);
+      for (double& v : st.mean) v /= elements;
+    } else if (a == Action::BnSquares) {
+      st.var.assign(total.begin(), total.begin() + channels);
+      st.invstd.resize(static_cast<size_t>(channels));
+      float* running_mean = frozen[values[id(n.inputs[3])].frozen].data();
+      float* running_var = frozen[values[id(n.inputs[4])].frozen].data();
+      const float momentum = n.attributes.momentum;  // ONNX: running = momentum * running + (1 - momentum) * batch
+      for (int64_t c = 0; c < channels; ++c) {
+        const double sum_sq = st.var[c];
+        st.var[c] = sum_sq / elements;
+        st.invstd[c] = float(1.0 / std::sqrt(st.var[c] + double(n.attributes.epsilon)));
+        const double unbiased = elements > 1 ? sum_sq / (elements - 1) : st.var[c];
+        running_mean[c] = momentum * running_mean[c] + (1.0f - momentum) * float(st.mean[c]);
+        running_var[c] = momentum * running_var[c] + (1.0f - momentum) * float(unbiased);
+      }
+    } else {
+      st.dy_sum.assign(total.begin(), total.begin() + channels);
+      st.dy_xhat_sum.assign(total.begin() + channels, total.end());
+    }
+  }
+
+  void batch_norm_forward(Slot& slot, size_t node_index) {
+    const Node& n = tg.graph.nodes[node_index];
+    const int xv = id(n.inputs[0]);
+    const ChannelWalk w = walk(slot, xv);
+    const float* x = view(slot, xv).data;
+    float* y = view(slot, id(n.outputs[0])).data;
+    const float* scale = view(slot, id(n.inputs[1])).data;
+    const float* bias = view(slot, id(n.inputs[2])).data;
+    const BatchStats& st = batch_stats[node_index];
+    // y = x * alpha + beta per channel, PyTorch's CPU form.
+    std::vector<float> alpha(static_cast<size_t>(w.channels)), beta(alpha.size());
+    for (int64_t c = 0; c < w.channels; ++c) {
+      alpha[c] = st.invstd[c] * scale[c];
+      beta[c] = bias[c] - float(st.mean[c]) * alpha[c];
+    }
+    for (int64_t p = 0; p < w.pixels; ++p)
+      for (int64_t c = 0; c < w.channels; ++c) y[p * w.channels + c] = x[p * w.channels + c] * alpha[c] + beta[c];
+  }
+
+  void batch_norm_backward(Slot& slot, size_t node_index) {
+    const Node& n = tg.graph.nodes[node_index];
+    const int xv = id(n.inputs[0]);
+    if (!values[xv].requires_grad) return;
+    const ChannelWalk w = walk(slot, xv);
+    const float* x = view(slot, xv).data;
+    const float* dy = slot.grad[id(n.outputs[0])].data();
+    const float* scale = view(slot, id(n.inputs[1])).data;
+    const BatchStats& st = batch_stats[node_index];
+    const double elements = double(batch_count) * double(w.pixels / slot.size);
+    const Target t = target_for(slot, xv);
+    // dx = scale * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)), means over the mini-batch.
+    for (int64_t p = 0; p < w.pixels; ++p)
+      for (int64_t c = 0; c < w.channels; ++c) {
+        const int64_t i = p * w.channels + c;
+        const double xhat = (double(x[i]) - st.mean[c]) * double(st.invstd[c]);
+        const double g = double(scale[c]) * double(st.invstd[c]) *
+                         (double(dy[i]) - st.dy_sum[c] / elements - xhat * st.dy_xhat_sum[c] / elements);
+        t.view.data[i] = t.accumulate ? t.view.data[i] + float(g) : float(g);
+      }
+  }
+
+  // ---- phases ------------------------------------------------------------------------
+  static std::vector<Phase> make_phases(const Graph& g, bool train) {
+    std::vector<Phase> phases(1);
+    auto barrier = [&](Action a, size_t node) {
+      phases.back().combine = a;
+      phases.back().combine_node = node;
+      phases.emplace_back();
+    };
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      if (train && g.nodes[i].op == Op::BatchNormalization) {
+        phases.back().steps.push_back({Action::BnSums, i});
+        barrier(Action::BnSums, i);
+        phases.back().steps.push_back({Action::BnSquares, i});
+        barrier(Action::BnSquares, i);
+      }
+      phases.back().steps.push_back({Action::Forward, i});
+    }
+    phases.back().steps.push_back({Action::Loss, 0});
+    if (!train) return phases;
+    for (size_t i = g.nodes.size(); i-- > 0;) {
+      if (g.nodes[i].op == Op::BatchNormalization) {
+        phases.back().steps.push_back({Action::BnBackwardSums, i});
+        barrier(Action::BnBackwardSums, i);
+      }
+      phases.back().steps.push_back({Action::Backward, i});
+    }
+    return phases;
+  }
+
+  void run_steps(Slot& slot, const Phase& phase, bool train, double scale) {
+    for (const Step& st : phase.steps) {
+      switch (st.action) {
+        case Action::Forward: forward(slot, st.node, train); break;
+        case Action::Backward: backward(slot, st.node); break;
+        case Action::BnSums: case Action::BnSquares: case Action::BnBackwardSums:
+          bn_partial_sums(slot, st.node, st.action);
+          break;
+        case Action::Loss:
+          if (!train) {
+            slot.loss = ops::softmax_cross_entropy_loss(view(slot, logits), slot.labels, &slot.correct);
+            break;
+          }
+          slot.loss = ops::softmax_cross_entropy(view(slot, logits), slot.labels, scale, slot.grad[logits].data(),
+                                                 &slot.correct);
+          slot.grad_written[logits] = 1;
+          break;
+      }
+    }
+  }
+
+  void begin_micro_batch(Slot& slot, int64_t n) {
+    prepare_slot(slot, n);
+    load_input(slot, slot.pixels);
     std::fill(slot.grad_written.begin(), slot.grad_written.end(), 0);
     std::fill(slot.param_written.begin(), slot.param_written.end(), 0);
-    slot.loss = ops::softmax_cross_entropy(view(slot, logits), labels, scale, slot.grad[logits].data(), &slot.correct);
-    slot.grad_written[logits] = 1;
-    for (size_t i = nodes.size(); i-- > 0;) backward(slot, i);
+  }
+
+  void end_micro_batch(Slot& slot) {
     for (size_t p = 0; p < parameters.size(); ++p)
       if (!slot.param_written[p]) std::fill(slot.param_grad[p].begin(), slot.param_grad[p].end(), 0.0f);
   }
 
-  // Runs micro-batches [0, count) of a mini-batch: on the threads, micro-batch i on
-  // thread i mod T, or in order with intra-kernel parallel kernels.
+  // Runs a mini-batch's phases over its micro-batches: on the threads (micro-batch i on
+  // thread i mod T in every phase, a barrier between phases), or in order with
+  // intra-kernel parallel kernels.
   StepStats run_batch(const float* pixels, const int32_t* labels, int64_t count, bool train) {
     if (count < 1 || count > options.batch)
       throw Error(ExitCode::Internal, fmt::format("trainer: a batch of {} samples (batch size {})", count, options.batch));
@@ -452,25 +682,45 @@ struct Trainer::Impl {
     if (last != m) ensure_kernels(last);
     if (static_cast<int64_t>(slots.size()) < micro) slots.resize(static_cast<size_t>(micro));
     const int64_t sample_floats = values[input].sample_elements;
+    for (int64_t i = 0; i < micro; ++i) {
+      slots[i].first_sample = i * m;
+      slots[i].pixels = pixels + i * m * sample_floats;
+      slots[i].labels = labels + i * m;
+    }
+    active = micro;
+    batch_count = count;
     const double scale = 1.0 / double(count);
-    auto run = [&](int64_t i) {
-      const int64_t n = i + 1 == micro ? last : m;
-      run_micro_batch(slots[i], n, pixels + i * m * sample_floats, labels + i * m, i * m, scale, train);
+    const std::vector<Phase>& phases = train ? train_phases : eval_phases;
+    auto run = [&](size_t phase, int64_t i) {
+      Slot& slot = slots[i];
+      if (phase == 0) begin_micro_batch(slot, i + 1 == micro ? last : m);
+      run_steps(slot, phases[phase], train, scale);
+      if (phase + 1 == phases.size()) end_micro_batch(slot);
     };
     std::exception_ptr failure;
     std::mutex failure_mutex;
+    auto guarded = [&](auto&& f) {
+      try {
+        f();
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+      }
+    };
     if (intra) {
       omp_set_num_threads(options.threads);
-      for (int64_t i = 0; i < micro; ++i) run(i);
+      for (size_t ph = 0; ph < phases.size() && !failure; ++ph) {
+        for (int64_t i = 0; i < micro; ++i) guarded([&] { run(ph, i); });
+        if (phases[ph].combine != Action::Forward && !failure) combine(phases[ph].combine, phases[ph].combine_node);
+      }
     } else {
-#pragma omp parallel for schedule(static, 1) num_threads(options.threads)
-      for (int64_t i = 0; i < micro; ++i) {
-        try {
-          run(i);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(failure_mutex);
-          if (!failure) failure = std::current_exception();
-        }
+#pragma omp parallel num_threads(options.threads)
+      for (size_t ph = 0; ph < phases.size(); ++ph) {
+#pragma omp for schedule(static, 1)
+        for (int64_t i = 0; i < micro; ++i) guarded([&] { run(ph, i); });
+#pragma omp single
+        if (phases[ph].combine != Action::Forward && !failure)
+          guarded([&] { combine(phases[ph].combine, phases[ph].combine_node); });
       }
     }
     if (failure) std::rethrow_exception(failure);
@@ -529,6 +779,8 @@ Trainer::Trainer(const std::string& model_path, const TrainerOptions& options, c
   s.why = why;
   s.tg = prepare_training_graph(model_path, s.m, why);
   s.index_values();
+  s.train_phases = Impl::make_phases(s.tg.graph, true);
+  s.eval_phases = Impl::make_phases(s.tg.graph, false);
   const int64_t full_micro = (s.options.batch + s.m - 1) / s.m;
   s.intra = s.options.threads > 1 && (s.options.intra_kernel || full_micro < s.options.threads);
   s.ensure_kernels(s.m);
@@ -546,6 +798,22 @@ StepStats Trainer::evaluate(const float* pixels, const int32_t* labels, int64_t 
 
 const std::vector<Parameter>& Trainer::parameters() const { return impl_->parameters; }
 std::vector<Parameter>& Trainer::parameters() { return impl_->parameters; }
+std::vector<std::pair<std::string, std::vector<float>>> Trainer::state_tensors() const {
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  for (const std::string& name : impl_->state_names)
+    out.emplace_back(name, impl_->frozen[impl_->values[impl_->value_id.at(name)].frozen]);
+  return out;
+}
+
+void Trainer::set_state_tensor(const std::string& name, const std::vector<float>& data) {
+  auto it = impl_->value_id.find(name);
+  if (it == impl_->value_id.end() || !impl_->values[it->second].state)
+    throw Error(ExitCode::Internal, fmt::format("trainer: no state tensor '{}'", name));
+  std::vector<float>& to = impl_->frozen[impl_->values[it->second].frozen];
+  if (to.size() != data.size()) throw Error(ExitCode::Internal, fmt::format("trainer: state tensor '{}' size", name));
+  to = data;
+}
+
 int64_t Trainer::steps_taken() const { return impl_->steps; }
 void Trainer::set_steps_taken(int64_t steps) { impl_->steps = steps; }
 void Trainer::set_learning_rate(float lr) { impl_->options.lr = lr; }

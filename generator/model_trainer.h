@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "conv_schedule.h"
@@ -71,6 +72,11 @@ class Trainer {
 
   const std::vector<Parameter>& parameters() const;
   std::vector<Parameter>& parameters();
+  // Training state that is not trained: BatchNormalization running mean and variance,
+  // updated every step (ONNX momentum semantics). By name, in graph order.
+  std::vector<std::pair<std::string, std::vector<float>>> state_tensors() const;
+  // Restores one (resuming); Internal error for an unknown name or size.
+  void set_state_tensor(const std::string& name, const std::vector<float>& data);
   int64_t steps_taken() const;
   void set_steps_taken(int64_t steps);   // resuming
   void set_learning_rate(float lr);

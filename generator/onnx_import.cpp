@@ -269,6 +269,50 @@ std::vector<std::string> onnx_input_names(const std::string& path) {
   return checked_input_names(model, path, /*allow_int64=*/true);
 }
 
+namespace {
+
+// Training exports' extra outputs and mode switches (ImportOptions::training), removed
+// when unread; then Constant nodes nothing reads any more (Dropout's bool training_mode).
+void strip_training_forms(onnx::ModelProto& model, const std::string& path) {
+  auto* graph = model.mutable_graph();
+  auto readers = [&] {
+    std::set<std::string> used;
+    for (const auto& n : graph->node())
+      for (const auto& in : n.input()) used.insert(in);
+    for (const auto& out : graph->output()) used.insert(out.name());
+    return used;
+  };
+  const std::set<std::string> used = readers();
+  std::set<std::string> dropped;
+  for (auto& n : *graph->mutable_node()) {
+    const bool bn = n.op_type() == "BatchNormalization", dropout = n.op_type() == "Dropout";
+    if (!bn && !dropout) continue;
+    for (int i = 1; i < n.output_size(); ++i)
+      if (!n.output(i).empty() && used.count(n.output(i)))
+        throw Error(ExitCode::Unsupported,
+                    fmt::format("{}: node '{}' ({}): not supported in training: output {} ('{}') is read by another "
+                                "node", path, n.name(), n.op_type(), i, n.output(i)));
+    for (int i = 1; i < n.output_size(); ++i) dropped.insert(n.output(i));
+    while (n.output_size() > 1) n.mutable_output()->RemoveLast();
+    if (dropout)
+      while (n.input_size() > 2) n.mutable_input()->RemoveLast();
+    auto* attrs = n.mutable_attribute();
+    for (int i = attrs->size() - 1; i >= 0; --i)
+      if (attrs->Get(i).name() == "training_mode") attrs->DeleteSubrange(i, 1);
+  }
+  const std::set<std::string> still_used = readers();
+  auto* nodes = graph->mutable_node();
+  for (int i = nodes->size() - 1; i >= 0; --i)
+    if (nodes->Get(i).op_type() == "Constant" && nodes->Get(i).output_size() == 1 &&
+        !still_used.count(nodes->Get(i).output(0)))
+      nodes->DeleteSubrange(i, 1);
+  auto* infos = graph->mutable_value_info();
+  for (int i = infos->size() - 1; i >= 0; --i)
+    if (dropped.count(infos->Get(i).name())) infos->DeleteSubrange(i, 1);
+}
+
+}  // namespace
+
 Graph import_onnx(const std::string& path, const ImportOptions& options) {
   if (options.batch < 1) throw Error(ExitCode::Usage, fmt::format("--batch {} must be at least 1", options.batch));
   onnx::ModelProto model = parse_model(path);
@@ -298,6 +342,7 @@ Graph import_onnx(const std::string& path, const ImportOptions& options) {
     auto* n = model.mutable_graph()->mutable_node(i);
     if (n->name().empty()) n->set_name(fmt::format("{}_{}", n->op_type(), i));
   }
+  if (options.training) strip_training_forms(model, path);
   bind_constant_inputs(model, options.constant_inputs, path);
   checked_input_names(model, path, /*allow_int64=*/false);
   bind_batch(model, options.batch, path);

@@ -32,6 +32,11 @@ struct ImportOptions {
   // shape inference, e.g. the shape, pads or Clip bounds that ONNX's node tests pass as
   // inputs. Each must name a graph input; float32 or int64.
   std::map<std::string, Value> constant_inputs;
+  // A training graph (PyTorch's export with TrainingMode.TRAINING): BatchNormalization's
+  // running-statistics outputs, its training_mode attribute, Dropout's mask output and
+  // training_mode input are accepted and dropped when nothing reads them -- the trainer
+  // gives BatchNormalization and Dropout their training semantics itself.
+  bool training = false;
 };
 
 Graph import_onnx(const std::string& path, const ImportOptions& options = {});

@@ -17,7 +17,7 @@ bool op_trains(Op op) {
     case Op::Conv: case Op::Gemm: case Op::MatMul: case Op::Relu: case Op::LeakyRelu: case Op::Clip:
     case Op::Sigmoid: case Op::MaxPool: case Op::AveragePool: case Op::GlobalAveragePool: case Op::Add:
     case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::Concat: case Op::Flatten: case Op::Reshape:
-    case Op::Pad: case Op::LRN: case Op::Dropout: case Op::Identity:
+    case Op::Pad: case Op::LRN: case Op::Dropout: case Op::Identity: case Op::BatchNormalization:
       return true;
     default:
       return false;
@@ -59,6 +59,7 @@ std::string strip_softmax(Graph& g) {
 TrainGraph prepare_training_graph(const std::string& model_path, int64_t micro_batch, std::vector<std::string>* why) {
   ImportOptions options;
   options.batch = micro_batch;
+  options.training = true;
   TrainGraph t;
   t.graph = import_onnx(model_path, options);
   Graph& g = t.graph;
@@ -109,6 +110,8 @@ TrainGraph prepare_training_graph(const std::string& model_path, int64_t micro_b
       if (!float_constant(g, n.inputs[1])) throw unsupported(g, n, "weights that are not an initializer");
       train(n, 1), train(n, 2);
     } else if (n.op == Op::Gemm || n.op == Op::MatMul) {
+      train(n, 1), train(n, 2);
+    } else if (n.op == Op::BatchNormalization) {
       train(n, 1), train(n, 2);
     }
   }

@@ -1,5 +1,5 @@
 // A model graph made ready for training (docs/training.md): imported with the batch bound
-// to the micro-batch size, the trailing Softmax / LogSoftmax dropped (training uses
+// to the micro-batch size and training forms accepted (ImportOptions::training), the trailing Softmax / LogSoftmax dropped (training uses
 // softmax cross-entropy on its input, the logits), a Relu that is a Conv's only reader
 // fused into that Conv's kernels (the backward kernels then mask dY by y > 0 while
 // packing it), every op checked to have a backward, and its trainable parameters named.

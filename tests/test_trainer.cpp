@@ -109,27 +109,48 @@ std::string small_residual_model() {
 
 }  // namespace
 
-TEST_CASE("trainer: bit-identical for every thread count and with intra-kernel parallelism", "[trainer]") {
-  struct Case {
-    std::string model;
-    int64_t samples, batch;
-  };
-  // 110 = 4 * 24 + 14: the epoch's last mini-batch is partial and so is its last
-  // micro-batch (micro-batch 8: 8 + 6).
-  const std::vector<Case> cases = {{bundled("lenet"), 110, 24},
-                                   {bundled("cifar10_full"), 62, 20},
-                                   {small_residual_model(), 110, 24}};
-  for (const Case& c : cases) {
-    INFO(c.model);
-    const Run one = train_epoch(c.model, c.samples, c.batch, 1, false);
-    for (double l : one.losses) REQUIRE(std::isfinite(l));
-    for (int threads : {2, 3, 4}) {
-      INFO("threads " << threads);
-      require_identical(one, train_epoch(c.model, c.samples, c.batch, threads, false));
-    }
-    INFO("intra-kernel parallelism on 2 threads");
-    require_identical(one, train_epoch(c.model, c.samples, c.batch, 2, true));
+namespace {
+
+// Every thread count, and intra-kernel parallelism, against one thread.
+void require_thread_invariance(const std::string& model, int64_t samples, int64_t batch) {
+  const Run one = train_epoch(model, samples, batch, 1, false);
+  for (double l : one.losses) REQUIRE(std::isfinite(l));
+  for (int threads : {2, 3, 4}) {
+    INFO("threads " << threads);
+    require_identical(one, train_epoch(model, samples, batch, threads, false));
   }
+  INFO("intra-kernel parallelism on 2 threads");
+  require_identical(one, train_epoch(model, samples, batch, 2, true));
+}
+
+}  // namespace
+
+// 110 = 4 * 24 + 14: the epoch's last mini-batch is partial and so is its last
+// micro-batch (micro-batches of 8: 8 + 6).
+TEST_CASE("trainer invariance: LeNet", "[trainer]") { require_thread_invariance(bundled("lenet"), 110, 24); }
+TEST_CASE("trainer invariance: cifar10_full", "[trainer]") {
+  require_thread_invariance(bundled("cifar10_full"), 62, 20);  // 3 * 20 + 2
+}
+TEST_CASE("trainer invariance: residual model, asymmetric pads, Dropout", "[trainer]") {
+  require_thread_invariance(small_residual_model(), 110, 24);
+}
+TEST_CASE("trainer invariance: small ResNet with BatchNormalization and Dropout", "[trainer]") {
+  require_thread_invariance(bundled("small_resnet"), 110, 24);
+}
+
+TEST_CASE("trainer: the training export keeps BatchNormalization and Dropout", "[trainer]") {
+  // An eval-mode export would have folded BN into the convolutions and dropped Dropout.
+  model::TrainerOptions o;
+  o.batch = 8;
+  model::Trainer trainer(bundled("small_resnet"), o, default_target());
+  int bn = 0, dropout = 0;
+  for (const model::Node& n : trainer.graph().graph.nodes) {
+    bn += n.op == model::Op::BatchNormalization;
+    dropout += n.op == model::Op::Dropout;
+  }
+  CHECK(bn == 4);
+  CHECK(dropout == 1);
+  CHECK(trainer.state_tensors().size() == 8);  // running mean and variance of each BN
 }
 
 TEST_CASE("trainer: the micro-batch size changes the summation tree, and only that", "[trainer]") {

@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# End-to-end checks of `convgen train`: --help, the stable exit codes and one-line messages
+# of bad command lines, models and data (docs/exit-codes.md), a tiny run's outputs (--log,
+# --dump-order, --save), bit-identical results for every --threads value, the shuffle
+# order, SIGINT (130 after the running step) and an unwritable --save (4, no file left).
+# Runs are kept tiny (a few steps, small synthetic sets): the whole script takes ~15 s.
+# Usage: test_train.sh CONVGEN ROOT
+set -u
+convgen="$1"
+# shellcheck source=helpers.sh
+source "$(dirname "${BASH_SOURCE[0]}")/helpers.sh"
+root="$2"
+lenet="$root/models/lenet.onnx"
+cifar="$root/models/cifar10_full.onnx"
+py=/usr/bin/python3 # Debian's python3 has python3-onnx; the python3 on PATH may not
+tiny=(--data synthetic --synthetic-count 200 --steps 3 --batch 16)
+
+# expect_late_error CODE FRAGMENT ARGS...: like expect_error, for faults found after
+# training has started, when stderr also holds the "training ..." header: the exit code,
+# exactly one "convgen:" error line, and it is the last line and contains FRAGMENT.
+expect_late_error() {
+  local code="$1" fragment="$2"; shift 2
+  "$convgen" "$@" >"$work/out" 2>"$work/err"
+  local got=$?
+  [[ $got -eq $code ]] || fail "convgen $* exited $got, want $code"
+  [[ $(grep -c '^convgen: ' "$work/err") -eq 1 ]] || fail "convgen $*: want one error line, got: $(cat "$work/err")"
+  tail -n 1 "$work/err" | grep -q -- "$fragment" || fail "convgen $*: last stderr line lacks '$fragment': $(cat "$work/err")"
+}
+
+# loss_values LOG: the "loss" field of every line of a --log file, one a line.
+loss_values() {
+  "$py" -c 'import json, sys
+for line in open(sys.argv[1]):
+    print(repr(json.loads(line)["loss"]))' "$1"
+}
+
+# --- help -------------------------------------------------------------------------------
+"$convgen" train --help >"$work/help" 2>"$work/err" || fail "train --help exited non-zero"
+grep -q "usage: convgen train" "$work/help" || fail "train --help: no usage line"
+value_options=(--data=synthetic --batch=8 --micro-batch=8 --epochs=1 --steps=1 --lr=0.1 --momentum=0.9
+  --weight-decay=0 --lr-schedule=constant --threads=1 --seed=1 --normalize=0,1 --synthetic-count=10
+  --log=x --dump-order=x --save=x --schedules=x --target=x)
+flag_options=(--intra-kernel --no-shuffle --verbose)
+documented=()
+for o in "${value_options[@]}" "${flag_options[@]}"; do documented+=("${o%%=*}"); done
+for o in "${documented[@]}"; do
+  grep -q -- "$o\b" "$work/help" || fail "train --help does not mention $o"
+done
+# ... and documents no option this list lacks (so a new option gets a check here too).
+for o in $(grep -o -- '--[a-z][a-z-]*' "$work/help" | sort -u); do
+  [[ " ${documented[*]} --help " == *" $o "* ]] || fail "train --help documents $o, unknown to this test"
+done
+# Every documented option is accepted by the parser: with no MODEL the complaint is
+# the missing MODEL, not an unknown option.
+for o in "${value_options[@]}"; do
+  expect_error 2 "missing MODEL" train "${o%%=*}" "${o#*=}"
+done
+for o in "${flag_options[@]}"; do expect_error 2 "missing MODEL" train "$o"; done
+"$convgen" --help | grep -q "^  train " || fail "convgen --help does not list train"
+
+# --- bad command lines (2) --------------------------------------------------------------
+expect_error 2 "missing MODEL" train
+expect_error 2 "missing --data" train "$lenet"
+expect_error 2 "unknown option '--bogus'" train "$lenet" --data synthetic --bogus
+expect_error 2 "--lr: 'x' is not a number" train "$lenet" --data synthetic --lr x
+expect_error 2 "--batch 0" train "$lenet" --data synthetic --batch 0
+expect_error 2 "--steps -3" train "$lenet" --data synthetic --steps -3
+expect_error 2 "unknown data source 'nope'" train "$lenet" --data nope
+expect_error 2 "--lr-schedule: 'step:x'" train "$lenet" --data synthetic --lr-schedule step:x
+expect_error 2 "--lr-schedule: 'linear'" train "$lenet" --data synthetic --lr-schedule linear
+expect_error 2 "--micro-batch 16 is larger than --batch 8" train "$lenet" --data synthetic --batch 8 --micro-batch 16
+
+# --- bad models (4, 7) ------------------------------------------------------------------
+expect_error 4 "missing.onnx: cannot read" train "$work/missing.onnx" --data synthetic
+# Conv -> Transpose -> Flatten -> Gemm with a dynamic batch "N": Transpose has no backward.
+"$py" - "$work/no_backward.onnx" <<'EOF' || fail "could not build no_backward.onnx with $py and onnx"
+import sys
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+rng = np.random.RandomState(0)
+w = numpy_helper.from_array(rng.randn(4, 1, 3, 3).astype(np.float32), "W")
+b = numpy_helper.from_array((rng.randn(10, 4 * 26 * 26) * 0.01).astype(np.float32), "B")
+nodes = [helper.make_node("Conv", ["x", "W"], ["c"], name="conv1"),
+         helper.make_node("Transpose", ["c"], ["t"], name="swap_hw", perm=[0, 1, 3, 2]),
+         helper.make_node("Flatten", ["t"], ["f"], name="flat"),
+         helper.make_node("Gemm", ["f", "B"], ["y"], name="fc", transB=1)]
+graph = helper.make_graph(nodes, "no_backward",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 28, 28])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])], [w, b])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+onnx.checker.check_model(model)
+onnx.save(model, sys.argv[1])
+EOF
+"$convgen" inspect "$work/no_backward.onnx" --batch 2 >/dev/null || fail "inspect no_backward.onnx (the model itself is fine)"
+expect_error 7 "node 'swap_hw' (Transpose)" train "$work/no_backward.onnx" --data synthetic --steps 1 --batch 4
+
+# --- bad data (8) -----------------------------------------------------------------------
+"$py" - "$work" <<'EOF' || fail "could not write the IDX files"
+import struct, sys
+d, n = sys.argv[1], 4
+open(f"{d}/images.idx", "wb").write(struct.pack(">IIII", 0x803, n, 28, 28) + bytes(n * 28 * 28))
+open(f"{d}/labels.idx", "wb").write(struct.pack(">II", 0x801, n) + bytes([0, 1, 9, 2]))
+open(f"{d}/labels_10.idx", "wb").write(struct.pack(">II", 0x801, n) + bytes([0, 1, 10, 2]))
+open(f"{d}/labels_magic.idx", "wb").write(struct.pack(">II", 0x802, n) + bytes([0, 1, 9, 2]))
+open(f"{d}/garbage.idx", "wb").write(b"not an IDX file")
+EOF
+idx_ok=(train "$lenet" --steps 1 --batch 4)
+"$convgen" "${idx_ok[@]}" --data "idx:$work/images.idx,$work/labels.idx" >/dev/null 2>"$work/err" ||
+  fail "a good IDX pair: $(cat "$work/err")"
+expect_error 8 "missing-images.idx" "${idx_ok[@]}" --data "idx:$work/missing-images.idx,$work/labels.idx"
+expect_error 8 "missing-labels.idx" "${idx_ok[@]}" --data "idx:$work/images.idx,$work/missing-labels.idx"
+expect_error 8 "garbage.idx: not an IDX" "${idx_ok[@]}" --data "idx:$work/garbage.idx,$work/labels.idx"
+expect_error 8 "labels_magic.idx: not an IDX" "${idx_ok[@]}" --data "idx:$work/images.idx,$work/labels_magic.idx"
+expect_error 8 "label 10 of sample 2" "${idx_ok[@]}" --data "idx:$work/images.idx,$work/labels_10.idx"
+expect_error 8 "1x28x28 but the model's input is 3x32x32" train "$cifar" --data fashion-mnist --steps 1
+# A diverging run stops with 10 and names the step.
+expect_late_error 10 "step 1 (epoch 0)" train "$lenet" --data synthetic --synthetic-count 64 --batch 16 --steps 5 --lr 1e10
+
+# --- a tiny run: log, order, saved model, test accuracy ---------------------------------
+run() { # run NAME ARGS...: a tiny lenet run writing $work/NAME.{jsonl,order,onnx,out}
+  local name="$1"; shift
+  "$convgen" train "$lenet" "${tiny[@]}" --log "$work/$name.jsonl" --dump-order "$work/$name.order" \
+    --save "$work/$name.onnx" "$@" >"$work/$name.out" 2>"$work/$name.err" || fail "train $name $*: $(cat "$work/$name.err")"
+}
+run base --threads 2
+[[ $(wc -l <"$work/base.jsonl") -eq 3 ]] || fail "--log: want 3 lines: $(cat "$work/base.jsonl")"
+"$py" - "$work/base.jsonl" <<'EOF' || fail "--log lines are not the documented JSON"
+import json, sys
+for n, line in enumerate(open(sys.argv[1])):
+    record = json.loads(line)
+    assert set(record) == {"step", "epoch", "loss", "lr", "images_per_s"}, record
+    assert record["step"] == n and record["epoch"] == 0, record
+    assert all(isinstance(record[k], (int, float)) for k in record), record
+EOF
+"$py" - "$work/base.order" 200 <<'EOF' || fail "--dump-order is not '# epoch 0' and a permutation of 0..199"
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+assert lines[0] == "# epoch 0", lines[0]
+assert sorted(int(v) for v in lines[1:]) == list(range(int(sys.argv[2]))), "not a permutation"
+assert [int(v) for v in lines[1:]] != list(range(int(sys.argv[2]))), "shuffled order is the identity"
+EOF
+[[ -s "$work/base.onnx" ]] || fail "--save wrote nothing"
+"$convgen" inspect "$work/base.onnx" --batch 2 >/dev/null 2>"$work/err" || fail "inspect of the saved model: $(cat "$work/err")"
+cmp -s "$work/base.onnx" "$lenet" && fail "the saved model equals the original"
+grep -q "^test_accuracy " "$work/base.out" || fail "no test_accuracy line: $(cat "$work/base.out")"
+grep -q "^saved $work/base.onnx" "$work/base.out" || fail "no 'saved' line: $(cat "$work/base.out")"
+
+# --- the same bits for every --threads value (and --intra-kernel) ------------------------
+run t1 --threads 1
+run intra --threads 2 --intra-kernel
+for other in t1 intra; do
+  cmp -s "$work/base.onnx" "$work/$other.onnx" || fail "--save differs between --threads 2 and $other"
+  [[ "$(loss_values "$work/base.jsonl")" == "$(loss_values "$work/$other.jsonl")" ]] ||
+    fail "losses differ between --threads 2 and $other"
+done
+# cifar10_full (LRN-style normalisation, average pooling) with several micro-batches.
+for t in 1 2; do
+  "$convgen" train "$cifar" --data synthetic --synthetic-count 64 --steps 2 --batch 16 --micro-batch 4 \
+    --threads "$t" --log "$work/cifar$t.jsonl" --save "$work/cifar$t.onnx" >/dev/null 2>"$work/err" ||
+    fail "cifar10_full --threads $t: $(cat "$work/err")"
+done
+cmp -s "$work/cifar1.onnx" "$work/cifar2.onnx" || fail "cifar10_full: --save differs between --threads 1 and 2"
+[[ "$(loss_values "$work/cifar1.jsonl")" == "$(loss_values "$work/cifar2.jsonl")" ]] ||
+  fail "cifar10_full: losses differ between --threads 1 and 2"
+
+# --- shuffle order ----------------------------------------------------------------------
+order() { # order NAME ARGS...: only the sample order of a 1-step run
+  "$convgen" train "$lenet" --data synthetic --synthetic-count 50 --steps 1 --batch 10 \
+    --dump-order "$work/$1.order" "${@:2}" >/dev/null 2>"$work/err" || fail "order $*: $(cat "$work/err")"
+}
+order plain --no-shuffle
+[[ "$(cat "$work/plain.order")" == "$(printf '# epoch 0\n'; seq 0 49)" ]] || fail "--no-shuffle order is not 0..49"
+order seed1 --seed 1
+order seed2 --seed 2
+order seed1b --seed 1
+cmp -s "$work/seed1.order" "$work/seed2.order" && fail "--seed 1 and --seed 2 give the same order"
+cmp -s "$work/seed1.order" "$work/seed1b.order" || fail "--seed 1 twice gives different orders"
+# More epochs: one "# epoch E" block each, every one a permutation.
+order epochs --epochs 3
+[[ $(grep -c '^# epoch ' "$work/epochs.order") -eq 3 && $(wc -l <"$work/epochs.order") -eq 153 ]] ||
+  fail "--epochs 3 --dump-order: want 3 blocks of 50: $(grep '^#' "$work/epochs.order")"
+
+# --- SIGINT: the running step finishes, then exit 130 -----------------------------------
+"$convgen" train "$lenet" --data synthetic --steps 100000 --threads 2 >"$work/int.out" 2>"$work/int.err" &
+pid=$!
+# The handler is installed once training starts (after the "training ..." header; a
+# non-interactive shell starts background jobs with SIGINT ignored until then).
+for _ in $(seq 100); do grep -q "^training " "$work/int.err" && break; sleep 0.1; done
+sleep 1.5
+sent=$(date +%s%N)
+kill -INT "$pid"
+for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+if kill -0 "$pid" 2>/dev/null; then
+  fail "SIGINT: still running 5 s later"
+  kill -KILL "$pid"
+fi
+wait "$pid"
+status=$?
+took_ms=$((($(date +%s%N) - sent) / 1000000))
+[[ $status -eq 130 ]] || fail "SIGINT: exit status $status, want 130: $(cat "$work/int.err")"
+[[ $took_ms -lt 3000 ]] || fail "SIGINT: took $took_ms ms to stop"
+grep -q "^steps [0-9]" "$work/int.out" || fail "SIGINT: no summary line: $(cat "$work/int.out")"
+grep -q "^steps 100000 " "$work/int.out" && fail "SIGINT: the run was not stopped"
+
+# --- an unwritable --save: 4, and no file (not even a temporary one) left ---------------
+touch "$work/regular"
+expect_late_error 4 "/proc/x/y.onnx: cannot write" train "$lenet" "${tiny[@]}" --save /proc/x/y.onnx
+expect_late_error 4 "regular/y.onnx: cannot write" train "$lenet" "${tiny[@]}" --save "$work/regular/y.onnx"
+# The destination is a directory: the temporary file is written, the rename fails.
+mkdir -p "$work/saves/taken.onnx" && touch "$work/saves/taken.onnx/keep"
+expect_late_error 4 "taken.onnx: cannot write" train "$lenet" "${tiny[@]}" --save "$work/saves/taken.onnx"
+[[ "$(ls -A "$work/saves")" == "taken.onnx" && "$(ls -A "$work/saves/taken.onnx")" == "keep" ]] ||
+  fail "a failed --save left files: $(ls -A "$work/saves" "$work/saves/taken.onnx")"
+expect_late_error 4 "log.jsonl: cannot write" train "$lenet" "${tiny[@]}" --log "$work/regular/log.jsonl"
+
+if [[ $failures -eq 0 ]]; then echo "cli.train: all checks passed"; else exit 1; fi
