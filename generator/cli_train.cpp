@@ -12,8 +12,10 @@
 
 #include <fmt/format.h>
 
+#include "checkpoint.h"
 #include "cli.h"
 #include "errors.h"
+#include "sha256.h"
 #include "model_trainer.h"
 #include "onnx_export.h"
 #include "train_data.h"
@@ -52,6 +54,11 @@ SOURCE: fashion-mnist (Debian's dataset-fashion-mnist; accuracy on its test spli
   --log FILE.jsonl     one JSON line per step: step, epoch, loss, lr, images_per_s
   --dump-order FILE    the sample order of every epoch, one index per line
   --save OUT.onnx      the trained model: MODEL with its initializers updated
+  --checkpoint DIR     write DIR/checkpoint.cgck (atomically) every --every steps (default:
+                       each epoch's end), at the end and on SIGINT
+  --every S            checkpoint interval in steps
+  --resume DIR         continue from DIR's checkpoint, bit-identically to a run never
+                       stopped; the model and the options that shape training must match
   --schedules FILE     schedule records for the kernels
   --target STRING      Halide target (default x86-64-linux-avx-avx2-f16c-fma-sse41)
   --verbose            kernels and schedules chosen, and why
@@ -65,6 +72,8 @@ void on_sigint(int) { g_interrupted = true; }
 
 struct TrainSetup {
   std::string model, data, log, dump_order, save, schedules, target, normalize, lr_schedule = "constant";
+  std::string checkpoint, resume;
+  int64_t every = 0;
   model::TrainerOptions trainer;
   int64_t epochs = 1, steps = 0, synthetic_count = 6000;
   bool shuffle = true, verbose = false;
@@ -92,12 +101,14 @@ TrainSetup parse(const Args& args, bool* help) {
     std::string v;
     if (r.value("--data", &s.data) || r.value("--log", &s.log) || r.value("--dump-order", &s.dump_order) ||
         r.value("--save", &s.save) || r.value("--schedules", &s.schedules) || r.value("--target", &s.target) ||
-        r.value("--normalize", &s.normalize) || r.value("--lr-schedule", &s.lr_schedule))
+        r.value("--normalize", &s.normalize) || r.value("--lr-schedule", &s.lr_schedule) ||
+        r.value("--checkpoint", &s.checkpoint) || r.value("--resume", &s.resume))
       continue;
     if (r.value("--batch", &v)) { s.trainer.batch = parse_count("--batch", v); continue; }
     if (r.value("--micro-batch", &v)) { s.trainer.micro_batch = parse_count("--micro-batch", v); continue; }
     if (r.value("--epochs", &v)) { s.epochs = parse_count("--epochs", v); continue; }
     if (r.value("--steps", &v)) { s.steps = parse_count("--steps", v); continue; }
+    if (r.value("--every", &v)) { s.every = parse_count("--every", v); continue; }
     if (r.value("--threads", &v)) { s.trainer.threads = static_cast<int>(parse_count("--threads", v)); continue; }
     if (r.value("--seed", &v)) {
       try {
@@ -144,6 +155,61 @@ std::string format_seconds(double s) {
   return t >= 60 ? fmt::format("{}m{:02}s", t / 60, t % 60) : fmt::format("{}s", t);
 }
 
+// What a resumed run must share with the run that wrote the checkpoint: everything that
+// shapes the sequence of steps (not --threads, --epochs or --steps: those only decide who
+// computes and how far).
+std::string resume_key(const TrainSetup& s, int64_t micro_batch) {
+  return fmt::format("data={} batch={} micro_batch={} lr={:.9g} momentum={:.9g} weight_decay={:.9g} lr_schedule={} "
+                     "seed={} shuffle={} normalize={} synthetic_count={} schedules={} target={}",
+                     s.data, s.trainer.batch, micro_batch, s.trainer.lr, s.trainer.momentum, s.trainer.weight_decay,
+                     s.lr_schedule, s.trainer.seed, s.shuffle, s.normalize, s.synthetic_count, s.schedules, s.target);
+}
+
+train::Checkpoint make_checkpoint(const model::Trainer& trainer, const std::string& model_hash, const std::string& key,
+                                  int64_t step, int64_t epoch, int64_t position, uint64_t seed, double lr) {
+  train::Checkpoint c;
+  c.model_sha256 = model_hash;
+  c.options_text = key;
+  c.options_hash = sha256_hex(key);
+  c.step = step, c.epoch = epoch, c.position = position, c.seed = seed, c.lr = lr;
+  for (const model::Parameter& p : trainer.parameters()) {
+    c.tensors.push_back({p.name, "value", p.shape, p.value});
+    c.tensors.push_back({p.name, "momentum", p.shape, p.momentum});
+  }
+  for (const auto& [name, data] : trainer.state_tensors())
+    c.tensors.push_back({name, "state", {static_cast<int64_t>(data.size())}, data});
+  return c;
+}
+
+// Restores a checkpoint into the trainer after checking it belongs to this run.
+void restore(const train::Checkpoint& c, const std::string& dir, const std::string& model_hash, const std::string& key,
+             model::Trainer& trainer) {
+  const std::string path = train::checkpoint_path(dir);
+  if (c.model_sha256 != model_hash)
+    throw Error(ExitCode::BadData, fmt::format("{}: the checkpoint was written for another model file", path));
+  if (c.options_hash != sha256_hex(key))
+    throw Error(ExitCode::BadData, fmt::format("{}: the checkpoint was written with other options ({}; now {})", path,
+                                               c.options_text, key));
+  std::map<std::string, model::Parameter*> by_name;
+  for (model::Parameter& p : trainer.parameters()) by_name[p.name] = &p;
+  size_t restored = 0;
+  for (const train::CheckpointTensor& t : c.tensors) {
+    if (t.kind == "state") {
+      trainer.set_state_tensor(t.name, t.data);
+      ++restored;
+      continue;
+    }
+    auto it = by_name.find(t.name);
+    if (it == by_name.end() || it->second->value.size() != t.data.size())
+      throw Error(ExitCode::BadData, fmt::format("{}: tensor '{}' does not match the model", path, t.name));
+    (t.kind == "value" ? it->second->value : it->second->momentum) = t.data;
+    ++restored;
+  }
+  if (restored != 2 * trainer.parameters().size() + trainer.state_tensors().size())
+    throw Error(ExitCode::BadData, fmt::format("{}: the checkpoint lacks some of the model's tensors", path));
+  trainer.set_steps_taken(c.step);
+}
+
 }  // namespace
 
 int train_model(const Args& args) {
@@ -174,16 +240,30 @@ int train_model(const Args& args) {
   const int64_t per_epoch = (count + batch - 1) / batch;
   const int64_t total_steps = s.steps > 0 ? s.steps : per_epoch * s.epochs;
   const int64_t epochs = (total_steps + per_epoch - 1) / per_epoch;
-  fmt::print(stderr, "training {} on {} ({} samples, {}x{}x{}, {} classes): batch {}, micro-batch {}, {} threads, {} steps\n",
-             s.model, s.data, count, spec.channels, spec.height, spec.width, spec.classes, batch,
-             trainer.micro_batch(), s.trainer.threads, total_steps);
+  if (!s.checkpoint.empty() && s.checkpoint == s.resume) {
+    // Resuming into the same directory is the usual case: the new checkpoints replace it.
+  }
 
   std::ofstream log;
   if (!s.log.empty()) {
     log.open(s.log);
     if (!log) throw Error(ExitCode::Io, fmt::format("{}: cannot write", s.log));
   }
-  data::BatchStream stream(source.train, batch, s.shuffle, s.trainer.seed, norm);
+  const std::string model_hash = sha256_file_hex(s.model);
+  const std::string key = resume_key(s, trainer.micro_batch());
+  int64_t start_step = 0, start_epoch = 0, start_position = 0;
+  if (!s.resume.empty()) {
+    const train::Checkpoint c = train::load_checkpoint(s.resume);
+    restore(c, s.resume, model_hash, key, trainer);
+    start_step = c.step, start_epoch = c.epoch, start_position = c.position;
+    fmt::print(stderr, "resuming from {} at step {} (epoch {}, sample {})\n", train::checkpoint_path(s.resume),
+               start_step, start_epoch, start_position);
+  }
+  fmt::print(stderr, "training {} on {} ({} samples, {}x{}x{}, {} classes): batch {}, micro-batch {}, {} threads, {} steps\n",
+             s.model, s.data, count, spec.channels, spec.height, spec.width, spec.classes, batch,
+             trainer.micro_batch(), s.trainer.threads, total_steps);
+  const int64_t every = s.every > 0 ? s.every : per_epoch;
+  data::BatchStream stream(source.train, batch, s.shuffle, s.trainer.seed, norm, start_epoch, start_position);
   if (!s.dump_order.empty()) {
     std::ofstream order(s.dump_order);
     if (!order) throw Error(ExitCode::Io, fmt::format("{}: cannot write", s.dump_order));
@@ -197,10 +277,17 @@ int train_model(const Args& args) {
   const bool tty = isatty(STDERR_FILENO);
   const auto start = std::chrono::steady_clock::now();
   double images = 0.0, last_loss = 0.0;
-  int64_t step = 0;
-  for (; step < total_steps && !g_interrupted; ++step) {
-    const int64_t epoch = step / per_epoch;
-    if (step % per_epoch == 0) trainer.set_learning_rate(learning_rate(s, epoch));
+  int64_t step = start_step, epoch_next = start_epoch, position_next = start_position;
+  auto checkpoint = [&] {
+    if (s.checkpoint.empty()) return;
+    train::save_checkpoint(s.checkpoint, make_checkpoint(trainer, model_hash, key, step, epoch_next, position_next,
+                                                         s.trainer.seed, learning_rate(s, epoch_next)));
+  };
+  int64_t lr_epoch = -1;
+  const int64_t first_step = start_step;
+  for (; step < total_steps && !g_interrupted;) {
+    const int64_t epoch = epoch_next;
+    if (epoch != lr_epoch) trainer.set_learning_rate(learning_rate(s, epoch)), lr_epoch = epoch;
     const data::Batch& b = stream.next();
     const auto t0 = std::chrono::steady_clock::now();
     const model::StepStats st = trainer.train_step(b.pixels.data(), b.labels.data(), b.count);
@@ -215,16 +302,21 @@ int train_model(const Args& args) {
       log << fmt::format("{{\"step\":{},\"epoch\":{},\"loss\":{:.9g},\"lr\":{:.9g},\"images_per_s\":{:.1f}}}\n", step,
                          epoch, st.loss, learning_rate(s, epoch), double(b.count) / dt);
     if (tty && (step % 10 == 0 || step + 1 == total_steps)) {
-      const int64_t in_epoch = step % per_epoch + 1;
+      const int64_t in_epoch = b.first / batch + 1;
       const int width = 24, filled = int(width * in_epoch / per_epoch);
+      const double done = double(step + 1 - first_step);
       fmt::print(stderr, "\repoch {}/{} [{}{}] {}/{} loss {:.4f} {:.0f} img/s ETA {}   ", epoch + 1, epochs,
                  std::string(filled, '='), std::string(width - filled, ' '), in_epoch, per_epoch, st.loss,
-                 images / elapsed, format_seconds(elapsed / double(step + 1) * double(total_steps - step - 1)));
+                 images / elapsed, format_seconds(elapsed / done * double(total_steps - step - 1)));
     }
+    ++step;
+    position_next = b.first + b.count, epoch_next = b.epoch;
+    if (position_next == count) position_next = 0, ++epoch_next;
+    if (step % every == 0 || step == total_steps || g_interrupted) checkpoint();
   }
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (tty) fmt::print(stderr, "\n");
-  fmt::print("steps {} images {:.0f} seconds {:.2f} images_per_s {:.1f} last_loss {:.6f}\n", step, images, elapsed,
+  fmt::print("steps {} images {:.0f} seconds {:.2f} images_per_s {:.1f} last_loss {:.6f}\n", step - first_step, images, elapsed,
              images / elapsed, last_loss);
 
   if (source.test && !g_interrupted) {

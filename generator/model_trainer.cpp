@@ -6,14 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <mutex>
 
-#include "conv_jit.h"
 #include "errors.h"
 #include "ops.h"
-#include "schedule_selection.h"
 #include "tensor.h"
+#include "train_conv.h"
 #include "train_ops.h"
 
 namespace convgen::model {
@@ -39,12 +39,6 @@ struct ValueInfo {
   int64_t sample_elements = 0;  // activations: elements per sample
 };
 
-// The three kernels of one Conv layer at one micro-batch size.
-struct ConvKernels {
-  std::unique_ptr<JitForwardKernel> fwd;
-  std::unique_ptr<JitBackwardDataKernel> bwd_data;      // only when the input needs a gradient
-  std::unique_ptr<JitBackwardWeightsKernel> bwd_weights;
-};
 
 // The buffers of one micro-batch: first allocated (and first touched) by the thread that
 // always runs that micro-batch.
@@ -119,9 +113,13 @@ struct Trainer::Impl {
   std::vector<std::vector<float>> frozen;
   int input = -1, logits = -1;
   std::vector<Slot> slots;
-  std::map<std::pair<std::string, int64_t>, ConvKernels> kernels;  // (layer, micro-batch size)
+  // Identical layers (the same descriptor and needs) share one implementation.
+  std::map<std::string, std::unique_ptr<TrainConv>> convs;
+  std::map<std::pair<std::string, int64_t>, TrainConv*> kernels;  // (layer, micro-batch size)
   std::vector<std::string>* why = nullptr;
   int64_t steps = 0;
+  // Builds a layer's convolutions (generated kernels unless TrainerOptions says otherwise).
+  std::function<std::unique_ptr<TrainConv>(const TrainConvRequest&)> make_conv;
   // Micro-batches in sequence with intra-kernel parallel kernels: asked for, or a full
   // mini-batch has fewer micro-batches than threads. Fixed per trainer.
   bool intra = false;
@@ -217,21 +215,18 @@ struct Trainer::Impl {
       ConvDescriptor d = conv_descriptor(g, node);
       d.mb = n;
       d.name.clear();
-      ConvKernels k;
-      auto schedule = [&](const std::string& pass) {
-        ConvSchedule s = select_schedule(d, pass, target, options.records, why).schedule;
-        if (intra) s.parallel = n >= 2 * options.threads ? Parallel::Images : Parallel::Pixels;
-        return s;
-      };
-      k.fwd = std::make_unique<JitForwardKernel>(d, schedule("fwd"), target);
-      if (values[id(node.inputs[0])].requires_grad)
-        k.bwd_data = std::make_unique<JitBackwardDataKernel>(d, schedule("bwd_data"), target);
-      k.bwd_weights = std::make_unique<JitBackwardWeightsKernel>(d, schedule("bwd_weights"), target);
-      if (why)
-        why->push_back(fmt::format("{}: kernels for {} ({}){}", node.name, d.normalised(),
-                                   k.bwd_data ? "fwd, bwd_data, bwd_weights" : "fwd, bwd_weights (input needs no gradient)",
-                                   intra ? ", intra-kernel parallel" : ""));
-      kernels.emplace(key, std::move(k));
+      TrainConvRequest request;
+      request.descriptor = d;
+      request.needs_backward_data = values[id(node.inputs[0])].requires_grad;
+      request.intra_kernel = intra;
+      request.threads = options.threads;
+      request.records = options.records;
+      request.target = target;
+      const std::string shared = d.normalised() + (request.needs_backward_data ? "+dx" : "");
+      auto it = convs.find(shared);
+      if (it == convs.end()) it = convs.emplace(shared, make_conv(request)).first;
+      if (why) why->push_back(fmt::format("{}: {}", node.name, it->second->describe()));
+      kernels.emplace(key, it->second.get());
     }
   }
 
@@ -263,9 +258,9 @@ struct Trainer::Impl {
     const View y = view(slot, id(n.outputs[0]));
     switch (n.op) {
       case Op::Conv: {
-        ConvKernels& k = kernels.at({n.name, slot.size});
+        TrainConv& k = *kernels.at({n.name, slot.size});
         const float* bias = n.inputs.size() > 2 && !n.inputs[2].empty() ? x(2).data : nullptr;
-        k.fwd->run(x(0).data, x(1).data, bias, y.data);
+        k.forward(x(0).data, x(1).data, bias, y.data);
         return;
       }
       case Op::Relu: case Op::LeakyRelu: case Op::Clip: case Op::Sigmoid:
@@ -357,7 +352,7 @@ struct Trainer::Impl {
     auto in_id = [&](size_t i) { return i < n.inputs.size() ? id(n.inputs[i]) : -1; };
     switch (n.op) {
       case Op::Conv: {
-        ConvKernels& k = kernels.at({n.name, slot.size});
+        TrainConv& k = *kernels.at({n.name, slot.size});
         const float* yp = n.attributes.fused_relu ? y.data : nullptr;
         const int w = in_id(1), b = in_id(2);
         if (wants_grad(w)) {
@@ -366,17 +361,17 @@ struct Trainer::Impl {
           const bool has_bias = b >= 0;
           if (has_bias) tb = target_for(slot, b);
           if (!tw.accumulate && (!has_bias || !tb.accumulate)) {
-            k.bwd_weights->run(x(0).data, dy.data, yp, tw.view.data, has_bias ? tb.view.data : nullptr);
+            k.backward_weights(x(0).data, dy.data, yp, tw.view.data, has_bias ? tb.view.data : nullptr);
           } else {
             std::vector<float> dw(static_cast<size_t>(tw.view.elements())), db(has_bias ? tb.view.elements() : 0);
-            k.bwd_weights->run(x(0).data, dy.data, yp, dw.data(), has_bias ? db.data() : nullptr);
+            k.backward_weights(x(0).data, dy.data, yp, dw.data(), has_bias ? db.data() : nullptr);
             for (size_t i = 0; i < dw.size(); ++i) tw.view.data[i] = tw.accumulate ? tw.view.data[i] + dw[i] : dw[i];
             for (size_t i = 0; i < db.size(); ++i) tb.view.data[i] = tb.accumulate ? tb.view.data[i] + db[i] : db[i];
           }
         }
         if (values[in_id(0)].requires_grad) {
           const Target tx = target_for(slot, in_id(0));
-          write_or_add(slot, tx, [&](float* dx) { k.bwd_data->run(dy.data, x(1).data, yp, dx); });
+          write_or_add(slot, tx, [&](float* dx) { k.backward_data(dy.data, x(1).data, yp, dx); });
         }
         return;
       }
@@ -777,6 +772,7 @@ Trainer::Trainer(const std::string& model_path, const TrainerOptions& options, c
   s.options.micro_batch = s.m;
   s.target = t;
   s.why = why;
+  s.make_conv = [why](const TrainConvRequest& r) { return make_generated_conv(r, why); };
   s.tg = prepare_training_graph(model_path, s.m, why);
   s.index_values();
   s.train_phases = Impl::make_phases(s.tg.graph, true);

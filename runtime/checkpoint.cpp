@@ -185,7 +185,9 @@ void require_utf8(const std::string& path, const std::string& field, const std::
 
 // ---- reading ----
 
-Error bad_data(const std::string& path, const std::string& what) { return Error(ExitCode::BadData, path + ": " + what); }
+Error bad_data(const std::string& path, const std::string& what) {
+  return Error(ExitCode::BadData, path + ": " + what);
+}
 
 std::string read_whole_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -377,8 +379,9 @@ Checkpoint load_checkpoint(const std::string& dir) {
   const uint64_t payload_bytes = get_u64(in, payload_size_at);
   const uint64_t rest = size - payload_size_at - 8;  // payload and CRC
   if (rest < 4 || payload_bytes > rest - 4) {
-    // Both sums are at most 2^64 - 1 only if the sizes are sane; say "more" otherwise.
-    const uint64_t needed = payload_bytes <= UINT64_MAX - payload_size_at - 12 ? payload_size_at + 12 + payload_bytes : 0;
+    // The size the header implies, unless that overflows (then "expected more").
+    const bool fits = payload_bytes <= UINT64_MAX - payload_size_at - 12;
+    const uint64_t needed = fits ? payload_size_at + 12 + payload_bytes : 0;
     throw truncated(needed);
   }
   if (payload_bytes < rest - 4)

@@ -13,9 +13,20 @@
 //   name, kind, shape, byte offset and length in the payload, CRC-32 of each tensor),
 //   u64 payload bytes P, then P bytes of float32 tensor data, u32 CRC-32 of everything
 //   before it.
+// The header JSON is one object: "model_sha256", "options_hash", "options_text"
+// (strings), "step", "epoch", "position" (integers), "seed" (unsigned integer), "lr_bits"
+// (the IEEE-754 bit pattern of lr as 16 lower-case hex digits, so it round-trips exactly,
+// NaN included), "extra" (object of strings) and "tensors": an array, in the order of
+// Checkpoint::tensors, of {"name", "kind", "shape", "offset", "bytes", "crc32"}. The
+// payload holds the tensors back to back in that order (offsets 0, bytes0, ...), each
+// value the little-endian bit pattern of the float, so a round trip is bit-exact (NaN
+// payloads, -0.0). The same Checkpoint always gives the same bytes.
 // Reading checks magic, version, sizes and every CRC; any mismatch is a BadData error
 // naming the file and what is wrong ("... checkpoint.cgck: truncated", "...: CRC mismatch
 // in tensor 'conv1_w'").
+// A saver killed between creating and renaming its temporary leaves
+// DIR/.checkpoint.cgck.tmp.<pid> behind; loading ignores such files, and a later save by
+// a process of the same pid overwrites it.
 #pragma once
 
 #include <cstdint>
@@ -49,11 +60,20 @@ struct Checkpoint {
 // DIR/checkpoint.cgck
 std::string checkpoint_path(const std::string& dir);
 
-// Creates DIR if needed; writes atomically as described above. Io error naming the path.
+// Creates DIR if needed; writes atomically as described above. Io error naming the path
+// (DIR when it cannot be created, else DIR/checkpoint.cgck) if DIR cannot be created or
+// the file cannot be written; the previous checkpoint is then left intact (unless only
+// the final fsync of DIR failed, after the rename: the new one is in place but perhaps
+// not yet durable). A checkpoint that could not be read back is refused before anything
+// is written: Internal for a tensor whose data does not match its shape, of an unknown
+// kind, or whose (name, kind) appears twice; Unsupported for a string that is not valid
+// UTF-8 (JSON cannot carry it). Not for concurrent saves to the same DIR from one
+// process (they share the temporary's name).
 void save_checkpoint(const std::string& dir, const Checkpoint& c);
 
-// BadData (naming the file and the fault) for a missing, truncated, corrupted or
-// foreign file, or a version this convgen does not read.
+// BadData (naming the file and the fault, one line) for a missing, truncated, corrupted
+// or foreign file, or a version this convgen does not read ("...: checkpoint version 2
+// is not supported (this convgen reads 1)").
 Checkpoint load_checkpoint(const std::string& dir);
 
 // CRC-32 (IEEE 802.3, zlib's crc32) of bytes.

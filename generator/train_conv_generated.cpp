@@ -1,0 +1,51 @@
+#include <fmt/format.h>
+
+#include "conv_jit.h"
+#include "schedule_selection.h"
+#include "train_conv.h"
+
+namespace convgen::model {
+
+namespace {
+
+class GeneratedConv : public TrainConv {
+ public:
+  GeneratedConv(const TrainConvRequest& r, std::vector<std::string>* why) : d_(r.descriptor) {
+    auto schedule = [&](const std::string& pass) {
+      ConvSchedule s = select_schedule(d_, pass, r.target, r.records, why).schedule;
+      if (r.intra_kernel) s.parallel = d_.mb >= 2 * r.threads ? Parallel::Images : Parallel::Pixels;
+      return s;
+    };
+    fwd_ = std::make_unique<JitForwardKernel>(d_, schedule("fwd"), r.target);
+    if (r.needs_backward_data) bwd_data_ = std::make_unique<JitBackwardDataKernel>(d_, schedule("bwd_data"), r.target);
+    bwd_weights_ = std::make_unique<JitBackwardWeightsKernel>(d_, schedule("bwd_weights"), r.target);
+    intra_ = r.intra_kernel;
+  }
+  void forward(const float* x, const float* w, const float* bias, float* y) override { fwd_->run(x, w, bias, y); }
+  void backward_data(const float* dy, const float* w, const float* y, float* dx) override {
+    bwd_data_->run(dy, w, y, dx);
+  }
+  void backward_weights(const float* x, const float* dy, const float* y, float* dw, float* db) override {
+    bwd_weights_->run(x, dy, y, dw, db);
+  }
+  std::string describe() const override {
+    return fmt::format("generated kernels for {} ({}){}", d_.normalised(),
+                       bwd_data_ ? "fwd, bwd_data, bwd_weights" : "fwd, bwd_weights: the input needs no gradient",
+                       intra_ ? ", intra-kernel parallel" : "");
+  }
+
+ private:
+  ConvDescriptor d_;
+  bool intra_ = false;
+  std::unique_ptr<JitForwardKernel> fwd_;
+  std::unique_ptr<JitBackwardDataKernel> bwd_data_;
+  std::unique_ptr<JitBackwardWeightsKernel> bwd_weights_;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainConv> make_generated_conv(const TrainConvRequest& r, std::vector<std::string>* why) {
+  return std::make_unique<GeneratedConv>(r, why);
+}
+
+}  // namespace convgen::model
