@@ -37,7 +37,7 @@ SOURCE: fashion-mnist (Debian's dataset-fashion-mnist; accuracy on its test spli
         synthetic (pseudo-random images of the model's input shape, random labels).
 
   --batch B            mini-batch size (default 64)
-  --micro-batch M      samples per micro-batch (default: the smallest divisor of B >= 8)
+  --micro-batch M      samples per micro-batch (default: the largest divisor of B <= B/4)
   --epochs E           passes over the data (default 1), or
   --steps S            stop after S steps
   --lr LR              learning rate (default 0.01)

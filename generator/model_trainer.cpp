@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -19,9 +20,11 @@
 namespace convgen::model {
 
 int64_t default_micro_batch(int64_t batch) {
-  for (int64_t m = 8; m <= batch; ++m)
+  // Four micro-batches or more per mini-batch, as large as that allows: large enough for
+  // efficient kernels and few private gradient copies, enough to share among threads.
+  for (int64_t m = std::max<int64_t>(1, batch / 4); m >= 1; --m)
     if (batch % m == 0) return m;
-  return std::max<int64_t>(1, batch);
+  return 1;
 }
 
 namespace {
@@ -47,11 +50,13 @@ struct Slot {
   std::vector<std::vector<float>> act, grad;   // per value (activations; gradients where required)
   std::vector<std::vector<float>> param_grad;  // per parameter
   std::vector<std::vector<float>> masks;       // per node (Dropout)
+  std::vector<std::vector<int32_t>> argmax;    // per node (MaxPool): each output's source
   std::vector<std::vector<double>> bn_partial;  // per node (BatchNormalization): per-channel sums
   std::vector<char> grad_written, param_written;
   std::vector<float> scratch;
   double loss = 0.0;
   int64_t correct = 0;
+  std::vector<double> seconds;  // profiling: per node, [3 * node + pass]
   // This micro-batch's part of the mini-batch.
   int64_t first_sample = 0;
   const float* pixels = nullptr;
@@ -124,6 +129,11 @@ struct Trainer::Impl {
   // mini-batch has fewer micro-batches than threads. Fixed per trainer.
   bool intra = false;
   std::vector<Phase> train_phases, eval_phases;
+  // Gemm / MatMul weight gradients computed once per mini-batch, after the backward pass,
+  // as one GEMM over all its samples (below): by node, and the parameters they fill.
+  std::vector<char> deferred_node, deferred_param;
+  std::vector<std::vector<float>> deferred_grad;   // per parameter (deferred ones only)
+  std::vector<float> gather_a, gather_dy;
   std::map<size_t, BatchStats> batch_stats;  // by node index
   std::vector<std::string> state_names;      // running statistics, in graph order
   int64_t active = 0;                        // micro-batches of the running mini-batch
@@ -148,6 +158,69 @@ struct Trainer::Impl {
   int id(const std::string& name) const { return name.empty() ? -1 : value_id.at(name); }
 
   // ---- setup -------------------------------------------------------------------
+  // A Gemm (or MatMul) whose weight is a parameter read by it alone and whose A operand
+  // has the samples in its rows: dW = alpha * A^T dY over the whole mini-batch is one
+  // GEMM with the mini-batch as its reduction -- instead of one rank-m update per
+  // micro-batch into private copies of a large weight and a tree over them.
+  void choose_deferred_gradients() {
+    const Graph& g = tg.graph;
+    deferred_node.assign(g.nodes.size(), 0);
+    deferred_param.assign(parameters.size(), 0);
+    deferred_grad.assign(parameters.size(), {});
+    std::map<std::string, int> uses;
+    for (const Node& n : g.nodes)
+      for (const std::string& in : n.inputs) ++uses[in];
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      if (n.op != Op::Gemm && n.op != Op::MatMul) continue;
+      if (n.op == Op::Gemm && n.attributes.trans_a) continue;
+      const int w = id(n.inputs[1]);
+      if (values[w].parameter < 0 || uses[n.inputs[1]] != 1) continue;
+      deferred_node[i] = 1;
+      deferred_param[values[w].parameter] = 1;
+      deferred_grad[values[w].parameter].assign(parameters[values[w].parameter].value.size(), 0.0f);
+    }
+  }
+
+  // The deferred weight gradients of a mini-batch: A and dY of every micro-batch
+  // gathered in sample order, then dW by BLIS over fixed blocks of dW's rows that the
+  // threads share -- every element summed over the mini-batch in BLIS's fixed order, the
+  // same for every thread count.
+  void compute_deferred_gradients(int64_t micro) {
+    constexpr int64_t rows_per_block = 48;
+    const Graph& g = tg.graph;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      if (!deferred_node[i]) continue;
+      const Node& n = g.nodes[i];
+      const int a_id = id(n.inputs[0]), w_id = id(n.inputs[1]), y_id = id(n.outputs[0]);
+      const int64_t k = values[a_id].sample_elements, cols = values[y_id].sample_elements;
+      gather_a.resize(static_cast<size_t>(batch_count * k));
+      gather_dy.resize(static_cast<size_t>(batch_count * cols));
+      int64_t row = 0;
+      for (int64_t s = 0; s < micro; ++s) {
+        std::copy(slots[s].act[a_id].begin(), slots[s].act[a_id].end(), gather_a.begin() + row * k);
+        std::copy(slots[s].grad[y_id].begin(), slots[s].grad[y_id].end(), gather_dy.begin() + row * cols);
+        row += slots[s].size;
+      }
+      const bool trans_b = n.op == Op::Gemm && n.attributes.trans_b;
+      const float alpha = n.op == Op::Gemm ? n.attributes.alpha : 1.0f;
+      float* dw = deferred_grad[values[w_id].parameter].data();
+      // trans_b: dW [cols x k] = alpha dY^T A; else dW [k x cols] = alpha A^T dY.
+      const int64_t out_rows = trans_b ? cols : k, out_cols = trans_b ? k : cols;
+      const int64_t blocks = (out_rows + rows_per_block - 1) / rows_per_block;
+#pragma omp parallel for schedule(static) num_threads(options.threads)
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t r0 = b * rows_per_block, r = std::min(rows_per_block, out_rows - r0);
+        if (trans_b)
+          ops::sgemm_1t(true, false, r, out_cols, batch_count, alpha, gather_dy.data() + r0, cols, gather_a.data(), k,
+                        0.0f, dw + r0 * out_cols, out_cols);
+        else
+          ops::sgemm_1t(true, false, r, out_cols, batch_count, alpha, gather_a.data() + r0, k, gather_dy.data(), cols,
+                        0.0f, dw + r0 * out_cols, out_cols);
+      }
+    }
+  }
+
   void index_values() {
     const Graph& g = tg.graph;
     std::map<std::string, int> trainable;
@@ -242,9 +315,11 @@ struct Trainer::Impl {
       if (v.requires_grad) slot.grad[i].assign(slot.act[i].size(), 0.0f);
     }
     slot.param_grad.assign(parameters.size(), {});
-    for (size_t p = 0; p < parameters.size(); ++p) slot.param_grad[p].assign(parameters[p].value.size(), 0.0f);
+    for (size_t p = 0; p < parameters.size(); ++p)
+      if (!deferred_param[p]) slot.param_grad[p].assign(parameters[p].value.size(), 0.0f);
     slot.masks.assign(tg.graph.nodes.size(), {});
     slot.bn_partial.assign(tg.graph.nodes.size(), {});
+    slot.argmax.assign(tg.graph.nodes.size(), {});
     slot.grad_written.assign(values.size(), 0);
     slot.param_written.assign(parameters.size(), 0);
   }
@@ -269,7 +344,11 @@ struct Trainer::Impl {
       case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow:
         ops::binary(x(0), x(1), y, binary_of(n.op));
         return;
-      case Op::MaxPool: ops::max_pool(x(0), window_of(a), y); return;
+      case Op::MaxPool:
+        if (!train) return ops::max_pool(x(0), window_of(a), y);
+        slot.argmax[node_index].resize(static_cast<size_t>(y.elements()));
+        ops::max_pool_forward_argmax(x(0), window_of(a), y, slot.argmax[node_index].data());
+        return;
       case Op::AveragePool: ops::average_pool(x(0), window_of(a), a.count_include_pad, y); return;
       case Op::GlobalAveragePool: ops::global_pool(x(0), false, y); return;
       case Op::Gemm: {
@@ -392,7 +471,7 @@ struct Trainer::Impl {
       case Op::MaxPool: {
         if (!wants_grad(in_id(0))) return;
         const Target t = target_for(slot, in_id(0));
-        ops::max_pool_backward(x(0), window_of(a), dy, t.view, t.accumulate);
+        ops::max_pool_backward_argmax(dy, slot.argmax[node_index].data(), t.view, t.accumulate);
         return;
       }
       case Op::AveragePool: {
@@ -412,7 +491,8 @@ struct Trainer::Impl {
         const float alpha = gemm ? a.alpha : 1.0f, beta = gemm ? a.beta : 0.0f;
         const bool ta = gemm && a.trans_a, tb = gemm && a.trans_b;
         Target t0{}, t1{}, t2{};
-        const bool g0 = wants_grad(in_id(0)), g1 = wants_grad(in_id(1)), g2 = gemm && wants_grad(in_id(2));
+        const bool g0 = wants_grad(in_id(0)), g2 = gemm && wants_grad(in_id(2));
+        const bool g1 = wants_grad(in_id(1)) && !deferred_node[node_index];
         if (g0) t0 = target_for(slot, in_id(0));
         if (g1) t1 = target_for(slot, in_id(1));
         if (g2) t2 = target_for(slot, in_id(2));
@@ -634,7 +714,19 @@ struct Trainer::Impl {
   }
 
   void run_steps(Slot& slot, const Phase& phase, bool train, double scale) {
+    if (options.profile) slot.seconds.resize(3 * tg.graph.nodes.size() + 3, 0.0);
     for (const Step& st : phase.steps) {
+      const auto start = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+      run_step(slot, st, train, scale);
+      if (!options.profile) continue;
+      const int pass = st.action == Action::Forward ? 0 : st.action == Action::Backward ? 1 : 2;
+      const size_t node = st.action == Action::Loss ? tg.graph.nodes.size() : st.node;
+      slot.seconds[3 * node + pass] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+  }
+
+  void run_step(Slot& slot, const Step& st, bool train, double scale) {
+    {
       switch (st.action) {
         case Action::Forward: forward(slot, st.node, train); break;
         case Action::Backward: backward(slot, st.node); break;
@@ -728,7 +820,10 @@ struct Trainer::Impl {
       for (int64_t i = 0; i + stride < micro; i += 2 * stride) losses[i] += losses[i + stride];
     stats.loss = losses[0] / double(count);
     stats.count = count;
-    if (train) reduce_and_update(micro);
+    if (train) {
+      compute_deferred_gradients(micro);
+      reduce_and_update(micro);
+    }
     return stats;
   }
 
@@ -748,11 +843,15 @@ struct Trainer::Impl {
 #pragma omp parallel for schedule(static) num_threads(options.threads)
     for (size_t i = 0; i < work.size(); ++i) {
       const Work& w = work[i];
-      std::vector<float*> grads(static_cast<size_t>(micro));
-      for (int64_t s = 0; s < micro; ++s) grads[s] = slots[s].param_grad[w.p].data();
-      ops::tree_sum(grads.data(), micro, w.begin, w.end);
+      const float* g = deferred_param[w.p] ? deferred_grad[w.p].data() : nullptr;
+      if (!g) {
+        std::vector<float*> grads(static_cast<size_t>(micro));
+        for (int64_t s = 0; s < micro; ++s) grads[s] = slots[s].param_grad[w.p].data();
+        ops::tree_sum(grads.data(), micro, w.begin, w.end);
+        g = grads[0];
+      }
       Parameter& par = parameters[w.p];
-      ops::sgd_update(par.value.data(), par.momentum.data(), grads[0], w.begin, w.end, options.lr, options.momentum,
+      ops::sgd_update(par.value.data(), par.momentum.data(), g, w.begin, w.end, options.lr, options.momentum,
                       options.weight_decay, first);
     }
     ++steps;
@@ -772,9 +871,14 @@ Trainer::Trainer(const std::string& model_path, const TrainerOptions& options, c
   s.options.micro_batch = s.m;
   s.target = t;
   s.why = why;
-  s.make_conv = [why](const TrainConvRequest& r) { return make_generated_conv(r, why); };
+  if (s.options.conv_impl == "generated")
+    s.make_conv = [why](const TrainConvRequest& r) { return make_generated_conv(r, why); };
+  else
+    throw Error(ExitCode::Usage,
+                fmt::format("--conv-impl '{}': expected generated or im2col-blis", s.options.conv_impl));
   s.tg = prepare_training_graph(model_path, s.m, why);
   s.index_values();
+  s.choose_deferred_gradients();
   s.train_phases = Impl::make_phases(s.tg.graph, true);
   s.eval_phases = Impl::make_phases(s.tg.graph, false);
   const int64_t full_micro = (s.options.batch + s.m - 1) / s.m;
@@ -783,6 +887,24 @@ Trainer::Trainer(const std::string& model_path, const TrainerOptions& options, c
 }
 
 Trainer::~Trainer() = default;
+
+std::vector<NodeTime> Trainer::profile() const {
+  const Impl& s = *impl_;
+  const size_t nodes = s.tg.graph.nodes.size();
+  std::vector<double> total(3 * nodes + 3, 0.0);
+  for (const Slot& slot : s.slots)
+    for (size_t i = 0; i < slot.seconds.size(); ++i) total[i] += slot.seconds[i];
+  std::vector<NodeTime> out;
+  const char* passes[] = {"forward", "backward", "statistics"};
+  for (size_t n = 0; n <= nodes; ++n)
+    for (int p = 0; p < 3; ++p) {
+      if (total[3 * n + p] == 0.0) continue;
+      const bool loss = n == nodes;
+      out.push_back({loss ? "loss" : s.tg.graph.nodes[n].name, loss ? "SoftmaxCrossEntropy" : op_name(s.tg.graph.nodes[n].op),
+                     passes[p], total[3 * n + p]});
+    }
+  return out;
+}
 
 StepStats Trainer::train_step(const float* pixels, const int32_t* labels, int64_t count) {
   return impl_->run_batch(pixels, labels, count, true);

@@ -28,7 +28,7 @@ namespace convgen::model {
 
 struct TrainerOptions {
   int64_t batch = 64;        // mini-batch size B
-  int64_t micro_batch = 0;   // m; 0: the smallest divisor of B that is at least 8 (B if none)
+  int64_t micro_batch = 0;   // m; 0: the largest divisor of B that is at most B / 4
   float lr = 0.01f, momentum = 0.9f, weight_decay = 0.0f;
   int threads = 1;
   // Micro-batches run one after another with intra-kernel parallel kernels. Chosen
@@ -36,6 +36,17 @@ struct TrainerOptions {
   bool intra_kernel = false;
   uint64_t seed = 0;         // dropout masks
   std::string records;       // schedule records ("" = analytic defaults)
+  // The layers' convolutions: "generated" (convgen's kernels) or "im2col-blis" (explicit
+  // im2col + BLIS SGEMM, the baseline; train_conv.h).
+  std::string conv_impl = "generated";
+  // Times every node's forward and backward per micro-batch (Trainer::profile()).
+  bool profile = false;
+};
+
+// Time spent in one node's pass, summed over micro-batches and steps (thread time).
+struct NodeTime {
+  std::string node, op, pass;  // pass: "forward", "backward", "statistics"
+  double seconds = 0.0;
 };
 
 // The micro-batch size TrainerOptions::micro_batch = 0 stands for.
@@ -80,6 +91,9 @@ class Trainer {
   int64_t steps_taken() const;
   void set_steps_taken(int64_t steps);   // resuming
   void set_learning_rate(float lr);
+
+  // With TrainerOptions::profile: per node and pass, in graph order, since the start.
+  std::vector<NodeTime> profile() const;
 
   const TrainGraph& graph() const;
   const TrainerOptions& options() const;

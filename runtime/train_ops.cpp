@@ -142,6 +142,55 @@ void max_pool_backward(const ConstView& x, const Window& w, const ConstView& dy,
   });
 }
 
+void max_pool_forward_argmax(const ConstView& x, const Window& w, const View& y, int32_t* argmax) {
+  if (x.channels_last && y.channels_last && x.rank() == 4) {
+    const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3], P = y.shape[2], Q = y.shape[3];
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t q = 0; q < Q; ++q) {
+          float* best = y.data + ((n * P + p) * Q + q) * C;
+          int32_t* where = argmax + ((n * P + p) * Q + q) * C;
+          std::fill(best, best + C, -std::numeric_limits<float>::infinity());
+          std::fill(where, where + C, -1);
+          for (int64_t r = 0; r < w.kernel[0]; ++r) {
+            const int64_t i = p * w.strides[0] + r * w.dilations[0] - w.pads_begin[0];
+            if (i < 0 || i >= H) continue;
+            for (int64_t s = 0; s < w.kernel[1]; ++s) {
+              const int64_t j = q * w.strides[1] + s * w.dilations[1] - w.pads_begin[1];
+              if (j < 0 || j >= W) continue;
+              const int32_t base = int32_t(((n * H + i) * W + j) * C);
+              const float* px = x.data + base;
+              for (int64_t c = 0; c < C; ++c) {
+                const bool take = px[c] > best[c] || where[c] < 0;
+                best[c] = take ? px[c] : best[c];
+                where[c] = take ? base + int32_t(c) : where[c];
+              }
+            }
+          }
+        }
+    return;
+  }
+  const auto sx = x.strides(), sy = y.strides();
+  for_each_index(y.shape, [&](const std::vector<int64_t>& o) {
+    float m = -std::numeric_limits<float>::infinity();
+    int64_t at = -1;
+    for_each_window(x, w, o, [&](const std::vector<int64_t>& i, bool inside, bool) {
+      if (!inside) return;
+      const int64_t off = offset(i, sx);
+      if (at < 0 || x.data[off] > m) m = x.data[off], at = off;
+    });
+    y.data[offset(o, sy)] = m;
+    argmax[offset(o, sy)] = int32_t(at);
+  });
+}
+
+void max_pool_backward_argmax(const ConstView& dy, const int32_t* argmax, const View& dx, bool accumulate) {
+  clear_unless(dx, accumulate);
+  // Outputs in storage order; overlapping windows add in that fixed order.
+  for (int64_t o = 0; o < dy.elements(); ++o)
+    if (argmax[o] >= 0) dx.data[argmax[o]] += dy.data[o];
+}
+
 void average_pool_backward(const Window& w, bool count_include_pad, const ConstView& dy, const View& dx,
                            bool accumulate) {
   clear_unless(dx, accumulate);
@@ -285,6 +334,14 @@ void pad_backward(const ConstView& dy, const std::vector<int64_t>& pads, const V
 void relabel_backward(const ConstView& dy, const View& dx, bool accumulate) {
   if (dy.channels_last == dx.channels_last || dx.rank() < 3) {
     for (int64_t i = 0; i < dx.elements(); ++i) put(dx.data, i, dy.data[i], accumulate);
+    return;
+  }
+  if (dx.rank() == 4 && dx.channels_last && !dy.channels_last) {
+    // Dense NCHW gradient into channels-last storage (Flatten's backward).
+    const int64_t N = dx.shape[0], C = dx.shape[1], HW = dx.shape[2] * dx.shape[3];
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t p = 0; p < HW; ++p)
+        for (int64_t c = 0; c < C; ++c) put(dx.data, (n * HW + p) * C + c, dy.data[(n * C + c) * HW + p], accumulate);
     return;
   }
   const auto sy = dy.strides(), sx = dx.strides();

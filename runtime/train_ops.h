@@ -32,6 +32,11 @@ void binary_backward(const ConstView& a, const ConstView& b, const ConstView& y,
 // the forward finds it). Average: dy / count to every tap inside the input, count as
 // the forward's divisor.
 void max_pool_backward(const ConstView& x, const Window& w, const ConstView& dy, const View& dx, bool accumulate);
+// Training's MaxPool: ops::max_pool's output (the same bits) and, per output element, the
+// flat offset in x of its window's first maximum (-1 for a window with no tap inside),
+// so the backward is one scatter.
+void max_pool_forward_argmax(const ConstView& x, const Window& w, const View& y, int32_t* argmax);
+void max_pool_backward_argmax(const ConstView& dy, const int32_t* argmax, const View& dx, bool accumulate);
 void average_pool_backward(const Window& w, bool count_include_pad, const ConstView& dy, const View& dx,
                            bool accumulate);
 void global_average_pool_backward(const ConstView& dy, const View& dx, bool accumulate);
