@@ -47,6 +47,9 @@ SOURCE: fashion-mnist (Debian's dataset-fashion-mnist; accuracy on its test spli
                        over the epochs), stepped per epoch
   --threads T          (default: all cores)
   --intra-kernel       micro-batches in sequence, kernels parallel inside (same bits)
+  --conv-impl I        generated (default: convgen's kernels) or im2col-blis (the baseline:
+                       explicit im2col + BLIS SGEMM, one im2col buffer per thread)
+  --profile            per node and pass: milliseconds per step (on stderr, at the end)
   --seed N             shuffle and dropout seed (default 0)
   --no-shuffle         samples in file order every epoch
   --normalize M,S      pixels (x/255 - M) / S (per channel: M1,..,Mc,S1,..,Sc)
@@ -102,7 +105,8 @@ TrainSetup parse(const Args& args, bool* help) {
     if (r.value("--data", &s.data) || r.value("--log", &s.log) || r.value("--dump-order", &s.dump_order) ||
         r.value("--save", &s.save) || r.value("--schedules", &s.schedules) || r.value("--target", &s.target) ||
         r.value("--normalize", &s.normalize) || r.value("--lr-schedule", &s.lr_schedule) ||
-        r.value("--checkpoint", &s.checkpoint) || r.value("--resume", &s.resume))
+        r.value("--checkpoint", &s.checkpoint) || r.value("--resume", &s.resume) ||
+        r.value("--conv-impl", &s.trainer.conv_impl))
       continue;
     if (r.value("--batch", &v)) { s.trainer.batch = parse_count("--batch", v); continue; }
     if (r.value("--micro-batch", &v)) { s.trainer.micro_batch = parse_count("--micro-batch", v); continue; }
@@ -124,6 +128,7 @@ TrainSetup parse(const Args& args, bool* help) {
     if (r.value("--weight-decay", &v)) { s.trainer.weight_decay = parse_float("--weight-decay", v); continue; }
     if (r.flag("--no-shuffle")) { s.shuffle = false; continue; }
     if (r.flag("--intra-kernel")) { s.trainer.intra_kernel = true; continue; }
+    if (r.flag("--profile")) { s.trainer.profile = true; continue; }
     if (r.flag("--verbose") || r.flag("-v")) { s.verbose = true; continue; }
     if (!r.peek().empty() && r.peek()[0] == '-')
       throw Error(ExitCode::Usage, fmt::format("train: unknown option '{}' (see --help)", r.peek()));
@@ -160,9 +165,10 @@ std::string format_seconds(double s) {
 // computes and how far).
 std::string resume_key(const TrainSetup& s, int64_t micro_batch) {
   return fmt::format("data={} batch={} micro_batch={} lr={:.9g} momentum={:.9g} weight_decay={:.9g} lr_schedule={} "
-                     "seed={} shuffle={} normalize={} synthetic_count={} schedules={} target={}",
+                     "seed={} shuffle={} normalize={} synthetic_count={} schedules={} target={} conv_impl={}",
                      s.data, s.trainer.batch, micro_batch, s.trainer.lr, s.trainer.momentum, s.trainer.weight_decay,
-                     s.lr_schedule, s.trainer.seed, s.shuffle, s.normalize, s.synthetic_count, s.schedules, s.target);
+                     s.lr_schedule, s.trainer.seed, s.shuffle, s.normalize, s.synthetic_count, s.schedules, s.target,
+                     s.trainer.conv_impl);
 }
 
 train::Checkpoint make_checkpoint(const model::Trainer& trainer, const std::string& model_hash, const std::string& key,
@@ -319,6 +325,12 @@ int train_model(const Args& args) {
   fmt::print("steps {} images {:.0f} seconds {:.2f} images_per_s {:.1f} last_loss {:.6f}\n", step - first_step, images, elapsed,
              images / elapsed, last_loss);
 
+  if (s.trainer.profile) {
+    const double steps_run = double(std::max<int64_t>(1, step - first_step));
+    for (const auto& t : trainer.profile())
+      fmt::print(stderr, "{:<28} {:<20} {:<10} {:8.3f} ms/step (thread time)\n", t.node, t.op, t.pass,
+                 1e3 * t.seconds / steps_run);
+  }
   if (source.test && !g_interrupted) {
     const data::Dataset& test = *source.test;
     std::vector<int64_t> order(static_cast<size_t>(test.count()));

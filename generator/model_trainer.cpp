@@ -873,6 +873,8 @@ Trainer::Trainer(const std::string& model_path, const TrainerOptions& options, c
   s.why = why;
   if (s.options.conv_impl == "generated")
     s.make_conv = [why](const TrainConvRequest& r) { return make_generated_conv(r, why); };
+  else if (s.options.conv_impl == "im2col-blis")
+    s.make_conv = [why](const TrainConvRequest& r) { return make_im2col_blis_conv(r, why); };
   else
     throw Error(ExitCode::Usage,
                 fmt::format("--conv-impl '{}': expected generated or im2col-blis", s.options.conv_impl));

@@ -129,6 +129,7 @@ expect_error 8 "garbage.idx: not an IDX" "${idx_ok[@]}" --data "idx:$work/garbag
 expect_error 8 "labels_magic.idx: not an IDX" "${idx_ok[@]}" --data "idx:$work/images.idx,$work/labels_magic.idx"
 expect_error 8 "label 10 of sample 2" "${idx_ok[@]}" --data "idx:$work/images.idx,$work/labels_10.idx"
 expect_error 8 "1x28x28 but the model's input is 3x32x32" train "$cifar" --data fashion-mnist --steps 1
+expect_error 2 "--normalize '1,2,3'" train "$tinym" --data synthetic --steps 1 --normalize 1,2,3
 # A diverging run stops with 10 and names the step. (tiny.onnx has no Relu or MaxPool:
 # convgen's turn NaN into numbers, see the report of this test's author.)
 expect_late_error 10 "the loss is" train "$tinym" --data synthetic --synthetic-count 50 --batch 10 --steps 5 --lr 1e30
