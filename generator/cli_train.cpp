@@ -4,10 +4,14 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -115,11 +119,12 @@ TrainSetup parse(const Args& args, bool* help) {
     if (r.value("--every", &v)) { s.every = parse_count("--every", v); continue; }
     if (r.value("--threads", &v)) { s.trainer.threads = static_cast<int>(parse_count("--threads", v)); continue; }
     if (r.value("--seed", &v)) {
-      try {
-        s.trainer.seed = std::stoull(v);
-      } catch (const std::exception&) {
-        throw Error(ExitCode::Usage, fmt::format("--seed: '{}' is not a non-negative integer", v));
-      }
+      const bool digits = !v.empty() && v.size() <= 20 && std::all_of(v.begin(), v.end(), ::isdigit);
+      errno = 0;
+      const unsigned long long seed = digits ? std::strtoull(v.c_str(), nullptr, 10) : 0;
+      if (!digits || errno == ERANGE)
+        throw Error(ExitCode::Usage, fmt::format("--seed: '{}' is not an integer in [0, 2^64)", v));
+      s.trainer.seed = seed;
       continue;
     }
     if (r.value("--synthetic-count", &v)) { s.synthetic_count = parse_count("--synthetic-count", v); continue; }
@@ -250,6 +255,16 @@ int train_model(const Args& args) {
     // Resuming into the same directory is the usual case: the new checkpoints replace it.
   }
 
+  // Where results go must be writable before any step runs, not after the last.
+  for (const std::string& path : {s.save}) {
+    if (path.empty()) continue;
+    const std::filesystem::path parent = std::filesystem::path(path).has_parent_path()
+                                             ? std::filesystem::path(path).parent_path()
+                                             : std::filesystem::path(".");
+    if (!std::filesystem::is_directory(parent) || ::access(parent.c_str(), W_OK) != 0 ||
+        std::filesystem::is_directory(path))
+      throw Error(ExitCode::Io, fmt::format("{}: cannot write", path));
+  }
   std::ofstream log;
   if (!s.log.empty()) {
     log.open(s.log);
@@ -300,13 +315,18 @@ int train_model(const Args& args) {
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!std::isfinite(st.loss))
       throw Error(ExitCode::NonFiniteLoss, fmt::format("step {} (epoch {}): the loss is {}; training stopped", step,
-                                                       epoch, st.loss));
+                                                       epoch, std::isnan(st.loss) ? "NaN" : "infinite"));
+    if (!st.non_finite.empty())
+      throw Error(ExitCode::NonFiniteLoss,
+                  fmt::format("step {} (epoch {}): '{}' holds NaN or infinite values after the update; training "
+                              "stopped", step, epoch, st.non_finite));
     images += double(b.count);
     last_loss = st.loss;
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (log)
       log << fmt::format("{{\"step\":{},\"epoch\":{},\"loss\":{:.9g},\"lr\":{:.9g},\"images_per_s\":{:.1f}}}\n", step,
-                         epoch, st.loss, learning_rate(s, epoch), double(b.count) / dt);
+                         epoch, st.loss, learning_rate(s, epoch), double(b.count) / dt)
+          << std::flush;
     if (tty && (step % 10 == 0 || step + 1 == total_steps)) {
       const int64_t in_epoch = b.first / batch + 1;
       const int width = 24, filled = int(width * in_epoch / per_epoch);

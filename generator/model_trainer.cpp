@@ -823,6 +823,11 @@ struct Trainer::Impl {
     if (train) {
       compute_deferred_gradients(micro);
       reduce_and_update(micro);
+      for (const Parameter& p : parameters)
+        if (!std::all_of(p.value.begin(), p.value.end(), [](float v) { return std::isfinite(v); })) {
+          stats.non_finite = p.name;
+          break;
+        }
     }
     return stats;
   }
@@ -885,7 +890,6 @@ Trainer::Trainer(const std::string& model_path, const TrainerOptions& options, c
   s.eval_phases = Impl::make_phases(s.tg.graph, false);
   const int64_t full_micro = (s.options.batch + s.m - 1) / s.m;
   s.intra = s.options.threads > 1 && (s.options.intra_kernel || full_micro < s.options.threads);
-  s.ensure_kernels(s.m);
 }
 
 Trainer::~Trainer() = default;

@@ -56,6 +56,9 @@ struct StepStats {
   double loss = 0.0;     // mean softmax cross-entropy over the samples
   int64_t correct = 0;   // samples whose arg-max logit is the label
   int64_t count = 0;
+  // The first trainable tensor holding a NaN or an infinity after the step's update
+  // ("" when all are finite): a diverged run, even when the loss still looks finite.
+  std::string non_finite;
 };
 
 // A trainable tensor and its optimizer state.
@@ -67,8 +70,8 @@ struct Parameter {
 
 class Trainer {
  public:
-  // Imports the model; kernels are compiled for the micro-batch size here and for other
-  // sizes when a batch first needs them. `why` gets kernel and schedule decisions.
+  // Imports the model; kernels are compiled when a batch first needs them (for each
+  // micro-batch size). `why` gets kernel and schedule decisions.
   Trainer(const std::string& model_path, const TrainerOptions& options, const TargetInfo& t,
           std::vector<std::string>* why = nullptr);
   ~Trainer();

@@ -39,10 +39,12 @@ for line in open(sys.argv[1]):
 # --- help -------------------------------------------------------------------------------
 "$convgen" train --help >"$work/help" 2>"$work/err" || fail "train --help exited non-zero"
 grep -q "usage: convgen train" "$work/help" || fail "train --help: no usage line"
-value_options=(--data=synthetic --batch=8 --micro-batch=8 --epochs=1 --steps=1 --lr=0.1 --momentum=0.9
-  --weight-decay=0 --lr-schedule=constant --threads=1 --seed=1 --normalize=0,1 --synthetic-count=10
-  --log=x --dump-order=x --save=x --schedules=x --target=x)
-flag_options=(--intra-kernel --no-shuffle --verbose)
+# shellcheck disable=SC2054 # --normalize=0,1 is one OPTION=VALUE element
+value_options=(--data=synthetic --batch=8 --micro-batch=8 --epochs=1 --steps=1 --lr=0.1
+  --momentum=0.9 --weight-decay=0 --lr-schedule=constant --threads=1 --conv-impl=generated --seed=1
+  --normalize=0,1 --synthetic-count=10 --log=x --dump-order=x --save=x --checkpoint=x --every=1
+  --resume=x --schedules=x --target=x)
+flag_options=(--intra-kernel --profile --no-shuffle --verbose)
 documented=()
 for o in "${value_options[@]}" "${flag_options[@]}"; do documented+=("${o%%=*}"); done
 for o in "${documented[@]}"; do
@@ -158,7 +160,8 @@ assert sorted(int(v) for v in lines[1:]) == list(range(int(sys.argv[2]))), "not 
 assert [int(v) for v in lines[1:]] != list(range(int(sys.argv[2]))), "shuffled order is the identity"
 EOF
 [[ -s "$work/base.onnx" ]] || fail "--save wrote nothing"
-"$convgen" inspect "$work/base.onnx" --batch 2 >/dev/null 2>"$work/err" || fail "inspect of the saved model: $(cat "$work/err")"
+"$convgen" inspect "$work/base.onnx" --batch 2 >/dev/null 2>"$work/err" ||
+  fail "inspect of the saved model: $(cat "$work/err")"
 cmp -s "$work/base.onnx" "$lenet" && fail "the saved model equals the original"
 grep -q "^test_accuracy " "$work/base.out" || fail "no test_accuracy line: $(cat "$work/base.out")"
 grep -q "^saved $work/base.onnx" "$work/base.out" || fail "no 'saved' line: $(cat "$work/base.out")"

@@ -132,8 +132,10 @@ def main():
         if abs(lr - ref["lr"]) > 1e-6 * abs(ref["lr"]):
             violations.append(f"log's lr {lr:.9g} is not the reference's {ref['lr']:.9g}: different settings")
 
-    # --- final weights, tensor by tensor
-    for name, tensor in ref["weights"].items():
+    # --- final weights (and BatchNormalization running statistics, "state"), tensor by tensor
+    tensors = dict(ref["weights"])
+    tensors.update(ref.get("state", {}))
+    for name, tensor in tensors.items():
         want = np.asarray(tensor["data"], dtype=np.float64).reshape(tensor["shape"])
         if name not in saved:
             violations.append(f"weight '{name}': missing from {args.saved}")
@@ -169,7 +171,7 @@ def main():
             violations.append(f"saved initializers differ from the initial model's: missing "
                               f"{sorted(set(initial) - set(saved))}, extra {sorted(set(saved) - set(initial))}")
         for name, value in initial.items():
-            if name in ref["weights"] or name not in saved:
+            if name in tensors or name not in saved:
                 continue
             if saved[name].shape != value.shape or saved[name].dtype != value.dtype or \
                     saved[name].tobytes() != value.tobytes():
@@ -187,7 +189,7 @@ def main():
             print(f"  ... and {len(per_step) - 20} more step losses", file=sys.stderr)
         sys.exit(1)
     print(f"{label}PASS: {len(ref_losses)} losses within {args.loss_rtol:g} relative, "
-          f"{len(ref['weights'])} tensors within {args.weight_atol:g} absolute")
+          f"{len(tensors)} tensors within {args.weight_atol:g} absolute")
 
 
 if __name__ == "__main__":
