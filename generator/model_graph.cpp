@@ -31,6 +31,7 @@ const char* op_name(Op op) {
     case Op::Transpose: return "Transpose";
     case Op::BatchNormalization: return "BatchNormalization";
     case Op::LRN: return "LRN";
+    case Op::WithinChannelLRN: return "WithinChannelLRN";
     case Op::Pad: return "Pad";
     case Op::Dropout: return "Dropout";
     case Op::Identity: return "Identity";

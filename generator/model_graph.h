@@ -16,7 +16,12 @@ namespace convgen::model {
 enum class Op {
   Conv, Relu, LeakyRelu, Clip, Sigmoid, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Gemm, MatMul,
   Add, Sub, Mul, Div, Pow, Sum, Concat, Flatten, Reshape, Transpose, BatchNormalization, LRN, Pad, Dropout,
-  Identity, Softmax, LogSoftmax
+  Identity, Softmax, LogSoftmax,
+  // Training only, never imported: Caffe's WITHIN_CHANNEL LRN written with standard ops
+  // (x * (bias + alpha * AveragePool_k(x*x))^exponent), fused into one node by
+  // prepare_training_graph (train_graph.h). Attributes: size k, alpha, lrn_bias, beta =
+  // the exponent.
+  WithinChannelLRN
 };
 
 // The ONNX op type an Op stands for ("Conv", ...).

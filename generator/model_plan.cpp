@@ -192,6 +192,9 @@ class Planner {
       case Op::LogSoftmax:
         step(StepKind::Softmax, n, {in_layout(in(0), false, n.name)}, define(n.outputs[0], out_shape, false));
         return;
+      case Op::WithinChannelLRN:
+        throw Error(ExitCode::Internal, fmt::format("node '{}': a training-only fused op reached the inference plan",
+                                                    n.name));
     }
   }
 

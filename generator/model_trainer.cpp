@@ -365,6 +365,14 @@ struct Trainer::Impl {
       }
       case Op::Pad: ops::pad(x(0), a.pad_amounts, a.pad_value, y); return;
       case Op::LRN: ops::lrn(x(0), a.size, a.alpha, a.beta, a.lrn_bias, y); return;
+      case Op::WithinChannelLRN: {
+        // s and q (x's size each) in the node's mask buffer, for the backward.
+        std::vector<float>& kept = slot.masks[node_index];
+        kept.resize(static_cast<size_t>(2 * y.elements()));
+        ops::within_channel_lrn_forward(x(0), a.size, a.alpha, a.lrn_bias, a.beta, y, kept.data(),
+                                        kept.data() + y.elements());
+        return;
+      }
       case Op::Dropout: {
         if (!train) return copy_layout(x(0), y);
         std::vector<float>& mask = slot.masks[node_index];
@@ -520,6 +528,15 @@ struct Trainer::Impl {
         if (!wants_grad(in_id(0))) return;
         const Target t = target_for(slot, in_id(0));
         ops::lrn_backward(x(0), dy, a.size, a.alpha, a.beta, a.lrn_bias, t.view, t.accumulate);
+        return;
+      }
+      case Op::WithinChannelLRN: {
+        if (!wants_grad(in_id(0))) return;
+        const Target t = target_for(slot, in_id(0));
+        const std::vector<float>& kept = slot.masks[node_index];
+        slot.scratch.resize(static_cast<size_t>(y.elements()));
+        ops::within_channel_lrn_backward(x(0), kept.data(), kept.data() + y.elements(), dy, a.size, a.alpha, a.beta,
+                                         t.view, t.accumulate, slot.scratch.data());
         return;
       }
       case Op::Dropout: {

@@ -18,6 +18,7 @@ bool op_trains(Op op) {
     case Op::Sigmoid: case Op::MaxPool: case Op::AveragePool: case Op::GlobalAveragePool: case Op::Add:
     case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::Concat: case Op::Flatten: case Op::Reshape:
     case Op::Pad: case Op::LRN: case Op::Dropout: case Op::Identity: case Op::BatchNormalization:
+    case Op::WithinChannelLRN:
       return true;
     default:
       return false;
@@ -52,6 +53,87 @@ std::string strip_softmax(Graph& g) {
     return logits;
   }
   return out;
+}
+
+// The node indices reading `value`.
+std::vector<size_t> readers_of(const Graph& g, const std::string& value) {
+  std::vector<size_t> r;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const std::string& in : g.nodes[i].inputs)
+      if (in == value) {
+        r.push_back(i);
+        break;
+      }
+  return r;
+}
+
+// The value of a one-element float constant, if `name` is one.
+bool scalar_constant(const Graph& g, const std::string& name, float* v) {
+  if (!float_constant(g, name) || g.value(name).data.size() != 1) return false;
+  *v = g.value(name).data[0];
+  return true;
+}
+
+// Caffe's WITHIN_CHANNEL LRN as PyTorch and scripts/make-bundled-models write it --
+// Mul(x, x) -> AveragePool(k x k, stride 1, "same" pads, count_include_pad) -> Mul(alpha)
+// -> Add(bias) -> Pow(exponent) -> Mul(x, .), every intermediate read once -- becomes one
+// WithinChannelLRN node: one pass forward and one backward instead of six of each, and
+// five activations and gradients fewer to store.
+int fuse_within_channel_lrn(Graph& g, std::vector<std::string>* why) {
+  int fused = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node square = g.nodes[i];
+    if (square.op != Op::Mul || square.inputs[0] != square.inputs[1] || g.value(square.inputs[0]).is_constant) continue;
+    const std::string x = square.inputs[0];
+    if (g.value(x).shape.size() != 4) continue;
+    std::vector<size_t> chain = {i};
+    auto next = [&](Op op) -> const Node* {
+      const auto r = readers_of(g, g.nodes[chain.back()].outputs[0]);
+      if (r.size() != 1 || g.nodes[r[0]].op != op) return nullptr;
+      chain.push_back(r[0]);
+      return &g.nodes[r[0]];
+    };
+    const Node* pool = next(Op::AveragePool);
+    if (!pool) continue;
+    const Attributes& pa = pool->attributes;
+    const int64_t k = pa.kernel.size() == 2 ? pa.kernel[0] : 0;
+    const int64_t half = (k - 1) / 2;
+    if (k % 2 != 1 || pa.kernel[1] != k || pa.strides != std::vector<int64_t>{1, 1} || !pa.count_include_pad ||
+        pa.pads_begin != std::vector<int64_t>{half, half} || pa.pads_end != std::vector<int64_t>{half, half} ||
+        (!pa.dilations.empty() && pa.dilations != std::vector<int64_t>{1, 1}))
+      continue;
+    float alpha = 0, bias = 0, exponent = 0;
+    auto other = [&](const Node& n, const std::string& mine) { return n.inputs[0] == mine ? n.inputs[1] : n.inputs[0]; };
+    const Node* scale = next(Op::Mul);
+    if (!scale || !scalar_constant(g, other(*scale, pool->outputs[0]), &alpha)) continue;
+    const Node* shift = next(Op::Add);
+    if (!shift || !scalar_constant(g, other(*shift, scale->outputs[0]), &bias)) continue;
+    const Node* power = next(Op::Pow);
+    if (!power || power->inputs[0] != shift->outputs[0] || !scalar_constant(g, power->inputs[1], &exponent)) continue;
+    const Node* product = next(Op::Mul);
+    if (!product || other(*product, power->outputs[0]) != x) continue;
+    Node fused_node;
+    fused_node.name = product->name;
+    fused_node.op = Op::WithinChannelLRN;
+    fused_node.inputs = {x};
+    fused_node.outputs = product->outputs;
+    fused_node.attributes.size = k;
+    fused_node.attributes.alpha = alpha;
+    fused_node.attributes.lrn_bias = bias;
+    fused_node.attributes.beta = exponent;
+    if (why)
+      why->push_back(fmt::format("{}: {} ... {} fused into one within-channel LRN ({}x{}, alpha {:g}, bias {:g}, "
+                                 "exponent {:g})", fused_node.name, square.name, product->name, k, k, alpha, bias,
+                                 exponent));
+    for (size_t c = 0; c + 1 < chain.size(); ++c) g.values.erase(g.nodes[chain[c]].outputs[0]);
+    const size_t last = chain.back();
+    g.nodes[last] = fused_node;
+    std::sort(chain.begin(), chain.end());
+    for (size_t c = chain.size() - 1; c-- > 0;) g.nodes.erase(g.nodes.begin() + static_cast<long>(chain[c]));
+    ++fused;
+    i = static_cast<size_t>(-1);  // indices moved: start over at node 0 (graphs are small)
+  }
+  return fused;
 }
 
 }  // namespace
@@ -97,6 +179,7 @@ TrainGraph prepare_training_graph(const std::string& model_path, int64_t micro_b
     if (n.op == Op::MatMul && (g.value(n.inputs[0]).shape.size() != 2 || g.value(n.inputs[1]).shape.size() != 2))
       throw unsupported(g, n, "MatMul of other than 2-D operands");
   }
+  fuse_within_channel_lrn(g, why);
   fuse_for_training(g, why);
 
   // Trainable parameters, in graph order, each once.

@@ -33,19 +33,26 @@ float apply(Binary op, float a, float b) {
 
 // Element-wise loops and channels-last pooling split over OpenMP threads: each output
 // element is computed by one thread in a fixed way, so the bits never depend on T.
+namespace {
+
+// One element-wise loop per op, the op outside the loop so that each vectorises.
+template <typename F>
+void map_elements(const float* x, float* y, int64_t n, F f) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+}
+
+}  // namespace
+
 void unary(const ConstView& x, const View& y, Unary op, float alpha, float lo, float hi) {
   const int64_t n = x.elements();
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    float v = x.data[i];
-    switch (op) {
-      case Unary::Relu: v = v > 0.0f ? v : 0.0f; break;
-      case Unary::LeakyRelu: v = v >= 0.0f ? v : alpha * v; break;
-      case Unary::Clip: v = std::min(std::max(v, lo), hi); break;
-      case Unary::Sigmoid: v = 1.0f / (1.0f + std::exp(-v)); break;
-      case Unary::Identity: break;
-    }
-    y.data[i] = v;
+  switch (op) {
+    case Unary::Relu: return map_elements(x.data, y.data, n, [](float v) { return v > 0.0f ? v : 0.0f; });
+    case Unary::LeakyRelu:
+      return map_elements(x.data, y.data, n, [alpha](float v) { return v >= 0.0f ? v : alpha * v; });
+    case Unary::Clip: return map_elements(x.data, y.data, n, [lo, hi](float v) { return std::min(std::max(v, lo), hi); });
+    case Unary::Sigmoid: return map_elements(x.data, y.data, n, [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
+    case Unary::Identity: return map_elements(x.data, y.data, n, [](float v) { return v; });
   }
 }
 
@@ -56,8 +63,17 @@ void binary(const ConstView& a, const ConstView& b, const View& y, Binary op) {
   const bool b_flat = b.shape == y.shape && b.channels_last == y.channels_last;
   if ((a_flat || a.elements() == 1) && (b_flat || b.elements() == 1)) {
     const int64_t ia = a_flat ? 1 : 0, ib = b_flat ? 1 : 0;
+    auto run = [&](auto f) {
 #pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) y.data[i] = apply(op, a.data[i * ia], b.data[i * ib]);
+      for (int64_t i = 0; i < n; ++i) y.data[i] = f(a.data[i * ia], b.data[i * ib]);
+    };
+    switch (op) {
+      case Binary::Add: return run([](float u, float v) { return u + v; });
+      case Binary::Sub: return run([](float u, float v) { return u - v; });
+      case Binary::Mul: return run([](float u, float v) { return u * v; });
+      case Binary::Div: return run([](float u, float v) { return u / v; });
+      case Binary::Pow: return run([](float u, float v) { return std::pow(u, v); });
+    }
     return;
   }
   const auto sa = broadcast_strides(a, y.shape.size()), sb = broadcast_strides(b, y.shape.size());

@@ -39,19 +39,33 @@ uint64_t mix(uint64_t z) {
 
 }  // namespace
 
+namespace {
+
+// dx (+)= g(i) for every element, the loop instantiated per accumulate mode.
+template <typename G>
+void store_elements(float* dx, int64_t n, bool accumulate, G g) {
+  if (accumulate)
+    for (int64_t i = 0; i < n; ++i) dx[i] += g(i);
+  else
+    for (int64_t i = 0; i < n; ++i) dx[i] = g(i);
+}
+
+}  // namespace
+
 void unary_backward(const ConstView& x, const ConstView& y, const ConstView& dy, const View& dx, Unary op,
                     float alpha, float lo, float hi, bool accumulate) {
   const int64_t n = dy.elements();
-  for (int64_t i = 0; i < n; ++i) {
-    float g = dy.data[i];
-    switch (op) {
-      case Unary::Relu: g = y.data[i] > 0.0f ? g : 0.0f; break;
-      case Unary::LeakyRelu: g = x.data[i] > 0.0f ? g : g * alpha; break;
-      case Unary::Clip: g = (x.data[i] >= lo && x.data[i] <= hi) ? g : 0.0f; break;
-      case Unary::Sigmoid: g = g * (y.data[i] * (1.0f - y.data[i])); break;
-      case Unary::Identity: break;
-    }
-    put(dx.data, i, g, accumulate);
+  const float *xs = x.data, *ys = y.data, *g = dy.data;
+  switch (op) {
+    case Unary::Relu: return store_elements(dx.data, n, accumulate, [=](int64_t i) { return ys[i] > 0.0f ? g[i] : 0.0f; });
+    case Unary::LeakyRelu:
+      return store_elements(dx.data, n, accumulate, [=](int64_t i) { return xs[i] > 0.0f ? g[i] : g[i] * alpha; });
+    case Unary::Clip:
+      return store_elements(dx.data, n, accumulate,
+                            [=](int64_t i) { return (xs[i] >= lo && xs[i] <= hi) ? g[i] : 0.0f; });
+    case Unary::Sigmoid:
+      return store_elements(dx.data, n, accumulate, [=](int64_t i) { return g[i] * (ys[i] * (1.0f - ys[i])); });
+    case Unary::Identity: return store_elements(dx.data, n, accumulate, [=](int64_t i) { return g[i]; });
   }
 }
 
@@ -65,7 +79,8 @@ float partial(Binary op, int which, float a, float b, float y) {
     case Binary::Mul: return which == 0 ? b : a;
     case Binary::Div: return which == 0 ? 1.0f / b : -a / (b * b);
     case Binary::Pow:
-      if (which == 0) return b * std::pow(a, b - 1.0f);
+      // a^(b-1) as y / a (y = a^b, computed by the forward): one division, not a pow.
+      if (which == 0) return a != 0.0f ? b * (y / a) : b * std::pow(a, b - 1.0f);
       return (a == 0.0f && b >= 0.0f) ? 0.0f : y * std::log(a);
   }
   return 0.0f;
@@ -79,10 +94,21 @@ void binary_backward(const ConstView& a, const ConstView& b, const ConstView& y,
   const int64_t n = dy.elements();
   const bool a_flat = same_layout(a, dy), b_flat = same_layout(b, dy);
   if (same_layout(operand, dy) && (a_flat || a.elements() == 1) && (b_flat || b.elements() == 1)) {
-    // No reduction: one partial per element.
+    // No reduction: one partial per element, the op outside the loop.
     const int64_t ia = a_flat ? 1 : 0, ib = b_flat ? 1 : 0;
-    for (int64_t i = 0; i < n; ++i)
-      put(d_operand.data, i, dy.data[i] * partial(op, which, a.data[i * ia], b.data[i * ib], y.data[i]), accumulate);
+    const float *pa = a.data, *pb = b.data, *py = y.data, *g = dy.data;
+    auto run = [&](auto f) { store_elements(d_operand.data, n, accumulate, [=](int64_t i) { return f(i); }); };
+    switch (op) {
+      case Binary::Add: return run([=](int64_t i) { return g[i]; });
+      case Binary::Sub: return run([=](int64_t i) { return which == 0 ? g[i] : -g[i]; });
+      case Binary::Mul: return run([=](int64_t i) { return g[i] * (which == 0 ? pb[i * ib] : pa[i * ia]); });
+      case Binary::Div:
+        if (which == 0) return run([=](int64_t i) { return g[i] * (1.0f / pb[i * ib]); });
+        return run([=](int64_t i) { return g[i] * (-pa[i * ia] / (pb[i * ib] * pb[i * ib])); });
+      case Binary::Pow:
+        if (which == 0) return run([=](int64_t i) { return g[i] * partial(Binary::Pow, 0, pa[i * ia], pb[i * ib], py[i]); });
+        return run([=](int64_t i) { return g[i] * partial(Binary::Pow, 1, pa[i * ia], pb[i * ib], py[i]); });
+    }
     return;
   }
   // Broadcast operand: sums over y's row-major order into a double accumulator of the
@@ -161,6 +187,7 @@ void max_pool_forward_argmax(const ConstView& x, const Window& w, const View& y,
               const int32_t base = int32_t(((n * H + i) * W + j) * C);
               const float* px = x.data + base;
               for (int64_t c = 0; c < C; ++c) {
+                // The first maximum wins: later taps replace it only when strictly greater.
                 const bool take = px[c] > best[c] || where[c] < 0;
                 best[c] = take ? px[c] : best[c];
                 where[c] = take ? base + int32_t(c) : where[c];
@@ -381,6 +408,63 @@ void lrn_backward(const ConstView& x, const ConstView& dy, int64_t size, float a
     g -= 2.0 * k * double(beta) * xi * cross;
     put(dx.data, offset(i, sdx), float(g), accumulate);
   });
+}
+
+// ---- within-channel LRN ------------------------------------------------------------
+
+namespace {
+
+// out[p][c] = sum of in[j][c] over the k x k window around pixel p (zero outside), one
+// image of channels-last data [H][W][C]; the taps in row-major order.
+void box_sum(const float* in, int64_t H, int64_t W, int64_t C, int64_t k, float* out) {
+  const int64_t half = (k - 1) / 2;
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t w = 0; w < W; ++w) {
+      float* o = out + (h * W + w) * C;
+      std::fill(o, o + C, 0.0f);
+      for (int64_t i = std::max<int64_t>(0, h - half); i <= std::min(H - 1, h + half); ++i)
+        for (int64_t j = std::max<int64_t>(0, w - half); j <= std::min(W - 1, w + half); ++j) {
+          const float* p = in + (i * W + j) * C;
+          for (int64_t c = 0; c < C; ++c) o[c] += p[c];
+        }
+    }
+}
+
+}  // namespace
+
+void within_channel_lrn_forward(const ConstView& x, int64_t k, float alpha, float bias, float exponent,
+                                const View& y, float* s, float* q) {
+  const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3], image = H * W * C;
+  const float scale = alpha / float(k * k);
+  std::vector<float> squares(static_cast<size_t>(image));
+  for (int64_t n = 0; n < N; ++n) {
+    const float* xi = x.data + n * image;
+    for (int64_t e = 0; e < image; ++e) squares[e] = xi[e] * xi[e];
+    float* si = s + n * image;
+    box_sum(squares.data(), H, W, C, k, si);
+    for (int64_t e = 0; e < image; ++e) {
+      si[e] = bias + scale * si[e];
+      q[n * image + e] = std::pow(si[e], exponent);
+      y.data[n * image + e] = xi[e] * q[n * image + e];
+    }
+  }
+}
+
+void within_channel_lrn_backward(const ConstView& x, const float* s, const float* q, const ConstView& dy, int64_t k,
+                                 float alpha, float exponent, const View& dx, bool accumulate, float* scratch) {
+  // dx_p = dy_p q_p + 2 x_p (alpha exponent / k^2) sum over the window around p of
+  // dy_j x_j q_j / s_j (the window is symmetric: "same" padding, stride 1).
+  const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3], image = H * W * C;
+  const float factor = 2.0f * alpha * exponent / float(k * k);
+  std::vector<float> t(static_cast<size_t>(image));
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t o = n * image;
+    for (int64_t e = 0; e < image; ++e) t[e] = dy.data[o + e] * x.data[o + e] * q[o + e] / s[o + e];
+    box_sum(t.data(), H, W, C, k, scratch);
+    store_elements(dx.data + o, image, accumulate, [&](int64_t e) {
+      return dy.data[o + e] * q[o + e] + factor * x.data[o + e] * scratch[e];
+    });
+  }
 }
 
 // ---- dropout -----------------------------------------------------------------------
