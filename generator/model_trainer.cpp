@@ -72,7 +72,7 @@ struct BatchStats {
 
 // Per-micro-batch work between two barriers (docs/training.md): a phase runs its actions
 // for every micro-batch, then `combine` (if any) runs once, on one thread.
-enum class Action { Forward, Loss, Backward, BnSums, BnSquares, BnBackwardSums };
+enum class Action { Forward, Loss, Backward, BnSums, BnSquares, BnBackwardSums, GemmForward, GemmBackward };
 struct Step {
   Action action;
   size_t node = 0;
@@ -158,10 +158,22 @@ struct Trainer::Impl {
   int id(const std::string& name) const { return name.empty() ? -1 : value_id.at(name); }
 
   // ---- setup -------------------------------------------------------------------
-  // A Gemm (or MatMul) whose weight is a parameter read by it alone and whose A operand
-  // has the samples in its rows: dW = alpha * A^T dY over the whole mini-batch is one
-  // GEMM with the mini-batch as its reduction -- instead of one rank-m update per
-  // micro-batch into private copies of a large weight and a tree over them.
+  // Batched GEMM layers. A Gemm (or MatMul) whose weight is a parameter read by it alone
+  // and whose A operand has the samples in its rows runs over the whole mini-batch at a
+  // barrier instead of per micro-batch: Y = A W' for all samples at once, and backward
+  // dA = dY W'^T, dW = A^T dY (the mini-batch as the reduction) and db in one go. One
+  // GEMM packs the weight once instead of once per micro-batch, and the weight gradient
+  // needs no private copies and no tree (LeNet's 500x800 ip1). Threads share fixed
+  // blocks of the output's columns (dW: rows), so every element is BLIS's fixed-order sum,
+  // the same for every thread count.
+  struct BatchedGemm {
+    std::vector<float> a;  // A of the whole mini-batch, [B x K], kept from forward to backward
+    int bias_param = -1;
+  };
+  std::map<size_t, BatchedGemm> batched;  // by node index
+  std::vector<float> gemm_y, gemm_dy, gemm_da;
+  static constexpr int64_t kGemmBlock = 128;  // columns (rows of dW) per work item
+
   void choose_deferred_gradients() {
     const Graph& g = tg.graph;
     deferred_node.assign(g.nodes.size(), 0);
@@ -177,48 +189,139 @@ struct Trainer::Impl {
       const int w = id(n.inputs[1]);
       if (values[w].parameter < 0 || uses[n.inputs[1]] != 1) continue;
       deferred_node[i] = 1;
-      deferred_param[values[w].parameter] = 1;
-      deferred_grad[values[w].parameter].assign(parameters[values[w].parameter].value.size(), 0.0f);
+      BatchedGemm bg;
+      for (int input : {1, 2}) {
+        if (static_cast<size_t>(input) >= n.inputs.size() || n.inputs[input].empty()) continue;
+        const int v = id(n.inputs[input]);
+        if (values[v].parameter < 0) continue;
+        if (input == 2 && (uses[n.inputs[2]] != 1 || values[v].shape.size() != 1)) continue;  // bias: [N] only
+        deferred_param[values[v].parameter] = 1;
+        deferred_grad[values[v].parameter].assign(parameters[values[v].parameter].value.size(), 0.0f);
+        if (input == 2) bg.bias_param = values[v].parameter;
+      }
+      batched[i] = std::move(bg);
     }
   }
 
-  // The deferred weight gradients of a mini-batch: A and dY of every micro-batch
-  // gathered in sample order, then dW by BLIS over fixed blocks of dW's rows that the
-  // threads share -- every element summed over the mini-batch in BLIS's fixed order, the
-  // same for every thread count.
-  void compute_deferred_gradients(int64_t micro) {
-    constexpr int64_t rows_per_block = 48;
-    const Graph& g = tg.graph;
-    for (size_t i = 0; i < g.nodes.size(); ++i) {
-      if (!deferred_node[i]) continue;
-      const Node& n = g.nodes[i];
-      const int a_id = id(n.inputs[0]), w_id = id(n.inputs[1]), y_id = id(n.outputs[0]);
-      const int64_t k = values[a_id].sample_elements, cols = values[y_id].sample_elements;
-      gather_a.resize(static_cast<size_t>(batch_count * k));
-      gather_dy.resize(static_cast<size_t>(batch_count * cols));
-      int64_t row = 0;
-      for (int64_t s = 0; s < micro; ++s) {
-        std::copy(slots[s].act[a_id].begin(), slots[s].act[a_id].end(), gather_a.begin() + row * k);
-        std::copy(slots[s].grad[y_id].begin(), slots[s].grad[y_id].end(), gather_dy.begin() + row * cols);
-        row += slots[s].size;
+  struct GemmShape {
+    int a, w, c, y;
+    int64_t k, n;  // A's columns, Y's columns
+    bool trans_b;
+    float alpha, beta;
+  };
+  GemmShape gemm_shape(size_t node) const {
+    const Node& nd = tg.graph.nodes[node];
+    const bool gemm = nd.op == Op::Gemm;
+    const int c = gemm && nd.inputs.size() > 2 && !nd.inputs[2].empty() ? id(nd.inputs[2]) : -1;
+    return {id(nd.inputs[0]), id(nd.inputs[1]), c, id(nd.outputs[0]), values[id(nd.inputs[0])].sample_elements,
+            values[id(nd.outputs[0])].sample_elements, gemm && nd.attributes.trans_b, gemm ? nd.attributes.alpha : 1.0f,
+            gemm ? nd.attributes.beta : 0.0f};
+  }
+
+  // Called by every thread of the team (the parallel region, or one opened for it);
+  // the worksharing loops' implicit barriers order the stages.
+  template <typename Guard>
+  void batched_gemm(Action a, size_t node, const Guard& guarded) {
+    const GemmShape sh = gemm_shape(node);
+    BatchedGemm& bg = batched[node];
+    const int64_t rows = batch_count, micro = active;
+    Slot& first = slots[0];
+    const float* w = data_of(first, sh.w);
+#pragma omp single
+    guarded([&] {
+      if (a == Action::GemmForward) {
+        bg.a.resize(static_cast<size_t>(rows * sh.k));
+        gemm_y.resize(static_cast<size_t>(rows * sh.n));
+      } else {
+        gemm_dy.resize(static_cast<size_t>(rows * sh.n));
+        gemm_da.resize(static_cast<size_t>(rows * sh.k));
       }
-      const bool trans_b = n.op == Op::Gemm && n.attributes.trans_b;
-      const float alpha = n.op == Op::Gemm ? n.attributes.alpha : 1.0f;
-      float* dw = deferred_grad[values[w_id].parameter].data();
-      // trans_b: dW [cols x k] = alpha dY^T A; else dW [k x cols] = alpha A^T dY.
-      const int64_t out_rows = trans_b ? cols : k, out_cols = trans_b ? k : cols;
-      const int64_t blocks = (out_rows + rows_per_block - 1) / rows_per_block;
-#pragma omp parallel for schedule(static) num_threads(options.threads)
-      for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t r0 = b * rows_per_block, r = std::min(rows_per_block, out_rows - r0);
-        if (trans_b)
-          ops::sgemm_1t(true, false, r, out_cols, batch_count, alpha, gather_dy.data() + r0, cols, gather_a.data(), k,
-                        0.0f, dw + r0 * out_cols, out_cols);
-        else
-          ops::sgemm_1t(true, false, r, out_cols, batch_count, alpha, gather_a.data() + r0, k, gather_dy.data(), cols,
-                        0.0f, dw + r0 * out_cols, out_cols);
-      }
+    });
+    // Gather the micro-batches' rows in sample order.
+#pragma omp for schedule(static, 1)
+    for (int64_t s = 0; s < micro; ++s)
+      guarded([&] {
+        Slot& slot = slots[s];
+        if (a == Action::GemmForward) {
+          std::copy(slot.act[sh.a].begin(), slot.act[sh.a].end(), bg.a.begin() + s * m * sh.k);
+        } else {
+          if (!slot.grad_written[sh.y]) std::fill(slot.grad[sh.y].begin(), slot.grad[sh.y].end(), 0.0f);
+          slot.grad_written[sh.y] = 1;
+          std::copy(slot.grad[sh.y].begin(), slot.grad[sh.y].end(), gemm_dy.begin() + s * m * sh.n);
+        }
+      });
+    if (a == Action::GemmForward) {
+      const int64_t blocks = (sh.n + kGemmBlock - 1) / kGemmBlock;
+#pragma omp for schedule(static)
+      for (int64_t b = 0; b < blocks; ++b)
+        guarded([&] {
+          const int64_t j0 = b * kGemmBlock, cols = std::min(kGemmBlock, sh.n - j0);
+          const float* c = sh.c >= 0 ? data_of(first, sh.c) : nullptr;
+          const int64_t c_elems = sh.c >= 0 ? values[sh.c].shape.empty() ? 1 : ConstView{c, values[sh.c].shape, false}.elements() : 0;
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t j = j0; j < j0 + cols; ++j) {
+              // C broadcast as ops::gemm does it: [N], [1, N], [B, N] or a scalar.
+              const float cv = !c ? 0.0f : c_elems == 1 ? c[0] : c_elems == sh.n ? c[j] : c[r * sh.n + j];
+              gemm_y[r * sh.n + j] = c ? sh.beta * cv : 0.0f;
+            }
+          // op(W) columns j0.. : W [N x K] transposed (rows j0..), or W [K x N] (columns j0..).
+          ops::sgemm_1t(false, sh.trans_b, rows, cols, sh.k, sh.alpha, bg.a.data(), sh.k,
+                        sh.trans_b ? w + j0 * sh.k : w + j0, sh.trans_b ? sh.k : sh.n, 1.0f, gemm_y.data() + j0, sh.n);
+        });
+#pragma omp for schedule(static, 1)
+      for (int64_t s = 0; s < micro; ++s)
+        guarded([&] {
+          Slot& slot = slots[s];
+          std::copy(gemm_y.begin() + s * m * sh.n, gemm_y.begin() + (s * m + slot.size) * sh.n, slot.act[sh.y].begin());
+        });
+      return;
     }
+    // Backward: dA blocks (columns of dA), dW blocks (rows of dW), db columns: one list.
+    const bool need_da = values[sh.a].requires_grad;
+    const int wp = values[sh.w].parameter;
+    const int64_t da_blocks = need_da ? (sh.k + kGemmBlock - 1) / kGemmBlock : 0;
+    const int64_t dw_rows = sh.trans_b ? sh.n : sh.k, dw_cols = sh.trans_b ? sh.k : sh.n;
+    const int64_t dw_blocks = (dw_rows + kGemmBlock - 1) / kGemmBlock;
+    const int64_t db_blocks = bg.bias_param >= 0 ? (sh.n + kGemmBlock - 1) / kGemmBlock : 0;
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < da_blocks + dw_blocks + db_blocks; ++b)
+      guarded([&] {
+        if (b < da_blocks) {
+          // dA[:, k0..] = alpha dY op(W)^T: op(W)^T rows k0.. are W's rows k0.. (W [K x N],
+          // transposed) or W's columns k0.. (W [N x K]).
+          const int64_t k0 = b * kGemmBlock, cols = std::min(kGemmBlock, sh.k - k0);
+          ops::sgemm_1t(false, !sh.trans_b, rows, cols, sh.n, sh.alpha, gemm_dy.data(), sh.n,
+                        sh.trans_b ? w + k0 : w + k0 * sh.n, sh.trans_b ? sh.k : sh.n, 0.0f, gemm_da.data() + k0, sh.k);
+        } else if (b < da_blocks + dw_blocks) {
+          // trans_b: dW [N x K] = alpha dY^T A; else dW [K x N] = alpha A^T dY.
+          const int64_t r0 = (b - da_blocks) * kGemmBlock, r = std::min(kGemmBlock, dw_rows - r0);
+          float* dw = deferred_grad[wp].data() + r0 * dw_cols;
+          if (sh.trans_b)
+            ops::sgemm_1t(true, false, r, dw_cols, rows, sh.alpha, gemm_dy.data() + r0, sh.n, bg.a.data(), sh.k, 0.0f,
+                          dw, dw_cols);
+          else
+            ops::sgemm_1t(true, false, r, dw_cols, rows, sh.alpha, bg.a.data() + r0, sh.k, gemm_dy.data(), sh.n, 0.0f,
+                          dw, dw_cols);
+        } else {
+          // db = beta * column sums of dY, rows in sample order.
+          const int64_t j0 = (b - da_blocks - dw_blocks) * kGemmBlock, cols = std::min(kGemmBlock, sh.n - j0);
+          float* db = deferred_grad[bg.bias_param].data();
+          for (int64_t j = j0; j < j0 + cols; ++j) {
+            double sum = 0.0;
+            for (int64_t r = 0; r < rows; ++r) sum += gemm_dy[r * sh.n + j];
+            db[j] = float(double(sh.beta) * sum);
+          }
+        }
+      });
+    if (!need_da) return;
+#pragma omp for schedule(static, 1)
+    for (int64_t s = 0; s < micro; ++s)
+      guarded([&] {
+        Slot& slot = slots[s];
+        const Target t = target_for(slot, sh.a);
+        const float* from = gemm_da.data() + s * m * sh.k;
+        for (int64_t e = 0; e < t.view.elements(); ++e) t.view.data[e] = t.accumulate ? t.view.data[e] + from[e] : from[e];
+      });
   }
 
   void index_values() {
@@ -702,7 +805,7 @@ struct Trainer::Impl {
   }
 
   // ---- phases ------------------------------------------------------------------------
-  static std::vector<Phase> make_phases(const Graph& g, bool train) {
+  std::vector<Phase> make_phases(const Graph& g, bool train) const {
     std::vector<Phase> phases(1);
     auto barrier = [&](Action a, size_t node) {
       phases.back().combine = a;
@@ -716,6 +819,10 @@ struct Trainer::Impl {
         phases.back().steps.push_back({Action::BnSquares, i});
         barrier(Action::BnSquares, i);
       }
+      if (deferred_node[i]) {
+        barrier(Action::GemmForward, i);  // the whole mini-batch at once, at the barrier
+        continue;
+      }
       phases.back().steps.push_back({Action::Forward, i});
     }
     phases.back().steps.push_back({Action::Loss, 0});
@@ -724,6 +831,10 @@ struct Trainer::Impl {
       if (g.nodes[i].op == Op::BatchNormalization) {
         phases.back().steps.push_back({Action::BnBackwardSums, i});
         barrier(Action::BnBackwardSums, i);
+      }
+      if (deferred_node[i]) {
+        barrier(Action::GemmBackward, i);
+        continue;
       }
       phases.back().steps.push_back({Action::Backward, i});
     }
@@ -759,6 +870,8 @@ struct Trainer::Impl {
                                                  &slot.correct);
           slot.grad_written[logits] = 1;
           break;
+        case Action::GemmForward: case Action::GemmBackward:
+          break;  // phase combines, never per-micro-batch steps
       }
     }
   }
@@ -811,20 +924,31 @@ struct Trainer::Impl {
         if (!failure) failure = std::current_exception();
       }
     };
+    // A phase's combine, by every thread of the team: batched GEMMs share their blocks,
+    // BatchNormalization's statistics are combined by one thread.
+    auto combine_phase = [&](const Phase& p) {
+      if (p.combine == Action::GemmForward || p.combine == Action::GemmBackward) {
+        batched_gemm(p.combine, p.combine_node, guarded);
+      } else if (p.combine != Action::Forward) {
+#pragma omp single
+        guarded([&] { combine(p.combine, p.combine_node); });
+      }
+    };
     if (intra) {
       omp_set_num_threads(options.threads);
       for (size_t ph = 0; ph < phases.size() && !failure; ++ph) {
         for (int64_t i = 0; i < micro; ++i) guarded([&] { run(ph, i); });
-        if (phases[ph].combine != Action::Forward && !failure) combine(phases[ph].combine, phases[ph].combine_node);
+        if (failure) break;
+#pragma omp parallel num_threads(options.threads)
+        combine_phase(phases[ph]);
       }
     } else {
 #pragma omp parallel num_threads(options.threads)
       for (size_t ph = 0; ph < phases.size(); ++ph) {
 #pragma omp for schedule(static, 1)
         for (int64_t i = 0; i < micro; ++i) guarded([&] { run(ph, i); });
-#pragma omp single
-        if (phases[ph].combine != Action::Forward && !failure)
-          guarded([&] { combine(phases[ph].combine, phases[ph].combine_node); });
+        combine_phase(phases[ph]);
+#pragma omp barrier
       }
     }
     if (failure) std::rethrow_exception(failure);
@@ -838,7 +962,6 @@ struct Trainer::Impl {
     stats.loss = losses[0] / double(count);
     stats.count = count;
     if (train) {
-      compute_deferred_gradients(micro);
       reduce_and_update(micro);
       for (const Parameter& p : parameters)
         if (!std::all_of(p.value.begin(), p.value.end(), [](float v) { return std::isfinite(v); })) {
@@ -903,8 +1026,8 @@ Trainer::Trainer(const std::string& model_path, const TrainerOptions& options, c
   s.tg = prepare_training_graph(model_path, s.m, why);
   s.index_values();
   s.choose_deferred_gradients();
-  s.train_phases = Impl::make_phases(s.tg.graph, true);
-  s.eval_phases = Impl::make_phases(s.tg.graph, false);
+  s.train_phases = s.make_phases(s.tg.graph, true);
+  s.eval_phases = s.make_phases(s.tg.graph, false);
   const int64_t full_micro = (s.options.batch + s.m - 1) / s.m;
   s.intra = s.options.threads > 1 && (s.options.intra_kernel || full_micro < s.options.threads);
 }
