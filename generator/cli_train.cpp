@@ -294,6 +294,8 @@ int train_model(const Args& args) {
     }
   }
 
+  trainer.prepare(std::min(batch, count));
+  if (count % batch != 0) trainer.prepare(count % batch);
   std::signal(SIGINT, on_sigint);
   const bool tty = isatty(STDERR_FILENO);
   const auto start = std::chrono::steady_clock::now();

@@ -1052,6 +1052,15 @@ std::vector<NodeTime> Trainer::profile() const {
   return out;
 }
 
+void Trainer::prepare(int64_t count) {
+  Impl& s = *impl_;
+  if (count < 1 || count > s.options.batch)
+    throw Error(ExitCode::Internal, fmt::format("trainer: prepare({}) with batch size {}", count, s.options.batch));
+  const int64_t micro = (count + s.m - 1) / s.m, last = count - (micro - 1) * s.m;
+  s.ensure_kernels(s.m);
+  if (last != s.m) s.ensure_kernels(last);
+}
+
 StepStats Trainer::train_step(const float* pixels, const int32_t* labels, int64_t count) {
   return impl_->run_batch(pixels, labels, count, true);
 }

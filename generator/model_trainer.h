@@ -78,6 +78,10 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
+  // Compiles the kernels a mini-batch of `count` samples needs (train_step and evaluate
+  // do it when first needed; this lets a caller do it up front, e.g. before timing).
+  void prepare(int64_t count);
+
   // One SGD step on `count` samples (1 <= count <= batch): pixels dense NCHW floats,
   // labels in [0, classes). The loss is the mean over the count samples.
   StepStats train_step(const float* pixels, const int32_t* labels, int64_t count);
