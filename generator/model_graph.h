@@ -72,7 +72,8 @@ struct Attributes {
   float pad_value = 0.0f;
   // Dropout ratio (identity at inference)
   float ratio = 0.5f;
-  // Conv: a following Relu fused into the kernel's epilogue (model_fusion.h)
+  // Conv: a following Relu fused into the kernel's epilogue (model_fusion.h); MaxPool
+  // (training graphs only, train_graph.h): a following Relu fused into the pooling
   bool fused_relu = false;
 };
 

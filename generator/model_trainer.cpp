@@ -448,9 +448,13 @@ struct Trainer::Impl {
         ops::binary(x(0), x(1), y, binary_of(n.op));
         return;
       case Op::MaxPool:
-        if (!train) return ops::max_pool(x(0), window_of(a), y);
+        if (!train) {
+          ops::max_pool(x(0), window_of(a), y);
+          if (a.fused_relu) ops::unary(y, y, ops::Unary::Relu);
+          return;
+        }
         slot.argmax[node_index].resize(static_cast<size_t>(y.elements()));
-        ops::max_pool_forward_argmax(x(0), window_of(a), y, slot.argmax[node_index].data());
+        ops::max_pool_forward_argmax(x(0), window_of(a), y, slot.argmax[node_index].data(), a.fused_relu);
         return;
       case Op::AveragePool: ops::average_pool(x(0), window_of(a), a.count_include_pad, y); return;
       case Op::GlobalAveragePool: ops::global_pool(x(0), false, y); return;

@@ -127,6 +127,8 @@ void binary_backward(const ConstView& a, const ConstView& b, const ConstView& y,
 
 // ---- pooling ---------------------------------------------------------------------
 
+void max_pool_forward_argmax_raw(const ConstView& x, const Window& w, const View& y, int32_t* argmax);
+
 void max_pool_backward(const ConstView& x, const Window& w, const ConstView& dy, const View& dx, bool accumulate) {
   clear_unless(dx, accumulate);
   if (x.channels_last && dy.channels_last && dx.channels_last && x.rank() == 4) {
@@ -168,7 +170,14 @@ void max_pool_backward(const ConstView& x, const Window& w, const ConstView& dy,
   });
 }
 
-void max_pool_forward_argmax(const ConstView& x, const Window& w, const View& y, int32_t* argmax) {
+void max_pool_forward_argmax(const ConstView& x, const Window& w, const View& y, int32_t* argmax, bool relu) {
+  max_pool_forward_argmax_raw(x, w, y, argmax);
+  if (!relu) return;
+  for (int64_t o = 0; o < y.elements(); ++o)
+    if (!(y.data[o] > 0.0f)) y.data[o] = 0.0f, argmax[o] = -1;
+}
+
+void max_pool_forward_argmax_raw(const ConstView& x, const Window& w, const View& y, int32_t* argmax) {
   if (x.channels_last && y.channels_last && x.rank() == 4) {
     const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3], P = y.shape[2], Q = y.shape[3];
     for (int64_t n = 0; n < N; ++n)

@@ -35,7 +35,9 @@ void max_pool_backward(const ConstView& x, const Window& w, const ConstView& dy,
 // Training's MaxPool: ops::max_pool's output (the same bits) and, per output element, the
 // flat offset in x of its window's first maximum (-1 for a window with no tap inside),
 // so the backward is one scatter.
-void max_pool_forward_argmax(const ConstView& x, const Window& w, const View& y, int32_t* argmax);
+// With `relu`, y = max(0, pool(x)) and outputs that are not positive get no source
+// (ReLU's gradient is 0 there, as PyTorch's is at 0): Relu fused into the pooling.
+void max_pool_forward_argmax(const ConstView& x, const Window& w, const View& y, int32_t* argmax, bool relu = false);
 void max_pool_backward_argmax(const ConstView& dy, const int32_t* argmax, const View& dx, bool accumulate);
 void average_pool_backward(const Window& w, bool count_include_pad, const ConstView& dy, const View& dx,
                            bool accumulate);
