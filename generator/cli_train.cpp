@@ -48,7 +48,7 @@ SOURCE: fashion-mnist (Debian's dataset-fashion-mnist; accuracy on its test spli
   --momentum MU        (default 0.9)
   --weight-decay WD    L2 penalty added to every trainable tensor's gradient (default 0)
   --lr-schedule S      constant (default), step:SIZE:GAMMA (StepLR), cosine (CosineAnnealingLR
-                       over the epochs), stepped per epoch
+                       over the epochs the run spans), stepped per epoch
   --threads T          (default: all cores)
   --intra-kernel       micro-batches in sequence, kernels parallel inside (same bits)
   --conv-impl I        generated (default: convgen's kernels) or im2col-blis (the baseline:
@@ -83,6 +83,7 @@ struct TrainSetup {
   int64_t every = 0;
   model::TrainerOptions trainer;
   int64_t epochs = 1, steps = 0, synthetic_count = 6000;
+  int64_t schedule_epochs = 1;  // the epochs the run spans (--epochs, or --steps' worth): cosine's T_max
   bool shuffle = true, verbose = false;
 };
 
@@ -150,7 +151,8 @@ float learning_rate(const TrainSetup& s, int64_t epoch) {
   const float base = s.trainer.lr;
   if (s.lr_schedule == "constant") return base;
   if (s.lr_schedule == "cosine")
-    return float(0.5 * double(base) * (1.0 + std::cos(M_PI * double(epoch) / double(std::max<int64_t>(1, s.epochs)))));
+    return float(0.5 * double(base) *
+                 (1.0 + std::cos(M_PI * double(epoch) / double(std::max<int64_t>(1, s.schedule_epochs)))));
   int64_t size = 0;
   float gamma = 0.0f;
   if (std::sscanf(s.lr_schedule.c_str(), "step:%ld:%f", &size, &gamma) == 2 && size > 0 && gamma > 0.0f)
@@ -173,7 +175,8 @@ std::string resume_key(const TrainSetup& s, int64_t micro_batch) {
                      "seed={} shuffle={} normalize={} synthetic_count={} schedules={} target={} conv_impl={}",
                      s.data, s.trainer.batch, micro_batch, s.trainer.lr, s.trainer.momentum, s.trainer.weight_decay,
                      s.lr_schedule, s.trainer.seed, s.shuffle, s.normalize, s.synthetic_count, s.schedules, s.target,
-                     s.trainer.conv_impl);
+                     s.trainer.conv_impl) +
+         (s.lr_schedule == "cosine" ? fmt::format(" cosine_epochs={}", s.schedule_epochs) : std::string());
 }
 
 train::Checkpoint make_checkpoint(const model::Trainer& trainer, const std::string& model_hash, const std::string& key,
@@ -251,11 +254,18 @@ int train_model(const Args& args) {
   const int64_t per_epoch = (count + batch - 1) / batch;
   const int64_t total_steps = s.steps > 0 ? s.steps : per_epoch * s.epochs;
   const int64_t epochs = (total_steps + per_epoch - 1) / per_epoch;
+  s.schedule_epochs = epochs;
   if (!s.checkpoint.empty() && s.checkpoint == s.resume) {
     // Resuming into the same directory is the usual case: the new checkpoints replace it.
   }
 
   // Where results go must be writable before any step runs, not after the last.
+  if (!s.save.empty()) {
+    std::vector<std::string> names;
+    for (const model::Parameter& p : trainer.parameters()) names.push_back(p.name);
+    for (const auto& [name, data] : trainer.state_tensors()) names.push_back(name);
+    model::check_initializers(s.model, names);
+  }
   for (const std::string& path : {s.save}) {
     if (path.empty()) continue;
     const std::filesystem::path parent = std::filesystem::path(path).has_parent_path()
@@ -267,7 +277,7 @@ int train_model(const Args& args) {
   }
   std::ofstream log;
   if (!s.log.empty()) {
-    log.open(s.log);
+    log.open(s.log, s.resume.empty() ? std::ios::trunc : std::ios::app);  // a resumed run continues its log
     if (!log) throw Error(ExitCode::Io, fmt::format("{}: cannot write", s.log));
   }
   const std::string model_hash = sha256_file_hex(s.model);

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -120,7 +121,7 @@ struct Trainer::Impl {
   std::vector<Slot> slots;
   // Identical layers (the same descriptor and needs) share one implementation.
   std::map<std::string, std::unique_ptr<TrainConv>> convs;
-  std::map<std::pair<std::string, int64_t>, TrainConv*> kernels;  // (layer, micro-batch size)
+  std::map<std::pair<size_t, int64_t>, TrainConv*> kernels;  // (node index, micro-batch size)
   std::vector<std::string>* why = nullptr;
   int64_t steps = 0;
   // Builds a layer's convolutions (generated kernels unless TrainerOptions says otherwise).
@@ -172,6 +173,7 @@ struct Trainer::Impl {
   };
   std::map<size_t, BatchedGemm> batched;  // by node index
   std::vector<float> gemm_y, gemm_dy, gemm_da;
+  std::vector<double> gemm_seconds;  // profiling, as Slot::seconds
   static constexpr int64_t kGemmBlock = 128;  // columns (rows of dW) per work item
 
   void choose_deferred_gradients() {
@@ -188,13 +190,20 @@ struct Trainer::Impl {
       if (n.op == Op::Gemm && n.attributes.trans_a) continue;
       const int w = id(n.inputs[1]);
       if (values[w].parameter < 0 || uses[n.inputs[1]] != 1) continue;
+      const bool has_c = n.op == Op::Gemm && n.inputs.size() > 2 && !n.inputs[2].empty();
+      if (has_c) {
+        // C: a bias parameter [N] read by this node alone; anything else stays per micro-batch.
+        const int c = id(n.inputs[2]);
+        if (values[c].parameter < 0 || uses[n.inputs[2]] != 1 || values[c].shape.size() != 1 ||
+            values[c].shape[0] != values[id(n.outputs[0])].sample_elements)
+          continue;
+      }
       deferred_node[i] = 1;
       BatchedGemm bg;
       for (int input : {1, 2}) {
         if (static_cast<size_t>(input) >= n.inputs.size() || n.inputs[input].empty()) continue;
         const int v = id(n.inputs[input]);
         if (values[v].parameter < 0) continue;
-        if (input == 2 && (uses[n.inputs[2]] != 1 || values[v].shape.size() != 1)) continue;  // bias: [N] only
         deferred_param[values[v].parameter] = 1;
         deferred_grad[values[v].parameter].assign(parameters[values[v].parameter].value.size(), 0.0f);
         if (input == 2) bg.bias_param = values[v].parameter;
@@ -223,7 +232,7 @@ struct Trainer::Impl {
   template <typename Guard>
   void batched_gemm(Action a, size_t node, const Guard& guarded) {
     const GemmShape sh = gemm_shape(node);
-    BatchedGemm& bg = batched[node];
+    BatchedGemm& bg = batched.at(node);
     const int64_t rows = batch_count, micro = active;
     Slot& first = slots[0];
     const float* w = data_of(first, sh.w);
@@ -256,14 +265,9 @@ struct Trainer::Impl {
       for (int64_t b = 0; b < blocks; ++b)
         guarded([&] {
           const int64_t j0 = b * kGemmBlock, cols = std::min(kGemmBlock, sh.n - j0);
-          const float* c = sh.c >= 0 ? data_of(first, sh.c) : nullptr;
-          const int64_t c_elems = sh.c >= 0 ? values[sh.c].shape.empty() ? 1 : ConstView{c, values[sh.c].shape, false}.elements() : 0;
+          const float* c = sh.c >= 0 ? data_of(first, sh.c) : nullptr;  // a [N] bias (choose_deferred_gradients)
           for (int64_t r = 0; r < rows; ++r)
-            for (int64_t j = j0; j < j0 + cols; ++j) {
-              // C broadcast as ops::gemm does it: [N], [1, N], [B, N] or a scalar.
-              const float cv = !c ? 0.0f : c_elems == 1 ? c[0] : c_elems == sh.n ? c[j] : c[r * sh.n + j];
-              gemm_y[r * sh.n + j] = c ? sh.beta * cv : 0.0f;
-            }
+            for (int64_t j = j0; j < j0 + cols; ++j) gemm_y[r * sh.n + j] = c ? sh.beta * c[j] : 0.0f;
           // op(W) columns j0.. : W [N x K] transposed (rows j0..), or W [K x N] (columns j0..).
           ops::sgemm_1t(false, sh.trans_b, rows, cols, sh.k, sh.alpha, bg.a.data(), sh.k,
                         sh.trans_b ? w + j0 * sh.k : w + j0, sh.trans_b ? sh.k : sh.n, 1.0f, gemm_y.data() + j0, sh.n);
@@ -384,9 +388,10 @@ struct Trainer::Impl {
   // Kernels of every Conv layer at micro-batch size n (compiled once per size).
   void ensure_kernels(int64_t n) {
     const Graph& g = tg.graph;
-    for (const Node& node : g.nodes) {
+    for (size_t index = 0; index < g.nodes.size(); ++index) {
+      const Node& node = g.nodes[index];
       if (node.op != Op::Conv) continue;
-      auto key = std::make_pair(node.name, n);
+      auto key = std::make_pair(index, n);
       if (kernels.count(key)) continue;
       ConvDescriptor d = conv_descriptor(g, node);
       d.mb = n;
@@ -436,7 +441,7 @@ struct Trainer::Impl {
     const View y = view(slot, id(n.outputs[0]));
     switch (n.op) {
       case Op::Conv: {
-        TrainConv& k = *kernels.at({n.name, slot.size});
+        TrainConv& k = *kernels.at({node_index, slot.size});
         const float* bias = n.inputs.size() > 2 && !n.inputs[2].empty() ? x(2).data : nullptr;
         k.forward(x(0).data, x(1).data, bias, y.data);
         return;
@@ -484,15 +489,20 @@ struct Trainer::Impl {
         if (!train) return copy_layout(x(0), y);
         std::vector<float>& mask = slot.masks[node_index];
         mask.resize(static_cast<size_t>(y.elements()));
-        ops::dropout_forward(x(0), a.ratio, options.seed, steps, first_sample, y, mask.data());
+        ops::dropout_forward(x(0), a.ratio, options.seed, node_index, steps, first_sample, y, mask.data());
         return;
       }
       case Op::BatchNormalization:
         if (!train) return ops::batch_norm(x(0), x(1), x(2), x(3), x(4), a.epsilon, y);
         return batch_norm_forward(slot, node_index);
       case Op::Flatten: case Op::Reshape: case Op::Identity: {
+        // The same values in ONNX order: x's dense order, relaid into y's layout.
         const ConstView in = x(0);
-        copy_layout(in, View{y.data, in.shape, y.channels_last && in.shape == y.shape});
+        if (in.shape == y.shape) return copy_layout(in, y);
+        if (!y.channels_last) return copy_layout(in, View{y.data, in.shape, false});
+        slot.scratch.resize(static_cast<size_t>(y.elements()));
+        copy_layout(in, View{slot.scratch.data(), in.shape, false});
+        copy_layout(ConstView{slot.scratch.data(), y.shape, false}, y);
         return;
       }
       default:
@@ -546,7 +556,7 @@ struct Trainer::Impl {
     auto in_id = [&](size_t i) { return i < n.inputs.size() ? id(n.inputs[i]) : -1; };
     switch (n.op) {
       case Op::Conv: {
-        TrainConv& k = *kernels.at({n.name, slot.size});
+        TrainConv& k = *kernels.at({node_index, slot.size});
         const float* yp = n.attributes.fused_relu ? y.data : nullptr;
         const int w = in_id(1), b = in_id(2);
         if (wants_grad(w)) {
@@ -656,9 +666,13 @@ struct Trainer::Impl {
       case Op::Flatten: case Op::Reshape: {
         if (!wants_grad(in_id(0))) return;
         const Target t = target_for(slot, in_id(0));
-        // The forward stored x's values in y's dense order: read dy in x's shape.
-        const bool same = y.shape == t.view.shape && y.channels_last == t.view.channels_last;
-        ops::relabel_backward(ConstView{dy.data, t.view.shape, same && t.view.channels_last}, t.view, t.accumulate);
+        // The forward's mirror: dy in ONNX order (y's dense order) read in x's shape.
+        if (y.shape == t.view.shape) return ops::relabel_backward(dy, t.view, t.accumulate);
+        if (!y.channels_last)
+          return ops::relabel_backward(ConstView{dy.data, t.view.shape, false}, t.view, t.accumulate);
+        slot.scratch.resize(static_cast<size_t>(dy.elements()));
+        copy_layout(dy, View{slot.scratch.data(), dy.shape, false});
+        ops::relabel_backward(ConstView{slot.scratch.data(), t.view.shape, false}, t.view, t.accumulate);
         return;
       }
       default:
@@ -694,7 +708,7 @@ struct Trainer::Impl {
     const float* x = view(slot, xv).data;
     std::vector<double>& acc = slot.bn_partial[node_index];
     acc.assign(static_cast<size_t>(2 * w.channels), 0.0);
-    const BatchStats& st = batch_stats[node_index];
+    const BatchStats& st = batch_stats.at(node_index);
     if (a == Action::BnSums) {
       for (int64_t p = 0; p < w.pixels; ++p)
         for (int64_t c = 0; c < w.channels; ++c) acc[c] += x[p * w.channels + c];
@@ -740,7 +754,7 @@ struct Trainer::Impl {
 
   void combine(Action a, size_t node_index) {
     const Node& n = tg.graph.nodes[node_index];
-    BatchStats& st = batch_stats[node_index];
+    BatchStats& st = batch_stats.at(node_index);
     const std::vector<double> total = combined(node_index);
     const int64_t channels = int64_t(total.size() / 2);
     const double elements = double(batch_count) * double(values[id(n.inputs[0])].sample_elements / channels);
@@ -775,7 +789,7 @@ struct Trainer::Impl {
     float* y = view(slot, id(n.outputs[0])).data;
     const float* scale = view(slot, id(n.inputs[1])).data;
     const float* bias = view(slot, id(n.inputs[2])).data;
-    const BatchStats& st = batch_stats[node_index];
+    const BatchStats& st = batch_stats.at(node_index);
     // y = x * alpha + beta per channel, PyTorch's CPU form.
     std::vector<float> alpha(static_cast<size_t>(w.channels)), beta(alpha.size());
     for (int64_t c = 0; c < w.channels; ++c) {
@@ -794,7 +808,7 @@ struct Trainer::Impl {
     const float* x = view(slot, xv).data;
     const float* dy = slot.grad[id(n.outputs[0])].data();
     const float* scale = view(slot, id(n.inputs[1])).data;
-    const BatchStats& st = batch_stats[node_index];
+    const BatchStats& st = batch_stats.at(node_index);
     const double elements = double(batch_count) * double(w.pixels / slot.size);
     const Target t = target_for(slot, xv);
     // dx = scale * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)), means over the mini-batch.
@@ -851,7 +865,7 @@ struct Trainer::Impl {
       const auto start = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       run_step(slot, st, train, scale);
       if (!options.profile) continue;
-      const int pass = st.action == Action::Forward ? 0 : st.action == Action::Backward ? 1 : 2;
+      const int pass = st.action == Action::Forward || st.action == Action::Loss ? 0 : st.action == Action::Backward ? 1 : 2;
       const size_t node = st.action == Action::Loss ? tg.graph.nodes.size() : st.node;
       slot.seconds[3 * node + pass] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
@@ -920,19 +934,27 @@ struct Trainer::Impl {
     };
     std::exception_ptr failure;
     std::mutex failure_mutex;
+    std::atomic<bool> failed{false};
     auto guarded = [&](auto&& f) {
       try {
         f();
       } catch (...) {
         std::lock_guard<std::mutex> lock(failure_mutex);
         if (!failure) failure = std::current_exception();
+        failed = true;
       }
     };
     // A phase's combine, by every thread of the team: batched GEMMs share their blocks,
     // BatchNormalization's statistics are combined by one thread.
     auto combine_phase = [&](const Phase& p) {
+      if (failed) return;  // read after a barrier: every thread of the team sees the same
       if (p.combine == Action::GemmForward || p.combine == Action::GemmBackward) {
+        const bool timing = options.profile && omp_get_thread_num() == 0;
+        const auto start = timing ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
         batched_gemm(p.combine, p.combine_node, guarded);
+        if (timing)
+          gemm_seconds[3 * p.combine_node + (p.combine == Action::GemmForward ? 0 : 1)] +=
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * omp_get_num_threads();
       } else if (p.combine != Action::Forward) {
 #pragma omp single
         guarded([&] { combine(p.combine, p.combine_node); });
@@ -953,6 +975,7 @@ struct Trainer::Impl {
         for (int64_t i = 0; i < micro; ++i) guarded([&] { run(ph, i); });
         combine_phase(phases[ph]);
 #pragma omp barrier
+        if (failed) break;  // the same for every thread: nothing sets it between the barrier and here
       }
     }
     if (failure) std::rethrow_exception(failure);
@@ -1030,6 +1053,10 @@ Trainer::Trainer(const std::string& model_path, const TrainerOptions& options, c
   s.tg = prepare_training_graph(model_path, s.m, why);
   s.index_values();
   s.choose_deferred_gradients();
+  s.gemm_seconds.assign(3 * s.tg.graph.nodes.size() + 3, 0.0);
+  // Every map the threads read is complete before any step: no insertion under threads.
+  for (size_t i = 0; i < s.tg.graph.nodes.size(); ++i)
+    if (s.tg.graph.nodes[i].op == Op::BatchNormalization) s.batch_stats[i];
   s.train_phases = s.make_phases(s.tg.graph, true);
   s.eval_phases = s.make_phases(s.tg.graph, false);
   const int64_t full_micro = (s.options.batch + s.m - 1) / s.m;
@@ -1041,7 +1068,7 @@ Trainer::~Trainer() = default;
 std::vector<NodeTime> Trainer::profile() const {
   const Impl& s = *impl_;
   const size_t nodes = s.tg.graph.nodes.size();
-  std::vector<double> total(3 * nodes + 3, 0.0);
+  std::vector<double> total = s.gemm_seconds;
   for (const Slot& slot : s.slots)
     for (size_t i = 0; i < slot.seconds.size(); ++i) total[i] += slot.seconds[i];
   std::vector<NodeTime> out;

@@ -45,7 +45,7 @@ struct TrainerOptions {
 
 // Time spent in one node's pass, summed over micro-batches and steps (thread time).
 struct NodeTime {
-  std::string node, op, pass;  // pass: "forward", "backward", "statistics"
+  std::string node, op, pass;  // pass: "forward", "backward", "statistics" (BatchNormalization's sums)
   double seconds = 0.0;
 };
 

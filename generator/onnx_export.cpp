@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <fmt/format.h>
 #include <onnx/onnx_pb.h>
@@ -44,6 +45,21 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+void check_initializers(const std::string& source, const std::vector<std::string>& names) {
+  std::ifstream in(source, std::ios::binary);
+  onnx::ModelProto model;
+  if (!in || !model.ParseFromIstream(&in))
+    throw Error(ExitCode::BadModel, fmt::format("{}: bad model: not a valid ONNX protobuf", source));
+  std::set<std::string> floats;
+  for (const onnx::TensorProto& t : model.graph().initializer())
+    if (t.data_type() == onnx::TensorProto::FLOAT) floats.insert(t.name());
+  for (const std::string& name : names)
+    if (!floats.count(name))
+      throw Error(ExitCode::Unsupported,
+                  fmt::format("{}: --save: the trained tensor '{}' is not a float32 initializer of the model (a folded "
+                              "constant?), so it cannot be written back", source, name));
 }
 
 void save_onnx_with_initializers(const std::string& source, const std::map<std::string, std::vector<float>>& tensors,

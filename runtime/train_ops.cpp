@@ -478,11 +478,11 @@ void within_channel_lrn_backward(const ConstView& x, const float* s, const float
 
 // ---- dropout -----------------------------------------------------------------------
 
-void dropout_forward(const ConstView& x, float ratio, uint64_t seed, int64_t step, int64_t first_sample,
+void dropout_forward(const ConstView& x, float ratio, uint64_t seed, uint64_t stream, int64_t step, int64_t first_sample,
                      const View& y, float* mask) {
   const int64_t n = x.elements(), per_sample = n / std::max<int64_t>(1, x.shape[0]);
   const float scale = ratio < 1.0f ? 1.0f / (1.0f - ratio) : 0.0f;
-  const uint64_t key = mix(mix(seed) + uint64_t(step));
+  const uint64_t key = mix(mix(mix(seed) + stream) + uint64_t(step));
   for (int64_t s = 0; s < x.shape[0]; ++s) {
     const uint64_t sample_key = mix(key + uint64_t(first_sample + s));
     for (int64_t e = 0; e < per_sample; ++e) {

@@ -79,10 +79,11 @@ void within_channel_lrn_backward(const ConstView& x, const float* s, const float
                                  float alpha, float exponent, const View& dx, bool accumulate, float* scratch);
 
 // Dropout in training mode: y = x * keep / (1 - ratio), keep drawn per element from a
-// counter-based generator keyed by (seed, step, sample index, element) -- the same mask
-// whatever thread or micro-batch computes it. `first_sample` is the index in the
+// counter-based generator keyed by (seed, stream, step, sample index, element) -- the
+// same mask whatever thread or micro-batch computes it; `stream` tells the model's
+// Dropout nodes apart (the node's index), so each draws its own mask. `first_sample` is the index in the
 // mini-batch of x's first sample. mask (x's size) receives keep / (1 - ratio).
-void dropout_forward(const ConstView& x, float ratio, uint64_t seed, int64_t step, int64_t first_sample,
+void dropout_forward(const ConstView& x, float ratio, uint64_t seed, uint64_t stream, int64_t step, int64_t first_sample,
                      const View& y, float* mask);
 void dropout_backward(const ConstView& dy, const float* mask, const View& dx, bool accumulate);
 
