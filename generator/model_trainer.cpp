@@ -1100,6 +1100,14 @@ StepStats Trainer::evaluate(const float* pixels, const int32_t* labels, int64_t 
   return impl_->run_batch(pixels, labels, count, false);
 }
 
+std::vector<std::vector<float>> Trainer::last_gradients() const {
+  const Impl& s = *impl_;
+  std::vector<std::vector<float>> out;
+  for (size_t p = 0; p < s.parameters.size(); ++p)
+    out.push_back(s.deferred_param[p] ? s.deferred_grad[p] : s.slots.at(0).param_grad[p]);  // the tree's root
+  return out;
+}
+
 const std::vector<Parameter>& Trainer::parameters() const { return impl_->parameters; }
 std::vector<Parameter>& Trainer::parameters() { return impl_->parameters; }
 std::vector<std::pair<std::string, std::vector<float>>> Trainer::state_tensors() const {

@@ -88,6 +88,10 @@ class Trainer {
   // Forward only (test accuracy): no state changes.
   StepStats evaluate(const float* pixels, const int32_t* labels, int64_t count);
 
+  // The mini-batch gradient of every parameter in the last train_step (before weight
+  // decay), in parameters() order: for gradient checks.
+  std::vector<std::vector<float>> last_gradients() const;
+
   const std::vector<Parameter>& parameters() const;
   std::vector<Parameter>& parameters();
   // Training state that is not trained: BatchNormalization running mean and variance,
