@@ -10,6 +10,7 @@
 #include "conv_jit.h"
 #include "errors.h"
 #include "model_kernels.h"
+#include "model_ops.h"
 #include "ops.h"
 
 namespace convgen::model {
@@ -53,34 +54,6 @@ ModelExecutor::ModelExecutor(Graph graph, const TargetInfo& t, const std::string
 }
 
 ModelExecutor::~ModelExecutor() = default;
-
-namespace {
-
-ops::Window window_of(const Attributes& a) {
-  return {a.kernel, a.strides, a.dilations, a.pads_begin, a.pads_end};
-}
-
-ops::Unary unary_of(Op op) {
-  switch (op) {
-    case Op::Relu: return ops::Unary::Relu;
-    case Op::LeakyRelu: return ops::Unary::LeakyRelu;
-    case Op::Clip: return ops::Unary::Clip;
-    case Op::Sigmoid: return ops::Unary::Sigmoid;
-    default: return ops::Unary::Identity;
-  }
-}
-
-ops::Binary binary_of(Op op) {
-  switch (op) {
-    case Op::Sub: return ops::Binary::Sub;
-    case Op::Mul: return ops::Binary::Mul;
-    case Op::Div: return ops::Binary::Div;
-    case Op::Pow: return ops::Binary::Pow;
-    default: return ops::Binary::Add;
-  }
-}
-
-}  // namespace
 
 void run_plan_step(const PlanStep& s, const Plan& p, float* arena, const float* weights,
                    const std::function<void(const PlanStep&, const float*, const float*, const float*, float*)>& conv) {

@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "errors.h"
+#include "model_ops.h"
 #include "ops.h"
 #include "tensor.h"
 #include "train_conv.h"
@@ -84,27 +85,6 @@ struct Phase {
   size_t combine_node = 0;
 };
 
-ops::Window window_of(const Attributes& a) { return {a.kernel, a.strides, a.dilations, a.pads_begin, a.pads_end}; }
-
-ops::Unary unary_of(Op op) {
-  switch (op) {
-    case Op::Relu: return ops::Unary::Relu;
-    case Op::LeakyRelu: return ops::Unary::LeakyRelu;
-    case Op::Clip: return ops::Unary::Clip;
-    case Op::Sigmoid: return ops::Unary::Sigmoid;
-    default: return ops::Unary::Identity;
-  }
-}
-
-ops::Binary binary_of(Op op) {
-  switch (op) {
-    case Op::Sub: return ops::Binary::Sub;
-    case Op::Mul: return ops::Binary::Mul;
-    case Op::Div: return ops::Binary::Div;
-    case Op::Pow: return ops::Binary::Pow;
-    default: return ops::Binary::Add;
-  }
-}
 
 }  // namespace
 

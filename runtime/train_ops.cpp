@@ -129,47 +129,6 @@ void binary_backward(const ConstView& a, const ConstView& b, const ConstView& y,
 
 void max_pool_forward_argmax_raw(const ConstView& x, const Window& w, const View& y, int32_t* argmax);
 
-void max_pool_backward(const ConstView& x, const Window& w, const ConstView& dy, const View& dx, bool accumulate) {
-  clear_unless(dx, accumulate);
-  if (x.channels_last && dy.channels_last && dx.channels_last && x.rank() == 4) {
-    const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3], P = dy.shape[2], Q = dy.shape[3];
-    std::vector<float> best(static_cast<size_t>(C));
-    std::vector<int64_t> where(static_cast<size_t>(C));
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t p = 0; p < P; ++p)
-        for (int64_t q = 0; q < Q; ++q) {
-          std::fill(best.begin(), best.end(), -std::numeric_limits<float>::infinity());
-          std::fill(where.begin(), where.end(), -1);
-          for (int64_t r = 0; r < w.kernel[0]; ++r) {
-            const int64_t i = p * w.strides[0] + r * w.dilations[0] - w.pads_begin[0];
-            if (i < 0 || i >= H) continue;
-            for (int64_t s = 0; s < w.kernel[1]; ++s) {
-              const int64_t j = q * w.strides[1] + s * w.dilations[1] - w.pads_begin[1];
-              if (j < 0 || j >= W) continue;
-              const int64_t base = ((n * H + i) * W + j) * C;
-              for (int64_t c = 0; c < C; ++c)
-                if (x.data[base + c] > best[c] || where[c] < 0) best[c] = x.data[base + c], where[c] = base + c;
-            }
-          }
-          const float* g = dy.data + ((n * P + p) * Q + q) * C;
-          for (int64_t c = 0; c < C; ++c)
-            if (where[c] >= 0) dx.data[where[c]] += g[c];
-        }
-    return;
-  }
-  const auto sx = x.strides(), sy = dy.strides(), sdx = dx.strides();
-  for_each_index(dy.shape, [&](const std::vector<int64_t>& o) {
-    float m = 0.0f;
-    int64_t at = -1;
-    for_each_window(x, w, o, [&](const std::vector<int64_t>& i, bool inside, bool) {
-      if (!inside) return;
-      const float v = x.data[offset(i, sx)];
-      if (at < 0 || v > m) m = v, at = offset(i, sdx);
-    });
-    if (at >= 0) dx.data[at] += dy.data[offset(o, sy)];
-  });
-}
-
 void max_pool_forward_argmax(const ConstView& x, const Window& w, const View& y, int32_t* argmax, bool relu) {
   max_pool_forward_argmax_raw(x, w, y, argmax);
   if (!relu) return;

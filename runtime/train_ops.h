@@ -28,17 +28,15 @@ void unary_backward(const ConstView& x, const ConstView& y, const ConstView& dy,
 void binary_backward(const ConstView& a, const ConstView& b, const ConstView& y, const ConstView& dy, Binary op,
                      int which, const View& d_operand, bool accumulate);
 
-// Pooling backward. Max: dy goes to the window's first maximum (row-major tap order, as
-// the forward finds it). Average: dy / count to every tap inside the input, count as
-// the forward's divisor.
-void max_pool_backward(const ConstView& x, const Window& w, const ConstView& dy, const View& dx, bool accumulate);
-// Training's MaxPool: ops::max_pool's output (the same bits) and, per output element, the
+// Pooling. Training's MaxPool: ops::max_pool's output (the same bits) and, per output element, the
 // flat offset in x of its window's first maximum (-1 for a window with no tap inside),
 // so the backward is one scatter.
 // With `relu`, y = max(0, pool(x)) and outputs that are not positive get no source
 // (ReLU's gradient is 0 there, as PyTorch's is at 0): Relu fused into the pooling.
 void max_pool_forward_argmax(const ConstView& x, const Window& w, const View& y, int32_t* argmax, bool relu = false);
+// Its backward: dy to each output's recorded source (the window's first maximum).
 void max_pool_backward_argmax(const ConstView& dy, const int32_t* argmax, const View& dx, bool accumulate);
+// Average: dy / count to every tap inside the input, count as the forward's divisor.
 void average_pool_backward(const Window& w, bool count_include_pad, const ConstView& dy, const View& dx,
                            bool accumulate);
 void global_average_pool_backward(const ConstView& dy, const View& dx, bool accumulate);
