@@ -150,6 +150,8 @@ struct Trainer::Impl {
   struct BatchedGemm {
     std::vector<float> a;  // A of the whole mini-batch, [B x K], kept from forward to backward
     int bias_param = -1;
+    bool as_conv = false;  // Y = A W^T + b: runs as a 1x1 convolution (gemm_conv)
+    std::map<int64_t, std::unique_ptr<TrainConv>> convs;  // by mini-batch rows
   };
   std::map<size_t, BatchedGemm> batched;  // by node index
   std::vector<float> gemm_y, gemm_dy, gemm_da;
@@ -188,8 +190,36 @@ struct Trainer::Impl {
         deferred_grad[values[v].parameter].assign(parameters[values[v].parameter].value.size(), 0.0f);
         if (input == 2) bg.bias_param = values[v].parameter;
       }
+      const Attributes& at = n.attributes;
+      bg.as_conv = n.op == Op::Gemm && at.trans_b && at.alpha == 1.0f && (!has_c || at.beta == 1.0f);
       batched[i] = std::move(bg);
     }
+  }
+
+  // The convolution kernels of a Gemm that is a 1x1 convolution of a 1 x rows image:
+  // input NHWC [1][1][rows][K] = A, weights OIHW [N][K][1][1] = W (transB), output
+  // [1][1][rows][N] = Y, bias [N]. Compiled for each mini-batch size when first needed,
+  // with the intra-kernel parallel variant: they run between phases, on all threads.
+  TrainConv* gemm_conv(size_t node, int64_t rows) {
+    BatchedGemm& bg = batched.at(node);
+    if (!bg.as_conv) return nullptr;
+    auto it = bg.convs.find(rows);
+    if (it != bg.convs.end()) return it->second.get();
+    const GemmShape sh = gemm_shape(node);
+    TrainConvRequest r;
+    ConvDescriptor& d = r.descriptor;
+    d.mb = 1, d.ic = sh.k, d.ih = 1, d.iw = rows, d.oc = sh.n, d.kh = d.kw = 1;
+    d.bias = sh.c >= 0;
+    r.needs_backward_data = values[sh.a].requires_grad;
+    // The parallel variant for every T (one image: pixel blocks), so the schedule -- and
+    // the bits -- never depend on the thread count; T only sets how many threads run it.
+    r.intra_kernel = true;
+    r.threads = 1;
+    r.records = options.records;
+    r.target = target;
+    auto conv = make_conv(r);
+    if (why) why->push_back(fmt::format("{}: Gemm as a 1x1 convolution: {}", tg.graph.nodes[node].name, conv->describe()));
+    return bg.convs.emplace(rows, std::move(conv)).first->second.get();
   }
 
   struct GemmShape {
@@ -207,8 +237,9 @@ struct Trainer::Impl {
             gemm ? nd.attributes.beta : 0.0f};
   }
 
-  // Called by every thread of the team (the parallel region, or one opened for it);
-  // the worksharing loops' implicit barriers order the stages.
+  // Runs between phases, outside any parallel region: its loops open their own teams
+  // (fixed blocks, so the bits do not depend on T), and its generated kernels run their
+  // intra-kernel parallel variant.
   template <typename Guard>
   void batched_gemm(Action a, size_t node, const Guard& guarded) {
     const GemmShape sh = gemm_shape(node);
@@ -216,18 +247,15 @@ struct Trainer::Impl {
     const int64_t rows = batch_count, micro = active;
     Slot& first = slots[0];
     const float* w = data_of(first, sh.w);
-#pragma omp single
-    guarded([&] {
-      if (a == Action::GemmForward) {
-        bg.a.resize(static_cast<size_t>(rows * sh.k));
-        gemm_y.resize(static_cast<size_t>(rows * sh.n));
-      } else {
-        gemm_dy.resize(static_cast<size_t>(rows * sh.n));
-        gemm_da.resize(static_cast<size_t>(rows * sh.k));
-      }
-    });
+    if (a == Action::GemmForward) {
+      bg.a.resize(static_cast<size_t>(rows * sh.k));
+      gemm_y.resize(static_cast<size_t>(rows * sh.n));
+    } else {
+      gemm_dy.resize(static_cast<size_t>(rows * sh.n));
+      gemm_da.resize(static_cast<size_t>(rows * sh.k));
+    }
     // Gather the micro-batches' rows in sample order.
-#pragma omp for schedule(static, 1)
+#pragma omp parallel for schedule(static, 1) num_threads(options.threads)
     for (int64_t s = 0; s < micro; ++s)
       guarded([&] {
         Slot& slot = slots[s];
@@ -239,9 +267,23 @@ struct Trainer::Impl {
           std::copy(slot.grad[sh.y].begin(), slot.grad[sh.y].end(), gemm_dy.begin() + s * m * sh.n);
         }
       });
+    if (TrainConv* conv = gemm_conv(node, rows)) {
+      // Y = A W^T + b is a 1x1 convolution of a 1 x B "image" of K channels: convgen's
+      // generated kernels, the samples as the pixels they tile.
+      const float* bias = sh.c >= 0 ? data_of(first, sh.c) : nullptr;
+      if (a == Action::GemmForward) {
+        guarded([&] { conv->forward(bg.a.data(), w, bias, gemm_y.data()); });
+      } else {
+        float* db = bg.bias_param >= 0 ? deferred_grad[bg.bias_param].data() : nullptr;
+        guarded([&] { conv->backward_weights(bg.a.data(), gemm_dy.data(), nullptr, deferred_grad[values[sh.w].parameter].data(), db); });
+        if (values[sh.a].requires_grad) guarded([&] { conv->backward_data(gemm_dy.data(), w, nullptr, gemm_da.data()); });
+      }
+      scatter_gemm(a, sh, micro, guarded);
+      return;
+    }
     if (a == Action::GemmForward) {
       const int64_t blocks = (sh.n + kGemmBlock - 1) / kGemmBlock;
-#pragma omp for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(options.threads)
       for (int64_t b = 0; b < blocks; ++b)
         guarded([&] {
           const int64_t j0 = b * kGemmBlock, cols = std::min(kGemmBlock, sh.n - j0);
@@ -252,12 +294,7 @@ struct Trainer::Impl {
           ops::sgemm_1t(false, sh.trans_b, rows, cols, sh.k, sh.alpha, bg.a.data(), sh.k,
                         sh.trans_b ? w + j0 * sh.k : w + j0, sh.trans_b ? sh.k : sh.n, 1.0f, gemm_y.data() + j0, sh.n);
         });
-#pragma omp for schedule(static, 1)
-      for (int64_t s = 0; s < micro; ++s)
-        guarded([&] {
-          Slot& slot = slots[s];
-          std::copy(gemm_y.begin() + s * m * sh.n, gemm_y.begin() + (s * m + slot.size) * sh.n, slot.act[sh.y].begin());
-        });
+      scatter_gemm(a, sh, micro, guarded);
       return;
     }
     // Backward: dA blocks (columns of dA), dW blocks (rows of dW), db columns: one list.
@@ -267,7 +304,7 @@ struct Trainer::Impl {
     const int64_t dw_rows = sh.trans_b ? sh.n : sh.k, dw_cols = sh.trans_b ? sh.k : sh.n;
     const int64_t dw_blocks = (dw_rows + kGemmBlock - 1) / kGemmBlock;
     const int64_t db_blocks = bg.bias_param >= 0 ? (sh.n + kGemmBlock - 1) / kGemmBlock : 0;
-#pragma omp for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(options.threads)
     for (int64_t b = 0; b < da_blocks + dw_blocks + db_blocks; ++b)
       guarded([&] {
         if (b < da_blocks) {
@@ -297,16 +334,28 @@ struct Trainer::Impl {
           }
         }
       });
-    if (!need_da) return;
-#pragma omp for schedule(static, 1)
+    scatter_gemm(a, sh, micro, guarded);
+  }
+
+  // The whole-mini-batch results back into the micro-batches: Y rows (forward), dA rows
+  // (backward, added when the value already has a gradient).
+  template <typename Guard>
+  void scatter_gemm(Action a, const GemmShape& sh, int64_t micro, const Guard& guarded) {
+    if (a == Action::GemmBackward && !values[sh.a].requires_grad) return;
+#pragma omp parallel for schedule(static, 1) num_threads(options.threads)
     for (int64_t s = 0; s < micro; ++s)
       guarded([&] {
         Slot& slot = slots[s];
+        if (a == Action::GemmForward) {
+          std::copy(gemm_y.begin() + s * m * sh.n, gemm_y.begin() + (s * m + slot.size) * sh.n, slot.act[sh.y].begin());
+          return;
+        }
         const Target t = target_for(slot, sh.a);
         const float* from = gemm_da.data() + s * m * sh.k;
         for (int64_t e = 0; e < t.view.elements(); ++e) t.view.data[e] = t.accumulate ? t.view.data[e] + from[e] : from[e];
       });
   }
+
 
   void index_values() {
     const Graph& g = tg.graph;
@@ -924,39 +973,31 @@ struct Trainer::Impl {
         failed = true;
       }
     };
-    // A phase's combine, by every thread of the team: batched GEMMs share their blocks,
-    // BatchNormalization's statistics are combined by one thread.
+    // A phase's combine, between phases and outside any parallel region: batched GEMMs
+    // open their own teams (or run intra-kernel parallel kernels), BatchNormalization's
+    // statistics are combined on this thread.
     auto combine_phase = [&](const Phase& p) {
-      if (failed) return;  // read after a barrier: every thread of the team sees the same
       if (p.combine == Action::GemmForward || p.combine == Action::GemmBackward) {
-        const bool timing = options.profile && omp_get_thread_num() == 0;
-        const auto start = timing ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+        const auto start = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
         batched_gemm(p.combine, p.combine_node, guarded);
-        if (timing)
+        if (options.profile)
           gemm_seconds[3 * p.combine_node + (p.combine == Action::GemmForward ? 0 : 1)] +=
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * omp_get_num_threads();
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * options.threads;
       } else if (p.combine != Action::Forward) {
-#pragma omp single
         guarded([&] { combine(p.combine, p.combine_node); });
       }
     };
-    if (intra) {
-      omp_set_num_threads(options.threads);
-      for (size_t ph = 0; ph < phases.size() && !failure; ++ph) {
+    omp_set_num_threads(options.threads);  // the kernels' own parallel loops
+    for (size_t ph = 0; ph < phases.size() && !failed; ++ph) {
+      if (intra) {
+        for (int64_t i = 0; i < micro && !failed; ++i) guarded([&] { run(ph, i); });
+      } else {
+        // Micro-batch i on thread i mod T in every phase: the same static schedule over
+        // the same team size gives every phase the same mapping.
+#pragma omp parallel for schedule(static, 1) num_threads(options.threads)
         for (int64_t i = 0; i < micro; ++i) guarded([&] { run(ph, i); });
-        if (failure) break;
-#pragma omp parallel num_threads(options.threads)
-        combine_phase(phases[ph]);
       }
-    } else {
-#pragma omp parallel num_threads(options.threads)
-      for (size_t ph = 0; ph < phases.size(); ++ph) {
-#pragma omp for schedule(static, 1)
-        for (int64_t i = 0; i < micro; ++i) guarded([&] { run(ph, i); });
-        combine_phase(phases[ph]);
-#pragma omp barrier
-        if (failed) break;  // the same for every thread: nothing sets it between the barrier and here
-      }
+      if (!failed) combine_phase(phases[ph]);
     }
     if (failure) std::rethrow_exception(failure);
 
@@ -1070,6 +1111,7 @@ void Trainer::prepare(int64_t count) {
   const int64_t micro = (count + s.m - 1) / s.m, last = count - (micro - 1) * s.m;
   s.ensure_kernels(s.m);
   if (last != s.m) s.ensure_kernels(last);
+  for (auto& [node, bg] : s.batched) s.gemm_conv(node, count);
 }
 
 StepStats Trainer::train_step(const float* pixels, const int32_t* labels, int64_t count) {

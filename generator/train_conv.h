@@ -32,7 +32,9 @@ class TrainConv {
 struct TrainConvRequest {
   ConvDescriptor descriptor;   // the layer at one micro-batch size
   bool needs_backward_data = true;
-  // Kernels split their non-reduction loops over threads (intra-kernel parallelism).
+  // The caller runs the kernels on all threads (intra-kernel parallelism) rather than one
+  // per micro-batch. The generated kernels are the same either way (their parallel
+  // variant, whose loop runs on the calling thread inside a parallel region).
   bool intra_kernel = false;
   int threads = 1;
   std::string records;         // schedule records for the generated kernels

@@ -12,8 +12,13 @@ class GeneratedConv : public TrainConv {
  public:
   GeneratedConv(const TrainConvRequest& r, std::vector<std::string>* why) : d_(r.descriptor) {
     auto schedule = [&](const std::string& pass) {
+      // Always the parallel variant, chosen by the layer alone: the schedule -- and so the
+      // bits -- is the same whether the kernel runs on one thread inside the trainer's
+      // batch-parallel region (its parallel loop then runs on the calling thread) or on
+      // all of them (intra-kernel). Measured: parallel=none and parallel=pixels of
+      // mb1ic8ih1iw24oc5kh1kw1 forward differ in the last bits.
       ConvSchedule s = select_schedule(d_, pass, r.target, r.records, why).schedule;
-      if (r.intra_kernel) s.parallel = d_.mb >= 2 * r.threads ? Parallel::Images : Parallel::Pixels;
+      s.parallel = d_.mb >= 8 ? Parallel::Images : Parallel::Pixels;
       return s;
     };
     fwd_ = std::make_unique<JitForwardKernel>(d_, schedule("fwd"), r.target);
