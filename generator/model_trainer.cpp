@@ -352,7 +352,7 @@ struct Trainer::Impl {
         }
         const Target t = target_for(slot, sh.a);
         const float* from = gemm_da.data() + s * m * sh.k;
-        for (int64_t e = 0; e < t.view.elements(); ++e) t.view.data[e] = t.accumulate ? t.view.data[e] + from[e] : from[e];
+        for (int64_t e = 0, e_end = t.view.elements(); e < e_end; ++e) t.view.data[e] = t.accumulate ? t.view.data[e] + from[e] : from[e];
       });
   }
 
@@ -566,7 +566,7 @@ struct Trainer::Impl {
     if (!t.accumulate) return write(t.view.data);
     slot.scratch.resize(static_cast<size_t>(t.view.elements()));
     write(slot.scratch.data());
-    for (int64_t i = 0; i < t.view.elements(); ++i) t.view.data[i] += slot.scratch[i];
+    for (int64_t i = 0, i_end = t.view.elements(); i < i_end; ++i) t.view.data[i] += slot.scratch[i];
   }
 
   void backward(Slot& slot, size_t node_index) {
