@@ -70,12 +70,23 @@ SOURCE: fashion-mnist (Debian's dataset-fashion-mnist; accuracy on its test spli
   --target STRING      Halide target (default x86-64-linux-avx-avx2-f16c-fma-sse41)
   --verbose            kernels and schedules chosen, and why
 
-Exit codes: 0 done, 130 stopped by SIGINT (after the running step), 10 a non-finite
-loss (the step is named), others as in docs/exit-codes.md.
+Exit codes: 0 done, 130 stopped by SIGINT (after the running step, checkpointing if
+asked; during set-up at once), 10 a non-finite loss or weights (the step is named),
+others as in docs/exit-codes.md.
 )";
 
 std::atomic<bool> g_interrupted{false};
-void on_sigint(int) { g_interrupted = true; }
+std::atomic<bool> g_training{false};  // set once the first step may run
+// Before training starts nothing is at stake (no step, no checkpoint): leave at once.
+// After, let the running step finish (the loop checks the flag).
+void on_sigint(int) {
+  if (!g_training) {
+    static const char message[] = "convgen: interrupted before training started\n";
+    (void)!::write(STDERR_FILENO, message, sizeof message - 1);
+    ::_exit(130);
+  }
+  g_interrupted = true;
+}
 
 struct TrainSetup {
   std::string model, data, log, dump_order, save, schedules, target, normalize, lr_schedule = "constant";
@@ -234,6 +245,9 @@ int train_model(const Args& args) {
     return 0;
   }
   learning_rate(s, 0);  // validates --lr-schedule before any work
+  // From the start: a shell's background job inherits SIGINT ignored until a handler is
+  // installed, and set-up (importing, compiling kernels) takes seconds.
+  std::signal(SIGINT, on_sigint);
   s.trainer.records = s.schedules;
   const TargetInfo target = s.target.empty() ? default_target() : target_info(s.target);
   std::vector<std::string> why;
@@ -306,7 +320,6 @@ int train_model(const Args& args) {
 
   trainer.prepare(std::min(batch, count));
   if (count % batch != 0) trainer.prepare(count % batch);
-  std::signal(SIGINT, on_sigint);
   const bool tty = isatty(STDERR_FILENO);
   const auto start = std::chrono::steady_clock::now();
   double images = 0.0, last_loss = 0.0;
@@ -318,6 +331,7 @@ int train_model(const Args& args) {
   };
   int64_t lr_epoch = -1;
   const int64_t first_step = start_step;
+  g_training = true;
   for (; step < total_steps && !g_interrupted;) {
     const int64_t epoch = epoch_next;
     if (epoch != lr_epoch) trainer.set_learning_rate(learning_rate(s, epoch)), lr_epoch = epoch;
