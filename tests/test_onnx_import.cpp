@@ -384,3 +384,43 @@ TEST_CASE("fusion: BatchNormalization folds into the Conv, Relu into its epilogu
   REQUIRE(!why.empty());
   CHECK_THAT(why[0], Catch::Contains("relu not fused into conv"));
 }
+
+TEST_CASE("import: training forms of BatchNormalization and Dropout (ImportOptions::training)", "[import]") {
+  // PyTorch's training export at opset 13: BN with its four statistics outputs, Dropout
+  // with a ratio and a bool training_mode input and a mask output.
+  auto model = [](bool read_statistics) {
+    test::OnnxModelBuilder b;
+    b.input("x", {-1, 2, 4, 4}).output(read_statistics ? "m" : "y", read_statistics ? 1 : 4);
+    b.weights("s", {2}).weights("b", {2}).weights("mean", {2}).weights("var", {2});
+    b.node("BatchNormalization", {"x", "s", "b", "mean", "var"}, {"n", "m", "v", "sm", "sv"}, "bn");
+    b.float_initializer("ratio", {0.25f});
+    auto& t = b.node("Constant", {}, {"mode"}, "mode_constant");
+    auto* value = t.add_attribute();
+    value->set_name("value");
+    value->set_type(onnx::AttributeProto::TENSOR);
+    value->mutable_t()->set_data_type(onnx::TensorProto_DataType_BOOL);
+    value->mutable_t()->add_int32_data(1);
+    b.node("Dropout", {"n", "ratio", "mode"}, {"y", "mask"}, "drop");
+    return b.write(read_statistics ? "bn_training_read" : "bn_training");
+  };
+  model::ImportOptions o;
+  o.batch = 3;
+  // Inference import refuses the training outputs, naming the node...
+  CHECK_THROWS_AS(model::import_onnx(model(false), o), Error);
+  // ... training import drops what nothing reads.
+  o.training = true;
+  const model::Graph g = model::import_onnx(model(false), o);
+  REQUIRE(g.nodes.size() == 2);
+  CHECK(g.nodes[0].op == model::Op::BatchNormalization);
+  CHECK(g.nodes[0].outputs.size() == 1);
+  CHECK(g.nodes[1].op == model::Op::Dropout);
+  CHECK(g.nodes[1].attributes.ratio == 0.25f);
+  // A statistics output that the graph reads is refused, naming node and output.
+  try {
+    model::import_onnx(model(true), o);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ExitCode::Unsupported);
+    CHECK_THAT(e.what(), Catch::Contains("node 'bn' (BatchNormalization)") && Catch::Contains("'m'"));
+  }
+}
