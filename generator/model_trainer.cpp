@@ -507,11 +507,10 @@ struct Trainer::Impl {
       case Op::Pad: ops::pad(x(0), a.pad_amounts, a.pad_value, y); return;
       case Op::LRN: ops::lrn(x(0), a.size, a.alpha, a.beta, a.lrn_bias, y); return;
       case Op::WithinChannelLRN: {
-        // s and q (x's size each) in the node's mask buffer, for the backward.
+        // s (x's size) in the node's mask buffer, for the backward.
         std::vector<float>& kept = slot.masks[node_index];
-        kept.resize(static_cast<size_t>(2 * y.elements()));
-        ops::within_channel_lrn_forward(x(0), a.size, a.alpha, a.lrn_bias, a.beta, y, kept.data(),
-                                        kept.data() + y.elements());
+        kept.resize(static_cast<size_t>(y.elements()));
+        ops::within_channel_lrn_forward(x(0), a.size, a.alpha, a.lrn_bias, a.beta, y, kept.data());
         return;
       }
       case Op::Dropout: {
@@ -680,9 +679,9 @@ struct Trainer::Impl {
         if (!wants_grad(in_id(0))) return;
         const Target t = target_for(slot, in_id(0));
         const std::vector<float>& kept = slot.masks[node_index];
-        slot.scratch.resize(static_cast<size_t>(y.elements()));
-        ops::within_channel_lrn_backward(x(0), kept.data(), kept.data() + y.elements(), dy, a.size, a.alpha, a.beta,
-                                         t.view, t.accumulate, slot.scratch.data());
+        slot.scratch.resize(static_cast<size_t>(y.elements() / y.shape[0]));  // one image
+        ops::within_channel_lrn_backward(x(0), kept.data(), dy, a.size, a.alpha, a.beta, t.view, t.accumulate,
+                                         slot.scratch.data());
         return;
       }
       case Op::Dropout: {

@@ -400,8 +400,26 @@ void box_sum(const float* in, int64_t H, int64_t W, int64_t C, int64_t k, float*
 
 }  // namespace
 
+namespace {
+
+// q = s^exponent for n elements, the one formula forward and backward both use.
+void lrn_power(const float* s, int64_t n, float exponent, float* q) {
+  if (exponent == -0.75f) {
+    // Caffe's default beta: s^-3/4 = 1 / (sqrt(s) sqrt(sqrt(s))), square roots that
+    // vectorise (within 2 ulp of powf), instead of a powf call per element.
+    for (int64_t e = 0; e < n; ++e) {
+      const float r = std::sqrt(s[e]);
+      q[e] = 1.0f / (r * std::sqrt(r));
+    }
+  } else {
+    for (int64_t e = 0; e < n; ++e) q[e] = std::pow(s[e], exponent);
+  }
+}
+
+}  // namespace
+
 void within_channel_lrn_forward(const ConstView& x, int64_t k, float alpha, float bias, float exponent,
-                                const View& y, float* s, float* q) {
+                                const View& y, float* s) {
   const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3], image = H * W * C;
   const float scale = alpha / float(k * k);
   std::vector<float> squares(static_cast<size_t>(image));
@@ -411,34 +429,25 @@ void within_channel_lrn_forward(const ConstView& x, int64_t k, float alpha, floa
     float* si = s + n * image;
     box_sum(squares.data(), H, W, C, k, si);
     for (int64_t e = 0; e < image; ++e) si[e] = bias + scale * si[e];
-    float* qi = q + n * image;
-    if (exponent == -0.75f) {
-      // Caffe's default beta: s^-3/4 = 1 / (sqrt(s) sqrt(sqrt(s))), square roots that
-      // vectorise (within 2 ulp of powf), instead of a powf call per element.
-      for (int64_t e = 0; e < image; ++e) {
-        const float r = std::sqrt(si[e]);
-        qi[e] = 1.0f / (r * std::sqrt(r));
-      }
-    } else {
-      for (int64_t e = 0; e < image; ++e) qi[e] = std::pow(si[e], exponent);
-    }
-    for (int64_t e = 0; e < image; ++e) y.data[n * image + e] = xi[e] * qi[e];
+    lrn_power(si, image, exponent, squares.data());  // q, in the squares' buffer
+    for (int64_t e = 0; e < image; ++e) y.data[n * image + e] = xi[e] * squares[e];
   }
 }
 
-void within_channel_lrn_backward(const ConstView& x, const float* s, const float* q, const ConstView& dy, int64_t k,
-                                 float alpha, float exponent, const View& dx, bool accumulate, float* scratch) {
+void within_channel_lrn_backward(const ConstView& x, const float* s, const ConstView& dy, int64_t k, float alpha,
+                                 float exponent, const View& dx, bool accumulate, float* scratch) {
   // dx_p = dy_p q_p + 2 x_p (alpha exponent / k^2) sum over the window around p of
   // dy_j x_j q_j / s_j (the window is symmetric: "same" padding, stride 1).
   const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3], image = H * W * C;
   const float factor = 2.0f * alpha * exponent / float(k * k);
-  std::vector<float> t(static_cast<size_t>(image));
+  std::vector<float> t(static_cast<size_t>(image)), q(static_cast<size_t>(image));
   for (int64_t n = 0; n < N; ++n) {
     const int64_t o = n * image;
-    for (int64_t e = 0; e < image; ++e) t[e] = dy.data[o + e] * x.data[o + e] * q[o + e] / s[o + e];
+    lrn_power(s + o, image, exponent, q.data());  // recomputed: the forward keeps s only
+    for (int64_t e = 0; e < image; ++e) t[e] = dy.data[o + e] * x.data[o + e] * q[e] / s[o + e];
     box_sum(t.data(), H, W, C, k, scratch);
     store_elements(dx.data + o, image, accumulate, [&](int64_t e) {
-      return dy.data[o + e] * q[o + e] + factor * x.data[o + e] * scratch[e];
+      return dy.data[o + e] * q[e] + factor * x.data[o + e] * scratch[e];
     });
   }
 }

@@ -69,12 +69,13 @@ void lrn_backward(const ConstView& x, const ConstView& dy, int64_t size, float a
 
 // Caffe's WITHIN_CHANNEL LRN, fused: y = x * q, q = s^exponent, s = bias + alpha / k^2 *
 // (sum of x^2 over the k x k window around the pixel, zero outside: AveragePool with
-// count_include_pad and "same" padding). Channels-last 4-D x; s and q (x's size) are
-// kept for the backward, which needs scratch of x's size.
+// count_include_pad and "same" padding). Channels-last 4-D x; s (x's size) is kept for
+// the backward, which recomputes q from it (the same formula) and needs scratch of one
+// image.
 void within_channel_lrn_forward(const ConstView& x, int64_t k, float alpha, float bias, float exponent,
-                                const View& y, float* s, float* q);
-void within_channel_lrn_backward(const ConstView& x, const float* s, const float* q, const ConstView& dy, int64_t k,
-                                 float alpha, float exponent, const View& dx, bool accumulate, float* scratch);
+                                const View& y, float* s);
+void within_channel_lrn_backward(const ConstView& x, const float* s, const ConstView& dy, int64_t k, float alpha,
+                                 float exponent, const View& dx, bool accumulate, float* scratch);
 
 // Dropout in training mode: y = x * keep / (1 - ratio), keep drawn per element from a
 // counter-based generator keyed by (seed, stream, step, sample index, element) -- the
