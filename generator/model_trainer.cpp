@@ -114,7 +114,6 @@ struct Trainer::Impl {
   // as one GEMM over all its samples (below): by node, and the parameters they fill.
   std::vector<char> deferred_node, deferred_param;
   std::vector<std::vector<float>> deferred_grad;   // per parameter (deferred ones only)
-  std::vector<float> gather_a, gather_dy;
   std::map<size_t, BatchStats> batch_stats;  // by node index
   std::vector<std::string> state_names;      // running statistics, in graph order
   int64_t active = 0;                        // micro-batches of the running mini-batch
@@ -438,6 +437,15 @@ struct Trainer::Impl {
       if (why) why->push_back(fmt::format("{}: {}", node.name, it->second->describe()));
       kernels.emplace(key, it->second.get());
     }
+  }
+
+  // Every kernel a mini-batch of `count` samples needs: its micro-batch sizes' and its
+  // whole-mini-batch Gemm layers'.
+  void ensure_batch_kernels(int64_t count) {
+    const int64_t micro = (count + m - 1) / m, last = count - (micro - 1) * m;
+    ensure_kernels(m);
+    if (last != m) ensure_kernels(last);
+    for (auto& entry : batched) gemm_conv(entry.first, count);
   }
 
   void prepare_slot(Slot& slot, int64_t n) {
@@ -941,8 +949,7 @@ struct Trainer::Impl {
     if (count < 1 || count > options.batch)
       throw Error(ExitCode::Internal, fmt::format("trainer: a batch of {} samples (batch size {})", count, options.batch));
     const int64_t micro = (count + m - 1) / m, last = count - (micro - 1) * m;
-    ensure_kernels(m);
-    if (last != m) ensure_kernels(last);
+    ensure_batch_kernels(count);
     if (static_cast<int64_t>(slots.size()) < micro) slots.resize(static_cast<size_t>(micro));
     const int64_t sample_floats = values[input].sample_elements;
     for (int64_t i = 0; i < micro; ++i) {
@@ -1107,10 +1114,7 @@ void Trainer::prepare(int64_t count) {
   Impl& s = *impl_;
   if (count < 1 || count > s.options.batch)
     throw Error(ExitCode::Internal, fmt::format("trainer: prepare({}) with batch size {}", count, s.options.batch));
-  const int64_t micro = (count + s.m - 1) / s.m, last = count - (micro - 1) * s.m;
-  s.ensure_kernels(s.m);
-  if (last != s.m) s.ensure_kernels(last);
-  for (auto& [node, bg] : s.batched) s.gemm_conv(node, count);
+  s.ensure_batch_kernels(count);
 }
 
 StepStats Trainer::train_step(const float* pixels, const int32_t* labels, int64_t count) {

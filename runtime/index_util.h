@@ -61,4 +61,20 @@ inline void for_each_window(const ConstView& x, const Window& w, const std::vect
   }
 }
 
+// The divisor of a 2-D AveragePool at output (p, q) of an H x W input: the window's taps
+// inside the input, or (count_include_pad) inside the explicitly padded input -- never
+// the ceil_mode overhang past it.
+inline int64_t pool_window_count(const Window& w, int64_t p, int64_t q, int64_t H, int64_t W, bool count_include_pad) {
+  int64_t count = 0;
+  for (int64_t r = 0; r < w.kernel[0]; ++r) {
+    const int64_t i = p * w.strides[0] + r * w.dilations[0] - w.pads_begin[0];
+    for (int64_t s = 0; s < w.kernel[1]; ++s) {
+      const int64_t j = q * w.strides[1] + s * w.dilations[1] - w.pads_begin[1];
+      const bool inside = i >= 0 && i < H && j >= 0 && j < W;
+      if (count_include_pad ? (i < H + w.pads_end[0] && j < W + w.pads_end[1]) : inside) ++count;
+    }
+  }
+  return count;
+}
+
 }  // namespace convgen::ops::detail

@@ -15,6 +15,7 @@ using detail::broadcast_strides;
 using detail::for_each_index;
 using detail::for_each_window;
 using detail::offset;
+using detail::pool_window_count;
 
 namespace {
 
@@ -94,14 +95,12 @@ void pool_channels_last(const ConstView& x, const Window& w, bool count_include_
       std::vector<double> acc(static_cast<size_t>(C));
       for (int64_t q = 0; q < Q; ++q) {
         std::fill(acc.begin(), acc.end(), Max ? -std::numeric_limits<double>::infinity() : 0.0);
-        int64_t count = 0;
+        const int64_t count = Max ? 0 : pool_window_count(w, p, q, H, Wd, count_include_pad);
         for (int64_t r = 0; r < w.kernel[0]; ++r) {
           const int64_t i = p * w.strides[0] + r * w.dilations[0] - w.pads_begin[0];
           for (int64_t s = 0; s < w.kernel[1]; ++s) {
             const int64_t j = q * w.strides[1] + s * w.dilations[1] - w.pads_begin[1];
-            const bool inside = i >= 0 && i < H && j >= 0 && j < Wd;
-            if (count_include_pad ? (i < H + w.pads_end[0] && j < Wd + w.pads_end[1]) : inside) ++count;
-            if (!inside) continue;
+            if (i < 0 || i >= H || j < 0 || j >= Wd) continue;
             const float* px = x.data + ((n * H + i) * Wd + j) * C;
             for (int64_t c = 0; c < C; ++c) acc[c] = Max ? std::max(acc[c], double(px[c])) : acc[c] + px[c];
           }

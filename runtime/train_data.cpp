@@ -1,5 +1,7 @@
 #include "train_data.h"
 
+#include "splitmix64.h"
+
 #include <zlib.h>
 
 #include <algorithm>
@@ -249,12 +251,7 @@ Source load_source(const std::string& spec, const SampleSpec& sample) {
   throw unknown_source(spec);
 }
 
-uint64_t mix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+uint64_t mix64(uint64_t z) { return splitmix64(z); }
 
 Dataset synthetic_dataset(const SampleSpec& sample, int64_t count, uint64_t seed, const std::string& name) {
   if (count < 1) throw Error(ExitCode::Usage, name + ": the synthetic data set needs at least one sample");

@@ -8,6 +8,7 @@
 #include <blis.h>
 
 #include "index_util.h"
+#include "splitmix64.h"
 
 namespace convgen::ops {
 
@@ -15,6 +16,7 @@ using detail::broadcast_strides;
 using detail::for_each_index;
 using detail::for_each_window;
 using detail::offset;
+using detail::pool_window_count;
 
 namespace {
 
@@ -29,13 +31,7 @@ bool same_layout(const ConstView& a, const ConstView& b) {
   return a.shape == b.shape && (a.channels_last == b.channels_last || a.rank() < 3);
 }
 
-// splitmix64's output function: the counter-based generator behind dropout masks.
-uint64_t mix(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+uint64_t mix(uint64_t z) { return splitmix64(z); }
 
 }  // namespace
 
@@ -194,16 +190,7 @@ void average_pool_backward(const Window& w, bool count_include_pad, const ConstV
     for (int64_t n = 0; n < N; ++n)
       for (int64_t p = 0; p < P; ++p)
         for (int64_t q = 0; q < Q; ++q) {
-          // The forward's divisor: taps inside the input, or inside the explicit padding.
-          int64_t count = 0;
-          for (int64_t r = 0; r < w.kernel[0]; ++r) {
-            const int64_t i = p * w.strides[0] + r * w.dilations[0] - w.pads_begin[0];
-            for (int64_t s = 0; s < w.kernel[1]; ++s) {
-              const int64_t j = q * w.strides[1] + s * w.dilations[1] - w.pads_begin[1];
-              const bool inside = i >= 0 && i < H && j >= 0 && j < W;
-              if (count_include_pad ? (i < H + w.pads_end[0] && j < W + w.pads_end[1]) : inside) ++count;
-            }
-          }
+          const int64_t count = pool_window_count(w, p, q, H, W, count_include_pad);  // the forward's divisor
           if (count == 0) continue;
           const float* g = dy.data + ((n * P + p) * Q + q) * C;
           for (int64_t r = 0; r < w.kernel[0]; ++r) {

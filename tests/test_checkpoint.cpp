@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+
+#include "temp_dir.h"
 #include <cfloat>
 #include <chrono>
 #include <cmath>
@@ -32,20 +34,9 @@ using convgen::ExitCode;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed with its contents at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "convgen-ckpt-XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ignored);
-    fs::remove_all(path, ignored);
-  }
-  std::string sub(const std::string& name) const { return (path / name).string(); }
+// Temporary directories for this file's tests.
+struct TempDir : convgen::test::TempDir {
+  TempDir() : convgen::test::TempDir("convgen-ckpt") {}
 };
 
 std::string read_bytes(const std::string& path) {
@@ -255,7 +246,7 @@ TEST_CASE("checkpoint_path names DIR/checkpoint.cgck", "[checkpoint]") {
 
 TEST_CASE("a checkpoint round-trips bit for bit", "[checkpoint]") {
   TempDir tmp;
-  const std::string dir = tmp.sub("run/ckpt");  // created, parents too
+  const std::string dir = tmp.file("run/ckpt");  // created, parents too
   const Checkpoint c = rich_checkpoint();
   save_checkpoint(dir, c);
   const Checkpoint back = load_checkpoint(dir);
@@ -297,8 +288,8 @@ TEST_CASE("a checkpoint round-trips bit for bit", "[checkpoint]") {
 TEST_CASE("the checkpoint file has the documented layout", "[checkpoint]") {
   TempDir tmp;
   const Checkpoint c = small_checkpoint();
-  save_checkpoint(tmp.sub("d"), c);
-  const std::string file = read_bytes(checkpoint_path(tmp.sub("d")));
+  save_checkpoint(tmp.file("d"), c);
+  const std::string file = read_bytes(checkpoint_path(tmp.file("d")));
   CHECK(file.substr(0, 8) == std::string("CGCKPT\0\0", 8));
   CHECK(get_u32(file, 8) == 1u);
   CHECK(get_u32(file, 12) == 0u);
@@ -318,7 +309,7 @@ TEST_CASE("the checkpoint file has the documented layout", "[checkpoint]") {
 
 TEST_CASE("overwriting a checkpoint leaves exactly one file", "[checkpoint]") {
   TempDir tmp;
-  const std::string dir = tmp.sub("ckpt");
+  const std::string dir = tmp.file("ckpt");
   Checkpoint a = small_checkpoint();
   Checkpoint b = rich_checkpoint();
   save_checkpoint(dir, a);
@@ -333,10 +324,10 @@ TEST_CASE("overwriting a checkpoint leaves exactly one file", "[checkpoint]") {
 
 TEST_CASE("leftover temporaries of a killed saver are ignored", "[checkpoint]") {
   TempDir tmp;
-  const std::string dir = tmp.sub("ckpt");
+  const std::string dir = tmp.file("ckpt");
   save_checkpoint(dir, small_checkpoint());
-  write_bytes(tmp.sub("ckpt/.checkpoint.cgck.tmp.99999"), "CGCKPT\0\0 half a file");
-  write_bytes(tmp.sub("ckpt/.checkpoint.cgck.tmp." + std::to_string(getpid())), "stale, same pid");
+  write_bytes(tmp.file("ckpt/.checkpoint.cgck.tmp.99999"), "CGCKPT\0\0 half a file");
+  write_bytes(tmp.file("ckpt/.checkpoint.cgck.tmp." + std::to_string(getpid())), "stale, same pid");
   CHECK(same(load_checkpoint(dir), small_checkpoint()));
   save_checkpoint(dir, rich_checkpoint());  // overwrites a temporary of its own pid
   CHECK(same(load_checkpoint(dir), rich_checkpoint()));
@@ -345,7 +336,7 @@ TEST_CASE("leftover temporaries of a killed saver are ignored", "[checkpoint]") 
 
 TEST_CASE("every truncation of a checkpoint is detected", "[checkpoint]") {
   TempDir tmp;
-  const std::string dir = tmp.sub("ckpt");
+  const std::string dir = tmp.file("ckpt");
   save_checkpoint(dir, small_checkpoint());
   const std::string path = checkpoint_path(dir);
   const std::string good = read_bytes(path);
@@ -362,7 +353,7 @@ TEST_CASE("every truncation of a checkpoint is detected", "[checkpoint]") {
 
 TEST_CASE("every single-bit corruption of a checkpoint is detected", "[checkpoint]") {
   TempDir tmp;
-  const std::string dir = tmp.sub("ckpt");
+  const std::string dir = tmp.file("ckpt");
   save_checkpoint(dir, small_checkpoint());
   const std::string path = checkpoint_path(dir);
   const std::string good = read_bytes(path);
@@ -379,7 +370,7 @@ TEST_CASE("every single-bit corruption of a checkpoint is detected", "[checkpoin
 
 TEST_CASE("foreign, future and missing checkpoints are refused", "[checkpoint]") {
   TempDir tmp;
-  const std::string dir = tmp.sub("ckpt");
+  const std::string dir = tmp.file("ckpt");
   save_checkpoint(dir, small_checkpoint());
   const std::string path = checkpoint_path(dir);
   const std::string good = read_bytes(path);
@@ -414,7 +405,7 @@ TEST_CASE("foreign, future and missing checkpoints are refused", "[checkpoint]")
   SECTION("a missing file or directory") {
     fs::remove(path);
     require_error([&] { load_checkpoint(dir); }, ExitCode::BadData, path, "No such file");
-    const std::string nowhere = tmp.sub("no/such/dir");
+    const std::string nowhere = tmp.file("no/such/dir");
     require_error([&] { load_checkpoint(nowhere); }, ExitCode::BadData, checkpoint_path(nowhere), "No such file");
   }
   SECTION("checkpoint.cgck is a directory") {
@@ -432,7 +423,7 @@ TEST_CASE("foreign, future and missing checkpoints are refused", "[checkpoint]")
 // convgen, or a tensor corrupted before the file's CRC was computed.
 TEST_CASE("inconsistent contents behind a valid CRC are refused", "[checkpoint]") {
   TempDir tmp;
-  const std::string dir = tmp.sub("ckpt");
+  const std::string dir = tmp.file("ckpt");
   save_checkpoint(dir, small_checkpoint());
   const std::string path = checkpoint_path(dir);
   const Parts good = split(read_bytes(path));
@@ -500,7 +491,7 @@ TEST_CASE("inconsistent contents behind a valid CRC are refused", "[checkpoint]"
 
 TEST_CASE("save errors: unwritable directory, invalid checkpoints", "[checkpoint]") {
   TempDir tmp;
-  const std::string file = tmp.sub("plain-file");
+  const std::string file = tmp.file("plain-file");
   write_bytes(file, "not a directory");
 
   SECTION("DIR under a regular file") {
@@ -511,14 +502,14 @@ TEST_CASE("save errors: unwritable directory, invalid checkpoints", "[checkpoint
     require_error([&] { save_checkpoint(file, small_checkpoint()); }, ExitCode::Io, file, "directory");
   }
   SECTION("checkpoint.cgck is a non-empty directory: the rename fails, no temporary is left") {
-    const std::string dir = tmp.sub("ckpt");
+    const std::string dir = tmp.file("ckpt");
     fs::create_directories(checkpoint_path(dir) + "/inside");
     require_error([&] { save_checkpoint(dir, small_checkpoint()); }, ExitCode::Io, checkpoint_path(dir));
     CHECK(entries(dir) == std::vector<std::string>{"checkpoint.cgck"});
   }
   SECTION("a read-only DIR") {
     if (geteuid() == 0) return;  // root writes anyway
-    const std::string dir = tmp.sub("ro");
+    const std::string dir = tmp.file("ro");
     save_checkpoint(dir, small_checkpoint());
     fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec);
     require_error([&] { save_checkpoint(dir, rich_checkpoint()); }, ExitCode::Io, checkpoint_path(dir));
@@ -526,7 +517,7 @@ TEST_CASE("save errors: unwritable directory, invalid checkpoints", "[checkpoint
     CHECK(same(load_checkpoint(dir), small_checkpoint()));  // the old one is intact
   }
   SECTION("a checkpoint that could not be read back is refused before anything is written") {
-    const std::string dir = tmp.sub("ckpt");
+    const std::string dir = tmp.file("ckpt");
     Checkpoint c = small_checkpoint();
     c.tensors[0].data.push_back(1.0f);
     require_error([&] { save_checkpoint(dir, c); }, ExitCode::Internal, checkpoint_path(dir), "does not match");
@@ -548,7 +539,7 @@ TEST_CASE("save errors: unwritable directory, invalid checkpoints", "[checkpoint
 // Its temporary (.checkpoint.cgck.tmp.<pid>) may be left behind; loading ignores it.
 TEST_CASE("a saver killed at any moment leaves the old or the new checkpoint", "[checkpoint]") {
   TempDir tmp;
-  const std::string dir = tmp.sub("ckpt");
+  const std::string dir = tmp.file("ckpt");
   Checkpoint a = rich_checkpoint();
   Checkpoint b = small_checkpoint();
   // Big enough that a save takes a while, so kills land inside writes too.

@@ -1,6 +1,8 @@
 // Schedule records: JSON-lines round trips, strict reading, atomic writes, and the
 // schedule data they rest on (target table, schedule space, validation).
 #include <catch2/catch.hpp>
+
+#include "temp_dir.h"
 #include <stdlib.h>
 
 #include <algorithm>
@@ -46,23 +48,9 @@ ScheduleRecord golden_record() {
   return r;
 }
 
-// A fresh directory under the system temp dir, removed with its contents.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "convgen-records-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(path)) names.push_back(e.path().filename().string());
-    return names;
-  }
+// Temporary directories for this file's tests.
+struct TempDir : convgen::test::TempDir {
+  TempDir() : convgen::test::TempDir("convgen-records") {}
 };
 
 std::string replaced(std::string s, const std::string& from, const std::string& to) {

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+
+#include "temp_dir.h"
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -23,19 +25,9 @@ using convgen::ExitCode;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed with its contents at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "convgen-data-XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
+// Temporary directories for this file's tests.
+struct TempDir : convgen::test::TempDir {
+  TempDir() : convgen::test::TempDir("convgen-data") {}
 };
 
 using Bytes = std::vector<uint8_t>;
