@@ -107,6 +107,14 @@ save(f"{sys.argv[1]}/no_backward.onnx", "no_backward",
       helper.make_node("Flatten", ["t"], ["f"], name="flat"),
       helper.make_node("Gemm", ["f", "B"], ["y"], name="fc", transB=1)],
      [tensor("W", 4, 1, 3, 3), tensor("B", 10, 4 * 26 * 26, scale=0.01)])
+# folded_weight.onnx: tiny.onnx with the conv weights from a Constant node (trainable,
+# but not an initializer --save could rewrite).
+save(f"{sys.argv[1]}/folded_weight.onnx", "folded_weight",
+     [helper.make_node("Constant", [], ["W"], name="weights", value=tensor("Wc", 2, 1, 4, 4, scale=0.3)),
+      helper.make_node("Conv", ["x", "W"], ["c"], name="conv", strides=[4, 4]),
+      helper.make_node("Flatten", ["c"], ["f"], name="flat"),
+      helper.make_node("Gemm", ["f", "B"], ["y"], name="fc", transB=1)],
+     [tensor("B", 10, 2 * 7 * 7, scale=0.1)])
 EOF
 tinym="$work/tiny.onnx"
 "$convgen" inspect "$work/no_backward.onnx" --batch 2 >/dev/null || fail "inspect no_backward.onnx (the model itself is fine)"
@@ -135,6 +143,17 @@ expect_error 2 "--normalize '1,2,3'" train "$tinym" --data synthetic --steps 1 -
 # A diverging run stops with 10 and names the step. (tiny.onnx has no Relu or MaxPool:
 # convgen's turn NaN into numbers, see the report of this test's author.)
 expect_late_error 10 "the loss is" train "$tinym" --data synthetic --synthetic-count 50 --batch 10 --steps 5 --lr 1e30
+# LeNet's ReLU and max-pooling keep the NaN out of the loss: the weights check stops it.
+expect_late_error 10 "holds NaN or infinite values after the update" train "$lenet" --data synthetic \
+  --synthetic-count 64 --batch 16 --steps 5 --lr 1e30
+# --conv-impl takes two values.
+expect_error 2 "--conv-impl 'fast': expected generated or im2col-blis" train "$tinym" --data synthetic --conv-impl fast
+# --save must be able to write every trained tensor back, checked before any step.
+expect_late_error 7 "'W' is not a float32 initializer" train "$work/folded_weight.onnx" --data synthetic \
+  --synthetic-count 50 --batch 10 --steps 2 --save "$work/folded_saved.onnx"
+[[ -e "$work/folded_saved.onnx" ]] && fail "--save refused, yet a file was written"
+"$convgen" train "$work/folded_weight.onnx" --data synthetic --synthetic-count 50 --batch 10 --steps 2 >/dev/null 2>&1 ||
+  fail "folded_weight.onnx trains without --save"
 
 # --- a tiny run: log, order, saved model, test accuracy ---------------------------------
 run() { # run NAME ARGS...: a tiny lenet run writing $work/NAME.{jsonl,order,onnx,out}
