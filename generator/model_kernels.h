@@ -21,6 +21,9 @@ struct PlannedKernel {
   SelectedSchedule selection;       // schedule and where it came from
   std::string key;                  // descriptor | pass | schedule | target | generator hash
   std::vector<std::string> layers;  // the Conv nodes it serves, in graph order
+  // compile-layer --schedule words applied after selection (training kernels: the
+  // parallel variant, train_conv.h's training_schedule); part of the key.
+  std::string schedule_overrides;
 };
 
 // `records` may be empty (analytic defaults). `why` gets the schedule decisions.

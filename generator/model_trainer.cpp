@@ -105,7 +105,7 @@ struct Trainer::Impl {
   std::vector<std::string>* why = nullptr;
   int64_t steps = 0;
   // Builds a layer's convolutions (generated kernels unless TrainerOptions says otherwise).
-  std::function<std::unique_ptr<TrainConv>(const TrainConvRequest&)> make_conv;
+  TrainConvFactory make_conv;
   // Micro-batches in sequence with intra-kernel parallel kernels: asked for, or a full
   // mini-batch has fewer micro-batches than threads. Fixed per trainer.
   bool intra = false;
@@ -1057,27 +1057,29 @@ struct Trainer::Impl {
   }
 };
 
-Trainer::Trainer(const std::string& model_path, const TrainerOptions& options, const TargetInfo& t,
+int64_t checked_micro_batch(const TrainerOptions& options) {
+  if (options.batch < 1) throw Error(ExitCode::Usage, "--batch must be at least 1");
+  if (options.threads < 1) throw Error(ExitCode::Usage, "--threads must be at least 1");
+  const int64_t m = options.micro_batch > 0 ? options.micro_batch : default_micro_batch(options.batch);
+  if (m > options.batch)
+    throw Error(ExitCode::Usage, fmt::format("--micro-batch {} is larger than --batch {}", m, options.batch));
+  return m;
+}
+
+Trainer::Trainer(TrainGraph graph, const TrainerOptions& options, const TargetInfo& t, TrainConvFactory make_conv,
                  std::vector<std::string>* why)
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   s.options = options;
-  if (s.options.batch < 1) throw Error(ExitCode::Usage, "--batch must be at least 1");
-  if (s.options.threads < 1) throw Error(ExitCode::Usage, "--threads must be at least 1");
-  s.m = s.options.micro_batch > 0 ? s.options.micro_batch : default_micro_batch(s.options.batch);
-  if (s.m > s.options.batch)
-    throw Error(ExitCode::Usage, fmt::format("--micro-batch {} is larger than --batch {}", s.m, s.options.batch));
+  s.m = checked_micro_batch(s.options);
   s.options.micro_batch = s.m;
+  if (graph.graph.batch != s.m)
+    throw Error(ExitCode::Internal, fmt::format("trainer: graph bound to batch {}, micro-batch {}", graph.graph.batch, s.m));
+  if (!make_conv) throw Error(ExitCode::Internal, "trainer: no convolution factory");
   s.target = t;
   s.why = why;
-  if (s.options.conv_impl == "generated")
-    s.make_conv = [why](const TrainConvRequest& r) { return make_generated_conv(r, why); };
-  else if (s.options.conv_impl == "im2col-blis")
-    s.make_conv = [why](const TrainConvRequest& r) { return make_im2col_blis_conv(r, why); };
-  else
-    throw Error(ExitCode::Usage,
-                fmt::format("--conv-impl '{}': expected generated or im2col-blis", s.options.conv_impl));
-  s.tg = prepare_training_graph(model_path, s.m, why);
+  s.make_conv = std::move(make_conv);
+  s.tg = std::move(graph);
   s.index_values();
   s.choose_deferred_gradients();
   s.gemm_seconds.assign(3 * s.tg.graph.nodes.size() + 3, 0.0);

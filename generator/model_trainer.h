@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "conv_schedule.h"
+#include "train_conv.h"
 #include "train_graph.h"
 
 namespace convgen::model {
@@ -51,6 +52,9 @@ struct NodeTime {
 
 // The micro-batch size TrainerOptions::micro_batch = 0 stands for.
 int64_t default_micro_batch(int64_t batch);
+// m for these options (micro_batch, or its default); Usage error for a batch or thread
+// count below 1 or m > batch.
+int64_t checked_micro_batch(const TrainerOptions& options);
 
 struct StepStats {
   double loss = 0.0;     // mean softmax cross-entropy over the samples
@@ -70,8 +74,18 @@ struct Parameter {
 
 class Trainer {
  public:
-  // Imports the model; kernels are compiled when a batch first needs them (for each
-  // micro-batch size). `why` gets kernel and schedule decisions.
+  // The engine: a training graph bound to the micro-batch size
+  // (checked_micro_batch(options)) and where its convolutions come from. Kernels are
+  // asked of `make_conv` when a batch first needs them (for each micro-batch size), or
+  // up front by prepare(). options.conv_impl is not read. `why` gets decisions.
+  // Needs no Halide compiler and no ONNX: a generated training driver (`convgen compile
+  // --train`) calls this with its graph and its ahead-of-time kernels (train_conv_aot.h).
+  Trainer(TrainGraph graph, const TrainerOptions& options, const TargetInfo& t, TrainConvFactory make_conv,
+          std::vector<std::string>* why = nullptr);
+  // `convgen train`'s: imports the model (prepare_training_graph) and builds convolutions
+  // as options.conv_impl says -- "generated" JIT-compiles convgen's kernels,
+  // "im2col-blis" the baseline. Defined in generator/trainer_from_model.cpp (library
+  // convgen_model: ONNX import and the Halide JIT).
   Trainer(const std::string& model_path, const TrainerOptions& options, const TargetInfo& t,
           std::vector<std::string>* why = nullptr);
   ~Trainer();

@@ -10,6 +10,7 @@
 // makes it or on how many threads exist; calls from several threads at once are safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,19 @@ struct TrainConvRequest {
   std::string records;         // schedule records for the generated kernels
   TargetInfo target;
 };
+
+// Builds the convolutions of one layer at one size. The trainer calls it once per
+// distinct (descriptor, needs backward-data), from the thread that calls prepare /
+// train_step / evaluate, never from inside its parallel region.
+using TrainConvFactory = std::function<std::unique_ptr<TrainConv>(const TrainConvRequest&)>;
+
+// The schedule of a generated training kernel for `pass` (fwd, bwd_data, bwd_weights):
+// records or the analytic default, always the parallel variant chosen by the layer alone
+// (Images with at least 8 images, else Pixels), so the bits never depend on the thread
+// count. The in-process trainer's JIT kernels and `convgen compile --train`'s
+// ahead-of-time kernels both use it, so they compute the same bits.
+ConvSchedule training_schedule(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t,
+                               const std::string& records, std::vector<std::string>* why);
 
 // convgen's generated kernels (JIT-compiled; schedules from records or the analytic default).
 std::unique_ptr<TrainConv> make_generated_conv(const TrainConvRequest& r, std::vector<std::string>* why);

@@ -39,4 +39,26 @@ expect_error 4 "cannot read" compile "$work/missing.onnx" -o "$work/bad3"
 expect_error 2 "not a C identifier" compile "$root/models/lenet.onnx" --name 9lives -o "$work/bad4"
 "$convgen" compile --help | grep -q "usage: convgen compile" || fail "compile --help"
 
+# --train: the training driver, its kernels for every pass at every size, provenance.
+"$convgen" compile "$root/models/lenet.onnx" --train --batch 8 --samples 20 -o "$work/t" --cache-dir "$cache" \
+  >"$work/out" || fail "compile --train"
+for f in lenet.a lenet.h lenet.cpp lenet.weights lenet.manifest.json; do [[ -f "$work/t/$f" ]] || fail "--train: missing $f"; done
+grep -q '"training": {"batch": 8, "micro_batch": 2, "sample_counts": \[20\]}' "$work/t/lenet.manifest.json" ||
+  fail "--train manifest: $(grep training "$work/t/lenet.manifest.json")"
+grep -q "class Trainer" "$work/t/lenet.h" || fail "--train header lacks the Trainer class"
+grep -q "Regenerate with: convgen compile lenet.onnx --train --name lenet --batch 8 --samples 20" "$work/t/lenet.cpp" ||
+  fail "--train provenance: $(head -3 "$work/t/lenet.cpp")"
+kernels=$(grep -c '^//   .* convgen_\(fwd\|bwd_data\|bwd_weights\)_' "$work/t/lenet.h")
+[[ $(ar t "$work/t/lenet.a" | wc -l) -eq $kernels ]] || fail "--train: $kernels kernels listed, archive has $(ar t "$work/t/lenet.a" | wc -l)"
+grep -q "conv1 .*bwd_weights" "$work/t/lenet.h" || fail "--train: no conv1 backward-weights kernel"
+if grep -q "conv1 .*bwd_data" "$work/t/lenet.h"; then fail "--train: conv1 needs no backward-data kernel"; fi
+if grep -rq "$work\|$root" "$work/t"/*.h "$work/t"/*.cpp "$work/t"/*.json; then fail "--train: absolute path in generated files"; fi
+"$convgen" compile "$root/models/lenet.onnx" --train --batch 8 --samples 20 -o "$work/t2" --cache-dir "$cache" \
+  >/dev/null || fail "compile --train again"
+diff -r "$work/t" "$work/t2" >/dev/null || fail "--train recompile differs"
+expect_error 2 "need --train" compile "$root/models/lenet.onnx" --samples 100 -o "$work/bad5"
+expect_error 2 "larger than --batch" compile "$root/models/lenet.onnx" --train --batch 8 --micro-batch 9 -o "$work/bad6"
+expect_error 2 "--samples" compile "$root/models/lenet.onnx" --train --samples 100,x -o "$work/bad7"
+expect_error 7 "Tanh" compile "$data/test_Tanh/model.onnx" --train -o "$work/bad8"
+
 if [[ $failures -eq 0 ]]; then echo "cli.compile_model: all checks passed"; else exit 1; fi

@@ -1,0 +1,44 @@
+// The generated training driver (`convgen compile --train`, docs/training.md): a
+// model's training graph written out as C++ (every node, attribute and shape; the float
+// constants in a weights file beside it) plus the table of its ahead-of-time kernels,
+// around the batch-parallel engine (model_trainer.h). The in-process trainer of
+// `convgen train` and a generated driver run the same engine on kernels generated from
+// the same code and schedules, so they compute the same bits (tested).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "conv_descriptor.h"
+#include "train_graph.h"
+
+namespace convgen::model {
+
+// One layer at one size and the kernels generated for it (function names).
+struct TrainKernelRow {
+  ConvDescriptor descriptor;  // no name
+  std::string forward, backward_data, backward_weights;  // backward_data "" when no dX is needed
+};
+
+struct TrainDriverSpec {
+  std::string name;            // C identifier: namespace convgen_model_<name>
+  int64_t batch = 0, micro_batch = 0;
+  std::vector<int64_t> sample_counts;  // the data sizes whose partial batches have kernels
+  std::string target;          // the kernels' Halide target
+  std::string weights_key;     // ties NAME.weights to this driver
+  std::string regenerate;      // the command that produced it
+  std::vector<TrainKernelRow> kernels;
+};
+
+// The float constants of the graph (initial weights and frozen tensors), in the order
+// the generated source reads them: for NAME.weights.
+std::vector<float> training_weights_blob(const TrainGraph& tg);
+
+// NAME.h: the class convgen_model_<name>::Trainer and the compile-time constants.
+std::string training_driver_declaration(const TrainGraph& tg, const TrainDriverSpec& spec);
+
+// NAME.cpp: `provenance` (comment lines) first.
+std::string training_driver_source(const TrainGraph& tg, const TrainDriverSpec& spec, const std::string& provenance);
+
+}  // namespace convgen::model

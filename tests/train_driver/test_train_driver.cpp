@@ -1,0 +1,157 @@
+// The generated training drivers (`convgen compile --train`, compiled at build time for
+// the bundled LeNet, cifar10_full and small ResNet) against the in-process trainer of
+// `convgen train`: the same engine on AOT instead of JIT kernels must give the same
+// bits -- every loss, weight, momentum and BatchNormalization statistic -- for every
+// thread count, over two epochs whose last mini-batch ends in a partial micro-batch.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+
+#include "cifar10_full.h"
+#include "errors.h"
+#include "lenet.h"
+#include "model_trainer.h"
+#include "small_resnet.h"
+#include "train_data.h"
+
+using namespace convgen;
+
+namespace {
+
+constexpr int64_t kSamples = 100;  // the drivers were compiled with --batch 32 --samples 100
+constexpr int64_t kBatch = 32;
+
+struct Run {
+  std::vector<double> losses;
+  std::vector<int64_t> correct;
+  std::vector<model::Parameter> parameters;
+  std::vector<std::pair<std::string, std::vector<float>>> state;
+  model::StepStats evaluated;
+};
+
+// Two shuffled epochs of synthetic data through `engine`, then an evaluation of the
+// last (partial) batch.
+Run train(model::Trainer& engine) {
+  const auto& tg = engine.graph();
+  data::SampleSpec spec;
+  spec.channels = tg.sample_shape[0], spec.height = tg.sample_shape[1], spec.width = tg.sample_shape[2];
+  spec.classes = tg.classes;
+  const data::Dataset set = data::synthetic_dataset(spec, kSamples, 11, "synthetic");
+  Run run;
+  data::Batch b;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    const std::vector<int64_t> order = data::epoch_order(kSamples, epoch, true, 7);
+    for (int64_t first = 0; first < kSamples; first += kBatch) {
+      data::decode_batch(set, order, first, std::min(kBatch, kSamples - first), data::Normalization{}, &b);
+      const model::StepStats s = engine.train_step(b.pixels.data(), b.labels.data(), b.count);
+      run.losses.push_back(s.loss);
+      run.correct.push_back(s.correct);
+    }
+  }
+  run.evaluated = engine.evaluate(b.pixels.data(), b.labels.data(), b.count);
+  run.parameters = engine.parameters();
+  run.state = engine.state_tensors();
+  return run;
+}
+
+model::TrainerOptions jit_options() {
+  model::TrainerOptions o;
+  o.batch = kBatch;
+  o.lr = 0.01f, o.momentum = 0.9f, o.weight_decay = 5e-4f, o.seed = 7;
+  return o;
+}
+
+template <typename Options>
+Options driver_options(int threads, bool intra) {
+  Options o;
+  o.lr = 0.01f, o.momentum = 0.9f, o.weight_decay = 5e-4f, o.seed = 7;
+  o.threads = threads;
+  o.intra_kernel = intra;
+  return o;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+void require_identical(const Run& a, const Run& b) {
+  REQUIRE(a.losses.size() == b.losses.size());
+  for (size_t i = 0; i < a.losses.size(); ++i) {
+    INFO("step " << i);
+    CHECK(std::memcmp(&a.losses[i], &b.losses[i], sizeof(double)) == 0);
+    CHECK(a.correct[i] == b.correct[i]);
+  }
+  CHECK(std::memcmp(&a.evaluated.loss, &b.evaluated.loss, sizeof(double)) == 0);
+  CHECK(a.evaluated.correct == b.evaluated.correct);
+  REQUIRE(a.parameters.size() == b.parameters.size());
+  for (size_t p = 0; p < a.parameters.size(); ++p) {
+    INFO("parameter " << a.parameters[p].name);
+    CHECK(a.parameters[p].name == b.parameters[p].name);
+    CHECK(same_bits(a.parameters[p].value, b.parameters[p].value));
+    CHECK(same_bits(a.parameters[p].momentum, b.parameters[p].momentum));
+  }
+  REQUIRE(a.state.size() == b.state.size());
+  for (size_t i = 0; i < a.state.size(); ++i) {
+    INFO("state " << a.state[i].first);
+    CHECK(a.state[i].first == b.state[i].first);
+    CHECK(same_bits(a.state[i].second, b.state[i].second));
+  }
+}
+
+std::string model_file(const std::string& name) { return std::string(CONVGEN_MODELS_DIR) + "/" + name + ".onnx"; }
+std::string weights_file(const std::string& name) {
+  return std::string(CONVGEN_DRIVERS_DIR) + "/" + name + "/" + name + ".weights";
+}
+
+template <typename Driver, typename Options>
+void check_driver(const std::string& name) {
+  model::Trainer jit(model_file(name), jit_options(), default_target());
+  const Run reference = train(jit);
+  for (auto [threads, intra] : {std::pair{1, false}, std::pair{2, false}, std::pair{3, false}, std::pair{2, true}}) {
+    INFO(name << ": generated driver, " << threads << " threads" << (intra ? ", intra-kernel" : ""));
+    Driver driver(weights_file(name), driver_options<Options>(threads, intra));
+    CHECK(driver.engine().micro_batch() == jit.micro_batch());
+    require_identical(reference, train(driver.engine()));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("generated training driver: LeNet matches the in-process trainer bit for bit", "[train_driver]") {
+  check_driver<convgen_model_lenet::Trainer, convgen_model_lenet::TrainOptions>("lenet");
+}
+
+TEST_CASE("generated training driver: cifar10_full matches the in-process trainer bit for bit", "[train_driver]") {
+  check_driver<convgen_model_cifar10_full::Trainer, convgen_model_cifar10_full::TrainOptions>("cifar10_full");
+}
+
+TEST_CASE("generated training driver: small ResNet (BatchNorm, Dropout) matches bit for bit", "[train_driver]") {
+  check_driver<convgen_model_small_resnet::Trainer, convgen_model_small_resnet::TrainOptions>("small_resnet");
+}
+
+TEST_CASE("generated training driver: compile-time facts and clear errors", "[train_driver]") {
+  STATIC_REQUIRE(convgen_model_lenet::kBatch == 32);
+  STATIC_REQUIRE(convgen_model_lenet::kClasses == 10);
+  convgen_model_lenet::Trainer driver(weights_file("lenet"));
+  CHECK(driver.engine().micro_batch() == convgen_model_lenet::kMicroBatch);
+  std::vector<float> pixels(5 * 28 * 28, 0.5f);
+  std::vector<int32_t> labels(5, 3);
+  // 5 samples: a partial micro-batch the driver has no kernels for (100 mod 32 = 4 has).
+  try {
+    driver.train_step(pixels.data(), labels.data(), 5);
+    FAIL("a batch size without kernels was accepted");
+  } catch (const Error& e) {
+    CHECK(e.code() == ExitCode::Unsupported);
+    CHECK_THAT(e.what(), Catch::Contains("regenerate with: convgen compile lenet.onnx --train"));
+  }
+  // Another model's weights file: refused, naming the file.
+  try {
+    convgen_model_lenet::Trainer wrong(weights_file("cifar10_full"));
+    FAIL("another model's weights were accepted");
+  } catch (const std::runtime_error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("cifar10_full.weights"));
+  }
+  CHECK_THROWS(convgen_model_lenet::Trainer("/nonexistent/lenet.weights"));
+}
