@@ -21,6 +21,7 @@
 #include "train_conv.h"
 #include "train_driver_codegen.h"
 #include "train_graph.h"
+#include "trainer_state.h"
 #include "onnx_import.h"
 #include "sha256.h"
 #include "subprocess.h"
@@ -55,6 +56,8 @@ convgen::runtime (model_runtime.h, ops.h).
 
   -o, --output DIR     output directory (default: NAME in the current directory)
   --name NAME          model name, a C identifier (default: the file's stem)
+  --namespace NS       the driver's C++ namespace, e.g. app::models (default:
+                       convgen_model_NAME)
   --batch N            batch size bound to a dynamic batch dimension (default 1)
   --target STRING      Halide target (default x86-64-linux-avx-avx2-f16c-fma-sse41)
   --schedules FILE     schedule records (JSON lines); a matching record wins over the
@@ -82,7 +85,7 @@ Training driver (docs/training.md):
 )";
 
 struct Options {
-  std::string model, output_dir, name, batch, target, schedules, jobs, cache_dir, micro_batch, samples;
+  std::string model, output_dir, name, batch, target, schedules, jobs, cache_dir, micro_batch, samples, cpp_namespace;
   bool no_cache = false, verbose = false, train = false;
 };
 
@@ -92,6 +95,7 @@ std::string regenerate_command(const Options& o, const std::string& name, const 
   if (o.train && !o.micro_batch.empty()) cmd += " --micro-batch " + o.micro_batch;
   if (o.train && !o.samples.empty()) cmd += " --samples " + o.samples;
   cmd += " --target " + target;
+  if (!o.cpp_namespace.empty() && o.cpp_namespace != "convgen_model_" + name) cmd += " --namespace " + o.cpp_namespace;
   if (!o.schedules.empty()) cmd += " --schedules <records>";
   return cmd;
 }
@@ -381,6 +385,7 @@ int compile_training_driver(const Options& o, const std::string& name, const std
   std::vector<model::PlannedKernel> kernels;
   model::TrainDriverSpec spec;
   spec.name = name;
+  spec.cpp_namespace = o.cpp_namespace;
   spec.batch = topt.batch;
   spec.micro_batch = m;
   spec.sample_counts = counts;
@@ -419,7 +424,7 @@ int compile_training_driver(const Options& o, const std::string& name, const std
   const fs::path out_dir = o.output_dir.empty() ? fs::path(name) : fs::path(o.output_dir);
   emit_outputs(out_dir, name, [&](const fs::path& stage) {
     stage_kernels(kernels, o, target, name, stage, &why);
-    write_weights_file((stage / (name + ".weights")).string(), model::training_weights_blob(tg), spec.weights_key);
+    write_weights_file((stage / (name + ".weights")).string(), model::float_constants_blob(tg), spec.weights_key);
     write_file((stage / (name + ".cpp")).string(),
                model::training_driver_source(tg, spec, provenance_lines(o, name, target) + "\n"));
     write_file((stage / (name + ".h")).string(),
@@ -453,7 +458,8 @@ int compile_model(const Args& args) {
     if (r.value("-o", &o.output_dir) || r.value("--output", &o.output_dir) || r.value("--name", &o.name) ||
         r.value("--batch", &o.batch) || r.value("--target", &o.target) || r.value("--schedules", &o.schedules) ||
         r.value("--jobs", &o.jobs) || r.value("--cache-dir", &o.cache_dir) ||
-        r.value("--micro-batch", &o.micro_batch) || r.value("--samples", &o.samples))
+        r.value("--micro-batch", &o.micro_batch) || r.value("--samples", &o.samples) ||
+        r.value("--namespace", &o.cpp_namespace))
       continue;
     if (r.flag("--no-cache")) { o.no_cache = true; continue; }
     if (r.flag("--train")) { o.train = true; continue; }
@@ -466,6 +472,15 @@ int compile_model(const Args& args) {
     throw Error(ExitCode::Usage, "compile: --micro-batch and --samples need --train");
   const std::string name = o.name.empty() ? identifier_from(fs::path(o.model).stem().string()) : o.name;
   if (!is_c_identifier(name)) throw Error(ExitCode::Usage, fmt::format("--name {}: not a C identifier", name));
+  if (o.cpp_namespace.empty()) o.cpp_namespace = "convgen_model_" + name;
+  for (size_t begin = 0;;) {
+    const size_t sep = o.cpp_namespace.find("::", begin);
+    if (!is_c_identifier(o.cpp_namespace.substr(begin, sep == std::string::npos ? std::string::npos : sep - begin)))
+      throw Error(ExitCode::Usage, fmt::format("--namespace {}: not a C++ namespace name (identifiers joined by ::)",
+                                               o.cpp_namespace));
+    if (sep == std::string::npos) break;
+    begin = sep + 2;
+  }
   const std::string target = o.target.empty() ? default_target().target : o.target;
   const TargetInfo t = target_info(target);
   if (o.train) return compile_training_driver(o, name, target, t);
@@ -487,9 +502,9 @@ int compile_model(const Args& args) {
         sha256_hex(fmt::format("{}|{}|{}|{}|{}", model_sha, g.batch, CONVGEN_GENERATOR_HASH, target, name));
     write_weights_file((stage / (name + ".weights")).string(), model::weights_blob(g, plan), plan_key);
     write_file((stage / (name + ".cpp")).string(),
-               model::driver_source(name, g, plan, plan_key, provenance_lines(o, name, target) + "\n"));
+               model::driver_source(name, g, plan, plan_key, provenance_lines(o, name, target) + "\n", o.cpp_namespace));
     write_file((stage / (name + ".h")).string(),
-               model_header(kernels, o, name, target, model::driver_declaration(name, g, plan)));
+               model_header(kernels, o, name, target, model::driver_declaration(name, g, plan, o.cpp_namespace)));
     write_file((stage / (name + ".manifest.json")).string(), manifest(kernels, o, name, target, model_sha, g));
   });
   if (o.verbose)

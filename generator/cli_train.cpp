@@ -21,6 +21,7 @@
 #include "errors.h"
 #include "sha256.h"
 #include "model_trainer.h"
+#include "trainer_state.h"
 #include "onnx_export.h"
 #include "train_data.h"
 
@@ -190,51 +191,6 @@ std::string resume_key(const TrainSetup& s, int64_t micro_batch) {
          (s.lr_schedule == "cosine" ? fmt::format(" cosine_epochs={}", s.schedule_epochs) : std::string());
 }
 
-train::Checkpoint make_checkpoint(const model::Trainer& trainer, const std::string& model_hash, const std::string& key,
-                                  int64_t step, int64_t epoch, int64_t position, uint64_t seed, double lr) {
-  train::Checkpoint c;
-  c.model_sha256 = model_hash;
-  c.options_text = key;
-  c.options_hash = sha256_hex(key);
-  c.step = step, c.epoch = epoch, c.position = position, c.seed = seed, c.lr = lr;
-  for (const model::Parameter& p : trainer.parameters()) {
-    c.tensors.push_back({p.name, "value", p.shape, p.value});
-    c.tensors.push_back({p.name, "momentum", p.shape, p.momentum});
-  }
-  for (const auto& [name, data] : trainer.state_tensors())
-    c.tensors.push_back({name, "state", {static_cast<int64_t>(data.size())}, data});
-  return c;
-}
-
-// Restores a checkpoint into the trainer after checking it belongs to this run.
-void restore(const train::Checkpoint& c, const std::string& dir, const std::string& model_hash, const std::string& key,
-             model::Trainer& trainer) {
-  const std::string path = train::checkpoint_path(dir);
-  if (c.model_sha256 != model_hash)
-    throw Error(ExitCode::BadData, fmt::format("{}: the checkpoint was written for another model file", path));
-  if (c.options_hash != sha256_hex(key))
-    throw Error(ExitCode::BadData, fmt::format("{}: the checkpoint was written with other options ({}; now {})", path,
-                                               c.options_text, key));
-  std::map<std::string, model::Parameter*> by_name;
-  for (model::Parameter& p : trainer.parameters()) by_name[p.name] = &p;
-  size_t restored = 0;
-  for (const train::CheckpointTensor& t : c.tensors) {
-    if (t.kind == "state") {
-      trainer.set_state_tensor(t.name, t.data);
-      ++restored;
-      continue;
-    }
-    auto it = by_name.find(t.name);
-    if (it == by_name.end() || it->second->value.size() != t.data.size())
-      throw Error(ExitCode::BadData, fmt::format("{}: tensor '{}' does not match the model", path, t.name));
-    (t.kind == "value" ? it->second->value : it->second->momentum) = t.data;
-    ++restored;
-  }
-  if (restored != 2 * trainer.parameters().size() + trainer.state_tensors().size())
-    throw Error(ExitCode::BadData, fmt::format("{}: the checkpoint lacks some of the model's tensors", path));
-  trainer.set_steps_taken(c.step);
-}
-
 }  // namespace
 
 int train_model(const Args& args) {
@@ -299,7 +255,7 @@ int train_model(const Args& args) {
   int64_t start_step = 0, start_epoch = 0, start_position = 0;
   if (!s.resume.empty()) {
     const train::Checkpoint c = train::load_checkpoint(s.resume);
-    restore(c, s.resume, model_hash, key, trainer);
+    model::restore_checkpoint(c, train::checkpoint_path(s.resume), model_hash, key, trainer);
     start_step = c.step, start_epoch = c.epoch, start_position = c.position;
     fmt::print(stderr, "resuming from {} at step {} (epoch {}, sample {})\n", train::checkpoint_path(s.resume),
                start_step, start_epoch, start_position);
@@ -326,7 +282,7 @@ int train_model(const Args& args) {
   int64_t step = start_step, epoch_next = start_epoch, position_next = start_position;
   auto checkpoint = [&] {
     if (s.checkpoint.empty()) return;
-    train::save_checkpoint(s.checkpoint, make_checkpoint(trainer, model_hash, key, step, epoch_next, position_next,
+    train::save_checkpoint(s.checkpoint, model::make_checkpoint(trainer, model_hash, key, step, epoch_next, position_next,
                                                          s.trainer.seed, learning_rate(s, epoch_next)));
   };
   int64_t lr_epoch = -1;

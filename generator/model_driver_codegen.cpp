@@ -118,7 +118,7 @@ std::string elements_list(const Plan& p, const std::vector<int>& ids) {
 
 }  // namespace
 
-std::string driver_declaration(const std::string& name, const Graph& g, const Plan& p) {
+std::string driver_declaration(const std::string& name, const Graph& g, const Plan& p, const std::string& ns) {
   std::string inputs_doc, outputs_doc;
   for (size_t i = 0; i < g.inputs.size(); ++i)
     inputs_doc += fmt::format("//   inputs[{}]  '{}' {}\n", i, g.inputs[i], ints(g.value(g.inputs[i]).shape));
@@ -126,7 +126,7 @@ std::string driver_declaration(const std::string& name, const Graph& g, const Pl
     outputs_doc += fmt::format("//   outputs[{}] '{}' {}\n", i, g.outputs[i], ints(g.value(g.outputs[i]).shape));
   return fmt::format(
       "#include <cstdint>\n#include <string>\n#include <vector>\n\n"
-      "namespace convgen_model_{0} {{\n\n"
+      "namespace {ns} {{\n\n"
       "// The model's forward pass over a static plan: {1} steps, an arena of {2} floats and\n"
       "// {3} floats of weights (read from the weights file `convgen compile` wrote beside\n"
       "// this header). Data is dense float32 in ONNX order:\n{4}{5}"
@@ -143,13 +143,13 @@ std::string driver_declaration(const std::string& name, const Graph& g, const Pl
       " private:\n"
       "  std::vector<float> weights_, arena_;\n"
       "}};\n\n"
-      "}}  // namespace convgen_model_{0}\n",
+      "}}  // namespace {ns}\n",
       name, p.steps.size(), p.arena_floats, p.weights_floats, inputs_doc, outputs_doc, g.inputs.size(),
-      g.outputs.size(), elements_list(p, p.inputs), elements_list(p, p.outputs));
+      g.outputs.size(), elements_list(p, p.inputs), elements_list(p, p.outputs), fmt::arg("ns", ns));
 }
 
 std::string driver_source(const std::string& name, const Graph& g, const Plan& p, const std::string& plan_key,
-                          const std::string& provenance) {
+                          const std::string& provenance, const std::string& ns) {
   Writer w(p);
   std::string body;
   for (size_t i = 0; i < p.inputs.size(); ++i)
@@ -167,7 +167,7 @@ std::string driver_source(const std::string& name, const Graph& g, const Plan& p
   return fmt::format(
       "{0}"
       "#include \"{1}.h\"\n\n#include <algorithm>\n\n#include \"model_runtime.h\"\n#include \"parallel_runtime.h\"\n\n"
-      "namespace convgen_model_{1} {{\n\n"
+      "namespace {ns} {{\n\n"
       "namespace {{\nconstexpr char kPlanKey[] = \"{2}\";\n}}  // namespace\n\n"
       "constexpr int64_t Model::kInputElements[];\nconstexpr int64_t Model::kOutputElements[];\n\n"
       "Model::Model(const std::string& weights_path)\n"
@@ -176,8 +176,8 @@ std::string driver_source(const std::string& name, const Graph& g, const Plan& p
       "void Model::forward(const float* const* inputs, float* const* outputs) {{\n"
       "  float* const A = arena_.data();\n  const float* const W = weights_.data();\n"
       "  (void)W;\n{5}}}\n\n"
-      "}}  // namespace convgen_model_{1}\n",
-      provenance, name, plan_key, p.weights_floats, p.arena_floats, body);
+      "}}  // namespace {ns}\n",
+      provenance, name, plan_key, p.weights_floats, p.arena_floats, body, fmt::arg("ns", ns));
 }
 
 }  // namespace convgen::model

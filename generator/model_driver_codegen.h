@@ -10,12 +10,13 @@
 
 namespace convgen::model {
 
-// The declaration of the driver class, for NAME.h: namespace convgen_model_<name>,
-// class Model { Model(weights path); forward(inputs, outputs); sizes }.
-std::string driver_declaration(const std::string& name, const Graph& g, const Plan& p);
+// The declaration of the driver class, for NAME.h: namespace `ns` (convgen compile's
+// default: convgen_model_<name>), class Model { Model(weights path); forward(inputs,
+// outputs); sizes }.
+std::string driver_declaration(const std::string& name, const Graph& g, const Plan& p, const std::string& ns);
 
 // NAME.cpp: `provenance` (comment lines) first; `plan_key` ties it to its weights file.
 std::string driver_source(const std::string& name, const Graph& g, const Plan& p, const std::string& plan_key,
-                          const std::string& provenance);
+                          const std::string& provenance, const std::string& ns);
 
 }  // namespace convgen::model

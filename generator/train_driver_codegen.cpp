@@ -161,19 +161,12 @@ std::string kernel_table(const TrainDriverSpec& spec) {
 
 }  // namespace
 
-std::vector<float> training_weights_blob(const TrainGraph& tg) {
-  std::vector<float> blob;
-  for (const auto& entry : tg.graph.values)
-    if (float_constant(entry.second)) blob.insert(blob.end(), entry.second.data.begin(), entry.second.data.end());
-  return blob;
-}
-
 std::string training_driver_declaration(const TrainGraph& tg, const TrainDriverSpec& spec) {
   std::string counts;
   for (int64_t c : spec.sample_counts) counts += (counts.empty() ? "" : ", ") + std::to_string(c);
   return fmt::format(
-      "#include <cstdint>\n#include <memory>\n#include <string>\n\n#include \"model_trainer.h\"\n\n"
-      "namespace convgen_model_{0} {{\n\n"
+      "#include <cstdint>\n#include <memory>\n#include <string>\n#include <utility>\n\n#include \"model_trainer.h\"\n\n"
+      "namespace {ns} {{\n\n"
       "// Fixed when the driver was generated: kernels exist for these sizes only.\n"
       "constexpr int64_t kBatch = {1};        // samples per mini-batch (train_step's count at most)\n"
       "constexpr int64_t kMicroBatch = {2};   // samples per micro-batch (one thread's share)\n"
@@ -201,18 +194,28 @@ std::string training_driver_declaration(const TrainGraph& tg, const TrainDriverS
       "  convgen::model::StepStats train_step(const float* pixels, const int32_t* labels, int64_t count);\n"
       "  // Forward only: loss and correct count, no state changes.\n"
       "  convgen::model::StepStats evaluate(const float* pixels, const int32_t* labels, int64_t count);\n"
+      "  // The current weights (trained parameters, BatchNormalization statistics) as a\n"
+      "  // weights file this constructor reads; temp file + rename, never half-written.\n"
+      "  void save_weights(const std::string& path) const;\n"
+      "  // Everything to continue bit-identically (weights, momentum, BatchNormalization\n"
+      "  // state, step count, learning rate) and the caller's place in its data, to\n"
+      "  // DIR/checkpoint.cgck, atomically (docs/training.md).\n"
+      "  void save_checkpoint(const std::string& dir, int64_t epoch = 0, int64_t position = 0) const;\n"
+      "  // Restores a checkpoint of this driver written with the same momentum, weight decay\n"
+      "  // and seed (else a convgen::Error naming the file); returns {{epoch, position}}.\n"
+      "  std::pair<int64_t, int64_t> load_checkpoint(const std::string& dir);\n"
       "  // Parameters (values, momentum), BatchNormalization state, step count, learning rate.\n"
       "  convgen::model::Trainer& engine() {{ return *engine_; }}\n"
       "  const convgen::model::Trainer& engine() const {{ return *engine_; }}\n\n"
       " private:\n"
       "  std::unique_ptr<convgen::model::Trainer> engine_;\n"
       "}};\n\n"
-      "}}  // namespace convgen_model_{0}\n",
+      "}}  // namespace {ns}\n",
       spec.name, spec.batch, spec.micro_batch, tg.classes, [&] {
         std::string s = "{";
         for (size_t i = 0; i < tg.sample_shape.size(); ++i) s += (i ? ", " : "") + std::to_string(tg.sample_shape[i]);
         return s + "}";
-      }(), counts.empty() ? "0" : counts);
+      }(), counts.empty() ? "0" : counts, fmt::arg("ns", spec.cpp_namespace));
 }
 
 std::string training_driver_source(const TrainGraph& tg, const TrainDriverSpec& spec, const std::string& provenance) {
@@ -225,8 +228,8 @@ std::string training_driver_source(const TrainGraph& tg, const TrainDriverSpec& 
       "{0}"
       "#include \"{1}.h\"\n\n#include <limits>\n#include <vector>\n\n"
       "#include \"conv_schedule.h\"\n#include \"parallel_runtime.h\"\n#include \"train_conv_aot.h\"\n"
-      "#include \"weights_file.h\"\n{2}\n"
-      "namespace convgen_model_{1} {{\n\n"
+      "#include \"trainer_state.h\"\n#include \"weights_file.h\"\n{2}\n"
+      "namespace {ns} {{\n\n"
       "namespace {{\n\n"
       "using namespace convgen::model;\n\n"
       "constexpr char kWeightsKey[] = \"{3}\";\n"
@@ -265,9 +268,15 @@ std::string training_driver_source(const TrainGraph& tg, const TrainDriverSpec& 
       "  return engine_->train_step(pixels, labels, count);\n}}\n\n"
       "convgen::model::StepStats Trainer::evaluate(const float* pixels, const int32_t* labels, int64_t count) {{\n"
       "  return engine_->evaluate(pixels, labels, count);\n}}\n\n"
-      "}}  // namespace convgen_model_{1}\n",
+      "void Trainer::save_weights(const std::string& path) const {{\n"
+      "  convgen::write_weights_file(path, current_weights_blob(*engine_), kWeightsKey);\n}}\n\n"
+      "void Trainer::save_checkpoint(const std::string& dir, int64_t epoch, int64_t position) const {{\n"
+      "  save_driver_checkpoint(*engine_, dir, kWeightsKey, epoch, position);\n}}\n\n"
+      "std::pair<int64_t, int64_t> Trainer::load_checkpoint(const std::string& dir) {{\n"
+      "  return load_driver_checkpoint(*engine_, dir, kWeightsKey);\n}}\n\n"
+      "}}  // namespace {ns}\n",
       provenance, spec.name, includes, spec.weights_key, blob_floats(tg), c_string(spec.target),
-      c_string(spec.regenerate), graph_builder(tg), kernel_table(spec));
+      c_string(spec.regenerate), graph_builder(tg), kernel_table(spec), fmt::arg("ns", spec.cpp_namespace));
 }
 
 }  // namespace convgen::model

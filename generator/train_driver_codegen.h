@@ -22,7 +22,8 @@ struct TrainKernelRow {
 };
 
 struct TrainDriverSpec {
-  std::string name;            // C identifier: namespace convgen_model_<name>
+  std::string name;            // C identifier: NAME.h, NAME.weights
+  std::string cpp_namespace;   // the driver's C++ namespace (default convgen_model_<name>)
   int64_t batch = 0, micro_batch = 0;
   std::vector<int64_t> sample_counts;  // the data sizes whose partial batches have kernels
   std::string target;          // the kernels' Halide target
@@ -31,11 +32,7 @@ struct TrainDriverSpec {
   std::vector<TrainKernelRow> kernels;
 };
 
-// The float constants of the graph (initial weights and frozen tensors), in the order
-// the generated source reads them: for NAME.weights.
-std::vector<float> training_weights_blob(const TrainGraph& tg);
-
-// NAME.h: the class convgen_model_<name>::Trainer and the compile-time constants.
+// NAME.h: the class <cpp_namespace>::Trainer and the compile-time constants.
 std::string training_driver_declaration(const TrainGraph& tg, const TrainDriverSpec& spec);
 
 // NAME.cpp: `provenance` (comment lines) first.

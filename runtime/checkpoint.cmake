@@ -7,8 +7,9 @@ get_filename_component(_convgen_checkpoint_root "${CMAKE_CURRENT_LIST_DIR}/.." A
 
 add_library(convgen_checkpoint STATIC "${_convgen_checkpoint_root}/runtime/checkpoint.cpp")
 target_include_directories(convgen_checkpoint PUBLIC
-  "${_convgen_checkpoint_root}/runtime"
-  "${_convgen_checkpoint_root}/generator")  # errors.h
+  "$<BUILD_INTERFACE:${_convgen_checkpoint_root}/runtime>"
+  "$<BUILD_INTERFACE:${_convgen_checkpoint_root}/generator>"  # errors.h
+  "$<INSTALL_INTERFACE:include/convgen>")
 target_link_libraries(convgen_checkpoint PRIVATE ZLIB::ZLIB nlohmann_json::nlohmann_json)
 target_compile_features(convgen_checkpoint PUBLIC cxx_std_17)
 target_compile_options(convgen_checkpoint PRIVATE -Wall -Wextra)

@@ -7,8 +7,9 @@ get_filename_component(_convgen_data_root "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUT
 
 add_library(convgen_data STATIC "${_convgen_data_root}/runtime/train_data.cpp")
 target_include_directories(convgen_data PUBLIC
-  "${_convgen_data_root}/runtime"
-  "${_convgen_data_root}/generator")  # errors.h
+  "$<BUILD_INTERFACE:${_convgen_data_root}/runtime>"
+  "$<BUILD_INTERFACE:${_convgen_data_root}/generator>"  # errors.h
+  "$<INSTALL_INTERFACE:include/convgen>")
 target_link_libraries(convgen_data PUBLIC Threads::Threads PRIVATE ZLIB::ZLIB)
 target_compile_features(convgen_data PUBLIC cxx_std_17)
 target_compile_options(convgen_data PRIVATE -Wall -Wextra)

@@ -10,6 +10,7 @@
 #include "conv_schedule.h"
 #include "parallel_runtime.h"
 #include "train_conv_aot.h"
+#include "trainer_state.h"
 #include "weights_file.h"
 #include "kernels/convgen_fwd_9f51d3b74d497de6.h"
 #include "kernels/convgen_bwd_data_cb7d8401ed9757f4.h"
@@ -158,6 +159,18 @@ convgen::model::StepStats Trainer::train_step(const float* pixels, const int32_t
 
 convgen::model::StepStats Trainer::evaluate(const float* pixels, const int32_t* labels, int64_t count) {
   return engine_->evaluate(pixels, labels, count);
+}
+
+void Trainer::save_weights(const std::string& path) const {
+  convgen::write_weights_file(path, current_weights_blob(*engine_), kWeightsKey);
+}
+
+void Trainer::save_checkpoint(const std::string& dir, int64_t epoch, int64_t position) const {
+  save_driver_checkpoint(*engine_, dir, kWeightsKey, epoch, position);
+}
+
+std::pair<int64_t, int64_t> Trainer::load_checkpoint(const std::string& dir) {
+  return load_driver_checkpoint(*engine_, dir, kWeightsKey);
 }
 
 }  // namespace convgen_model_cifar10_full_train

@@ -10,6 +10,7 @@
 #include "conv_schedule.h"
 #include "parallel_runtime.h"
 #include "train_conv_aot.h"
+#include "trainer_state.h"
 #include "weights_file.h"
 #include "kernels/convgen_fwd_8c01ecdd7c062391.h"
 #include "kernels/convgen_bwd_weights_faa736f96850317a.h"
@@ -164,6 +165,18 @@ convgen::model::StepStats Trainer::train_step(const float* pixels, const int32_t
 
 convgen::model::StepStats Trainer::evaluate(const float* pixels, const int32_t* labels, int64_t count) {
   return engine_->evaluate(pixels, labels, count);
+}
+
+void Trainer::save_weights(const std::string& path) const {
+  convgen::write_weights_file(path, current_weights_blob(*engine_), kWeightsKey);
+}
+
+void Trainer::save_checkpoint(const std::string& dir, int64_t epoch, int64_t position) const {
+  save_driver_checkpoint(*engine_, dir, kWeightsKey, epoch, position);
+}
+
+std::pair<int64_t, int64_t> Trainer::load_checkpoint(const std::string& dir) {
+  return load_driver_checkpoint(*engine_, dir, kWeightsKey);
 }
 
 }  // namespace convgen_model_lenet_train

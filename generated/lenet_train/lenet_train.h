@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "model_trainer.h"
 
@@ -41,6 +42,16 @@ class Trainer {
   convgen::model::StepStats train_step(const float* pixels, const int32_t* labels, int64_t count);
   // Forward only: loss and correct count, no state changes.
   convgen::model::StepStats evaluate(const float* pixels, const int32_t* labels, int64_t count);
+  // The current weights (trained parameters, BatchNormalization statistics) as a
+  // weights file this constructor reads; temp file + rename, never half-written.
+  void save_weights(const std::string& path) const;
+  // Everything to continue bit-identically (weights, momentum, BatchNormalization
+  // state, step count, learning rate) and the caller's place in its data, to
+  // DIR/checkpoint.cgck, atomically (docs/training.md).
+  void save_checkpoint(const std::string& dir, int64_t epoch = 0, int64_t position = 0) const;
+  // Restores a checkpoint of this driver written with the same momentum, weight decay
+  // and seed (else a convgen::Error naming the file); returns {epoch, position}.
+  std::pair<int64_t, int64_t> load_checkpoint(const std::string& dir);
   // Parameters (values, momentum), BatchNormalization state, step count, learning rate.
   convgen::model::Trainer& engine() { return *engine_; }
   const convgen::model::Trainer& engine() const { return *engine_; }

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <stdexcept>
 
@@ -154,4 +155,82 @@ TEST_CASE("generated training driver: compile-time facts and clear errors", "[tr
     CHECK_THAT(e.what(), Catch::Contains("cifar10_full.weights"));
   }
   CHECK_THROWS(convgen_model_lenet::Trainer("/nonexistent/lenet.weights"));
+}
+
+namespace {
+
+// One shuffled epoch of synthetic data.
+void train_epoch(model::Trainer& engine, int epoch, std::vector<double>* losses) {
+  const auto& tg = engine.graph();
+  data::SampleSpec spec;
+  spec.channels = tg.sample_shape[0], spec.height = tg.sample_shape[1], spec.width = tg.sample_shape[2];
+  spec.classes = tg.classes;
+  const data::Dataset set = data::synthetic_dataset(spec, kSamples, 11, "synthetic");
+  const std::vector<int64_t> order = data::epoch_order(kSamples, epoch, true, 7);
+  data::Batch b;
+  for (int64_t first = 0; first < kSamples; first += kBatch) {
+    data::decode_batch(set, order, first, std::min(kBatch, kSamples - first), data::Normalization{}, &b);
+    losses->push_back(engine.train_step(b.pixels.data(), b.labels.data(), b.count).loss);
+  }
+}
+
+std::string scratch_dir(const std::string& name) {
+  const std::string dir = std::string(CONVGEN_DRIVERS_DIR) + "/scratch-" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("generated training driver: checkpoints resume bit-identically, weights save and load", "[train_driver]") {
+  using Driver = convgen_model_small_resnet::Trainer;
+  auto options = driver_options<convgen_model_small_resnet::TrainOptions>(2, false);
+  const std::string dir = scratch_dir("checkpoint");
+  // Uninterrupted: two epochs, a checkpoint between them.
+  Driver straight(weights_file("small_resnet"), options);
+  std::vector<double> losses, resumed_losses;
+  train_epoch(straight.engine(), 0, &losses);
+  straight.engine().set_learning_rate(0.005f);  // the learning rate is state, restored
+  straight.save_checkpoint(dir, 1, 0);
+  train_epoch(straight.engine(), 1, &losses);
+  // Resumed in a fresh driver from the checkpoint.
+  Driver resumed(weights_file("small_resnet"), options);
+  const auto [epoch, position] = resumed.load_checkpoint(dir);
+  CHECK(epoch == 1);
+  CHECK(position == 0);
+  CHECK(resumed.engine().steps_taken() == 4);
+  CHECK(resumed.engine().options().lr == 0.005f);
+  train_epoch(resumed.engine(), 1, &resumed_losses);
+  REQUIRE(resumed_losses.size() == 4);
+  for (size_t i = 0; i < 4; ++i) CHECK(std::memcmp(&resumed_losses[i], &losses[4 + i], sizeof(double)) == 0);
+  for (size_t p = 0; p < straight.engine().parameters().size(); ++p) {
+    INFO("parameter " << straight.engine().parameters()[p].name);
+    CHECK(same_bits(straight.engine().parameters()[p].value, resumed.engine().parameters()[p].value));
+    CHECK(same_bits(straight.engine().parameters()[p].momentum, resumed.engine().parameters()[p].momentum));
+  }
+  const auto state = straight.engine().state_tensors();
+  REQUIRE(!state.empty());
+  for (size_t i = 0; i < state.size(); ++i) CHECK(same_bits(state[i].second, resumed.engine().state_tensors()[i].second));
+
+  // Other options: refused, naming the file.
+  auto other = options;
+  other.momentum = 0.5f;
+  Driver mismatched(weights_file("small_resnet"), other);
+  try {
+    mismatched.load_checkpoint(dir);
+    FAIL("a checkpoint written with other options was accepted");
+  } catch (const Error& e) {
+    CHECK(e.code() == ExitCode::BadData);
+    CHECK_THAT(e.what(), Catch::Contains("checkpoint.cgck") && Catch::Contains("other options"));
+  }
+
+  // Trained weights (parameters and BatchNorm statistics) saved, then loaded as a start.
+  const std::string saved = dir + "/trained.weights";
+  straight.save_weights(saved);
+  Driver reloaded(saved, options);
+  for (size_t p = 0; p < straight.engine().parameters().size(); ++p)
+    CHECK(same_bits(straight.engine().parameters()[p].value, reloaded.engine().parameters()[p].value));
+  for (size_t i = 0; i < state.size(); ++i) CHECK(same_bits(state[i].second, reloaded.engine().state_tensors()[i].second));
+  CHECK(std::filesystem::remove_all(dir) > 0);
 }
