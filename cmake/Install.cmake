@@ -23,6 +23,7 @@ install(FILES
   runtime/checkpoint.h
   runtime/layout.h
   runtime/model_runtime.h
+  runtime/onnx_weights.h
   runtime/ops.h
   runtime/parallel_runtime.h
   runtime/tensor.h

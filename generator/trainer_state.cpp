@@ -3,8 +3,10 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "errors.h"
+#include "onnx_weights.h"
 #include "sha256.h"
 
 namespace convgen::model {
@@ -41,6 +43,27 @@ std::vector<float> current_weights_blob(const Trainer& trainer) {
     blob.insert(blob.end(), data.begin(), data.end());
   }
   return blob;
+}
+
+void load_onnx_weights(Trainer& trainer, const std::string& path) {
+  const std::map<std::string, OnnxInitializer> inits = read_onnx_initializers(path);
+  auto find = [&](const std::string& name, const std::vector<int64_t>& shape, size_t elements) -> const OnnxInitializer& {
+    auto it = inits.find(name);
+    if (it == inits.end())
+      throw Error(ExitCode::BadData, fmt::format("{}: no float initializer '{}' (a tensor the model trains)", path, name));
+    const bool same_shape = shape.empty() ? it->second.data.size() == elements : it->second.shape == shape;
+    if (!same_shape || it->second.data.size() != elements)
+      throw Error(ExitCode::BadData, fmt::format("{}: initializer '{}' has {} elements of shape [{}], the model's has {}",
+                                                 path, name, it->second.data.size(),
+                                                 fmt::join(it->second.shape, ","), elements));
+    return it->second;
+  };
+  // Check everything before changing anything: a bad file leaves the trainer as it was.
+  for (const Parameter& p : trainer.parameters()) find(p.name, p.shape, p.value.size());
+  const auto state = trainer.state_tensors();
+  for (const auto& [name, data] : state) find(name, {}, data.size());
+  for (Parameter& p : trainer.parameters()) p.value = find(p.name, p.shape, p.value.size()).data;
+  for (const auto& [name, data] : state) trainer.set_state_tensor(name, find(name, {}, data.size()).data);
 }
 
 train::Checkpoint make_checkpoint(const Trainer& trainer, const std::string& model_hash, const std::string& options_key,

@@ -20,6 +20,12 @@ std::vector<float> float_constants_blob(const TrainGraph& tg);
 // running statistics) in place of the initial ones: a trained driver's weights file.
 std::vector<float> current_weights_blob(const Trainer& trainer);
 
+// Sets every trainable tensor and every state tensor (BatchNorm running statistics) from
+// the float32 initializers of the same name in an ONNX model file (onnx_weights.h), e.g.
+// one trained elsewhere; momentum buffers are left as they are. BadData naming the file
+// and the tensor for one the file lacks or whose shape differs.
+void load_onnx_weights(Trainer& trainer, const std::string& path);
+
 // Every trainable tensor (value and momentum), every state tensor and the given scalars,
 // tied to `model_hash` and to `options_key` (the options a resume must keep, in words).
 train::Checkpoint make_checkpoint(const Trainer& trainer, const std::string& model_hash, const std::string& options_key,

@@ -45,6 +45,9 @@ class Trainer {
   // The current weights (trained parameters, BatchNormalization statistics) as a
   // weights file this constructor reads; temp file + rename, never half-written.
   void save_weights(const std::string& path) const;
+  // Weights from the float initializers of an ONNX model file of this architecture
+  // (e.g. trained elsewhere); momentum is left as it is. Error naming the tensor.
+  void load_onnx_weights(const std::string& path);
   // Everything to continue bit-identically (weights, momentum, BatchNormalization
   // state, step count, learning rate) and the caller's place in its data, to
   // DIR/checkpoint.cgck, atomically (docs/training.md).

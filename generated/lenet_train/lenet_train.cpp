@@ -171,6 +171,10 @@ void Trainer::save_weights(const std::string& path) const {
   convgen::write_weights_file(path, current_weights_blob(*engine_), kWeightsKey);
 }
 
+void Trainer::load_onnx_weights(const std::string& path) {
+  convgen::model::load_onnx_weights(*engine_, path);
+}
+
 void Trainer::save_checkpoint(const std::string& dir, int64_t epoch, int64_t position) const {
   save_driver_checkpoint(*engine_, dir, kWeightsKey, epoch, position);
 }

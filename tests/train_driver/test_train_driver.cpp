@@ -7,13 +7,17 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
+#include <map>
 #include <stdexcept>
 
 #include "cifar10_full.h"
 #include "errors.h"
 #include "lenet.h"
 #include "model_trainer.h"
+#include "onnx_export.h"
 #include "small_resnet.h"
 #include "train_data.h"
 
@@ -233,4 +237,54 @@ TEST_CASE("generated training driver: checkpoints resume bit-identically, weight
     CHECK(same_bits(straight.engine().parameters()[p].value, reloaded.engine().parameters()[p].value));
   for (size_t i = 0; i < state.size(); ++i) CHECK(same_bits(state[i].second, reloaded.engine().state_tensors()[i].second));
   CHECK(std::filesystem::remove_all(dir) > 0);
+}
+
+TEST_CASE("generated training driver: weights from an ONNX file trained elsewhere", "[train_driver]") {
+  using Driver = convgen_model_small_resnet::Trainer;
+  const auto options = driver_options<convgen_model_small_resnet::TrainOptions>(1, false);
+  // Trained by the in-process trainer and exported as convgen train --save does.
+  model::Trainer jit(model_file("small_resnet"), jit_options(), default_target());
+  std::vector<double> losses;
+  train_epoch(jit, 0, &losses);
+  std::map<std::string, std::vector<float>> tensors;
+  for (const model::Parameter& p : jit.parameters()) tensors[p.name] = p.value;
+  for (const auto& [name, data] : jit.state_tensors()) tensors[name] = data;
+  const std::string dir = scratch_dir("onnx");
+  const std::string trained = dir + "/trained.onnx";
+  model::save_onnx_with_initializers(model_file("small_resnet"), tensors, trained);
+
+  Driver driver(weights_file("small_resnet"), options);
+  driver.load_onnx_weights(trained);
+  for (size_t p = 0; p < jit.parameters().size(); ++p) {
+    INFO("parameter " << jit.parameters()[p].name);
+    CHECK(same_bits(jit.parameters()[p].value, driver.engine().parameters()[p].value));
+  }
+  const auto state = jit.state_tensors();
+  REQUIRE(!state.empty());
+  for (size_t i = 0; i < state.size(); ++i) CHECK(same_bits(state[i].second, driver.engine().state_tensors()[i].second));
+
+  // The bundled file gives back the driver's own initial weights.
+  Driver fresh(weights_file("small_resnet"), options);
+  Driver from_onnx(weights_file("small_resnet"), options);
+  from_onnx.load_onnx_weights(model_file("small_resnet"));
+  for (size_t p = 0; p < fresh.engine().parameters().size(); ++p)
+    CHECK(same_bits(fresh.engine().parameters()[p].value, from_onnx.engine().parameters()[p].value));
+
+  // Another architecture, a truncated file: errors naming the file, nothing changed.
+  try {
+    from_onnx.load_onnx_weights(model_file("lenet"));
+    FAIL("another model's initializers were accepted");
+  } catch (const Error& e) {
+    CHECK(e.code() == ExitCode::BadData);
+    CHECK_THAT(e.what(), Catch::Contains("lenet.onnx") && Catch::Contains("no float initializer"));
+  }
+  {
+    std::ifstream in(trained, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(dir + "/cut.onnx", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  }
+  CHECK_THROWS_AS(from_onnx.load_onnx_weights(dir + "/cut.onnx"), Error);
+  for (size_t p = 0; p < fresh.engine().parameters().size(); ++p)
+    CHECK(same_bits(fresh.engine().parameters()[p].value, from_onnx.engine().parameters()[p].value));
+  std::filesystem::remove_all(dir);
 }
