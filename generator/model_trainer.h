@@ -101,6 +101,9 @@ class Trainer {
   StepStats train_step(const float* pixels, const int32_t* labels, int64_t count);
   // Forward only (test accuracy): no state changes.
   StepStats evaluate(const float* pixels, const int32_t* labels, int64_t count);
+  // Forward only, the logits out: count x classes floats, row per sample (inference with
+  // the training graph as evaluate runs it: BatchNorm on running statistics, Dropout off).
+  void forward(const float* pixels, int64_t count, float* logits);
 
   // The mini-batch gradient of every parameter in the last train_step (before weight
   // decay), in parameters() order: for gradient checks.

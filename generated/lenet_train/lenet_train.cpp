@@ -167,6 +167,10 @@ convgen::model::StepStats Trainer::evaluate(const float* pixels, const int32_t* 
   return engine_->evaluate(pixels, labels, count);
 }
 
+void Trainer::forward(const float* pixels, int64_t count, float* logits) {
+  engine_->forward(pixels, count, logits);
+}
+
 void Trainer::save_weights(const std::string& path) const {
   convgen::write_weights_file(path, current_weights_blob(*engine_), kWeightsKey);
 }

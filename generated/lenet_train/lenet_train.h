@@ -42,6 +42,9 @@ class Trainer {
   convgen::model::StepStats train_step(const float* pixels, const int32_t* labels, int64_t count);
   // Forward only: loss and correct count, no state changes.
   convgen::model::StepStats evaluate(const float* pixels, const int32_t* labels, int64_t count);
+  // Forward only, the logits out: count x kClasses floats (BatchNorm on running
+  // statistics, Dropout off).
+  void forward(const float* pixels, int64_t count, float* logits);
   // The current weights (trained parameters, BatchNormalization statistics) as a
   // weights file this constructor reads; temp file + rename, never half-written.
   void save_weights(const std::string& path) const;

@@ -5,6 +5,8 @@
 // thread count, over two epochs whose last mini-batch ends in a partial micro-batch.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -287,4 +289,39 @@ TEST_CASE("generated training driver: weights from an ONNX file trained elsewher
   for (size_t p = 0; p < fresh.engine().parameters().size(); ++p)
     CHECK(same_bits(fresh.engine().parameters()[p].value, from_onnx.engine().parameters()[p].value));
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("generated training driver: forward gives the logits evaluate scores", "[train_driver]") {
+  convgen_model_cifar10_full::Trainer driver(weights_file("cifar10_full"),
+                                             driver_options<convgen_model_cifar10_full::TrainOptions>(2, false));
+  std::vector<double> losses;
+  train_epoch(driver.engine(), 0, &losses);
+  const auto& tg = driver.engine().graph();
+  data::SampleSpec spec;
+  spec.channels = tg.sample_shape[0], spec.height = tg.sample_shape[1], spec.width = tg.sample_shape[2];
+  spec.classes = tg.classes;
+  const data::Dataset set = data::synthetic_dataset(spec, kSamples, 3, "synthetic");
+  data::Batch b;
+  data::decode_batch(set, data::epoch_order(kSamples, 0, false, 0), 0, kBatch, data::Normalization{}, &b);
+  std::vector<float> logits(size_t(kBatch * tg.classes), -1.0f);
+  driver.forward(b.pixels.data(), kBatch, logits.data());
+  // The arg-max of each row is the prediction evaluate counts; a reference loss from
+  // the logits matches evaluate's to rounding.
+  int64_t correct = 0;
+  double loss = 0.0;
+  for (int64_t i = 0; i < kBatch; ++i) {
+    const float* row = logits.data() + i * tg.classes;
+    const int64_t best = std::max_element(row, row + tg.classes) - row;
+    correct += best == b.labels[i];
+    double sum = 0.0;
+    for (int64_t c = 0; c < tg.classes; ++c) sum += std::exp(double(row[c]) - double(row[best]));
+    loss += std::log(sum) - (double(row[b.labels[i]]) - double(row[best]));
+  }
+  const model::StepStats s = driver.evaluate(b.pixels.data(), b.labels.data(), kBatch);
+  CHECK(s.correct == correct);
+  CHECK(std::abs(s.loss - loss / kBatch) < 1e-5 * std::max(1.0, s.loss));
+  // forward twice: the same bits.
+  std::vector<float> again(logits.size());
+  driver.forward(b.pixels.data(), kBatch, again.data());
+  CHECK(same_bits(logits, again));
 }
