@@ -14,8 +14,11 @@ trap 'rm -rf "$work"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
+# Installed in one place and used from another: the package is relocatable.
 prefix="$work/prefix"
-cmake --install "$build_dir" --prefix "$prefix" >"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
+cmake --install "$build_dir" --prefix "$work/staging" >"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
+mv "$work/staging" "$prefix"
+if grep -rq "$work/staging" "$prefix/lib/cmake/convgen"; then fail "the package refers to its install prefix"; fi
 for f in bin/convgen lib/libconvgen_runtime.a lib/cmake/convgen/convgenConfig.cmake \
          lib/cmake/convgen/convgenConfigVersion.cmake include/convgen/model_trainer.h share/convgen/models/lenet.onnx; do
   [[ -e "$prefix/$f" ]] || fail "install lacks $f"
@@ -53,6 +56,12 @@ out="$work/build-classify-Ninja"
   fail "classify output: $(cat "$work/classify.txt")"
 grep -q '^cifar10_full synthetic image: predicted [0-9]$' "$work/classify.txt" || fail "classify: no cifar10_full line"
 "$work/build-classify-Unix_Makefiles/classify" | cmp -s - "$work/classify.txt" || fail "classify: Ninja and Make builds differ"
+# Two models, one Halide runtime: neither model library nor its kernels defines one.
+for lib in "$out/liblenet.a" "$out/libcifar.a" "$out/convgen_models/lenet/lenet.a" "$out/convgen_models/cifar/cifar.a"; do
+  if nm "$lib" 2>/dev/null | grep -q ' [TWDV] halide_'; then fail "$lib defines Halide runtime symbols"; fi
+done
+[[ $(nm "$prefix/lib/libconvgen_runtime.a" 2>/dev/null | grep -c ' [TW] halide_malloc$') -eq 1 ]] ||
+  fail "libconvgen_runtime.a does not define the Halide runtime once"
 
 # train: 300 steps learn; the same bits on 1 and 2 threads.
 mkdir -p "$work/out1" "$work/out2"
