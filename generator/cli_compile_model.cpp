@@ -52,7 +52,8 @@ kernel per distinct convolution layer, shared by identical layers. Writes:
                            schedule source
 
 Build NAME.cpp with the header directory on the include path and link NAME.a and
-convgen::runtime (model_runtime.h, ops.h).
+convgen::runtime (model_runtime.h, ops.h); from CMake, convgen_add_model() does it all
+(docs/cmake.md).
 
   -o, --output DIR     output directory (default: NAME in the current directory)
   --name NAME          model name, a C identifier (default: the file's stem)
@@ -71,12 +72,13 @@ convgen::runtime (model_runtime.h, ops.h).
 
 Training driver (docs/training.md):
   --train              emit the model's training driver instead: NAME.h declares
-                       convgen_model_NAME::Trainer (train_step, evaluate, engine()),
-                       NAME.cpp holds the training graph and the table of its
-                       forward, backward-data and backward-weights kernels, NAME.weights
-                       the initial weights. It runs the same batch-parallel engine as
-                       `convgen train` on the same kernels: the same bits. Link NAME.a,
-                       convgen::runtime and convgen's trainer library. --batch is then the
+                       convgen_model_NAME::Trainer (train_step, evaluate, forward,
+                       save_weights, load_onnx_weights, save_checkpoint,
+                       load_checkpoint, engine()), NAME.cpp holds the training graph and
+                       the table of its forward, backward-data and backward-weights
+                       kernels, NAME.weights the initial weights. It runs the same
+                       batch-parallel engine as `convgen train` on the same kernels: the
+                       same bits. Link NAME.a and convgen::runtime. --batch is then the
                        mini-batch size (default 64).
   --micro-batch M      samples per micro-batch (default: the largest divisor of the
                        batch that is at most batch / 4)
