@@ -125,40 +125,62 @@ void binary_backward(const ConstView& a, const ConstView& b, const ConstView& y,
 
 void max_pool_forward_argmax_raw(const ConstView& x, const Window& w, const View& y, int32_t* argmax);
 
+// The ReLU fused into MaxPool: y <- max(y, 0), a zeroed output routes no gradient
+// (argmax -1). Branch-free (half the outputs go either way: a branch mispredicts), so it
+// vectorises; cloned for AVX2 like max_pool_channels_last, the same bits.
+__attribute__((target_clones("avx2", "default"))) static void relu_after_max_pool(float* __restrict y,
+                                                                                   int32_t* __restrict argmax,
+                                                                                   int64_t n) {
+  for (int64_t o = 0; o < n; ++o) {
+    const bool positive = y[o] > 0.0f;
+    y[o] = positive ? y[o] : 0.0f;
+    argmax[o] = positive ? argmax[o] : -1;
+  }
+}
+
 void max_pool_forward_argmax(const ConstView& x, const Window& w, const View& y, int32_t* argmax, bool relu) {
   max_pool_forward_argmax_raw(x, w, y, argmax);
-  if (!relu) return;
-  for (int64_t o = 0, o_end = y.elements(); o < o_end; ++o)
-    if (!(y.data[o] > 0.0f)) y.data[o] = 0.0f, argmax[o] = -1;
+  if (relu) relu_after_max_pool(y.data, argmax, y.elements());
+}
+
+// MaxPool over channels-last [N][H][W][C] with its argmax, taps in window order: the
+// first maximum wins, later taps replace it only when strictly greater (or when nothing
+// was taken yet). The channel loop is branch-free over restrict pointers so it
+// vectorises (compare, blend); the function is cloned for AVX2 where the CPU has it --
+// the same comparisons and selects in every clone, so the same bits.
+__attribute__((target_clones("avx2", "default"))) static void max_pool_channels_last(
+    const float* __restrict x, int64_t N, int64_t C, int64_t H, int64_t W, int64_t P, int64_t Q, const Window& w,
+    float* __restrict y, int32_t* __restrict argmax) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t q = 0; q < Q; ++q) {
+        float* __restrict best = y + ((n * P + p) * Q + q) * C;
+        int32_t* __restrict where = argmax + ((n * P + p) * Q + q) * C;
+        for (int64_t c = 0; c < C; ++c) best[c] = -std::numeric_limits<float>::infinity(), where[c] = -1;
+        for (int64_t r = 0; r < w.kernel[0]; ++r) {
+          const int64_t i = p * w.strides[0] + r * w.dilations[0] - w.pads_begin[0];
+          if (i < 0 || i >= H) continue;
+          for (int64_t s = 0; s < w.kernel[1]; ++s) {
+            const int64_t j = q * w.strides[1] + s * w.dilations[1] - w.pads_begin[1];
+            if (j < 0 || j >= W) continue;
+            const int32_t base = int32_t(((n * H + i) * W + j) * C);
+            const float* __restrict px = x + base;
+            for (int64_t c = 0; c < C; ++c) {
+              const float v = px[c], b = best[c];
+              const int32_t at = where[c];
+              const bool take = (v > b) | (at < 0);
+              best[c] = take ? v : b;
+              where[c] = take ? base + int32_t(c) : at;
+            }
+          }
+        }
+      }
 }
 
 void max_pool_forward_argmax_raw(const ConstView& x, const Window& w, const View& y, int32_t* argmax) {
   if (x.channels_last && y.channels_last && x.rank() == 4) {
-    const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3], P = y.shape[2], Q = y.shape[3];
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t p = 0; p < P; ++p)
-        for (int64_t q = 0; q < Q; ++q) {
-          float* best = y.data + ((n * P + p) * Q + q) * C;
-          int32_t* where = argmax + ((n * P + p) * Q + q) * C;
-          std::fill(best, best + C, -std::numeric_limits<float>::infinity());
-          std::fill(where, where + C, -1);
-          for (int64_t r = 0; r < w.kernel[0]; ++r) {
-            const int64_t i = p * w.strides[0] + r * w.dilations[0] - w.pads_begin[0];
-            if (i < 0 || i >= H) continue;
-            for (int64_t s = 0; s < w.kernel[1]; ++s) {
-              const int64_t j = q * w.strides[1] + s * w.dilations[1] - w.pads_begin[1];
-              if (j < 0 || j >= W) continue;
-              const int32_t base = int32_t(((n * H + i) * W + j) * C);
-              const float* px = x.data + base;
-              for (int64_t c = 0; c < C; ++c) {
-                // The first maximum wins: later taps replace it only when strictly greater.
-                const bool take = px[c] > best[c] || where[c] < 0;
-                best[c] = take ? px[c] : best[c];
-                where[c] = take ? base + int32_t(c) : where[c];
-              }
-            }
-          }
-        }
+    max_pool_channels_last(x.data, x.shape[0], x.shape[1], x.shape[2], x.shape[3], y.shape[2], y.shape[3], w, y.data,
+                           argmax);
     return;
   }
   const auto sx = x.strides(), sy = y.strides();
