@@ -96,6 +96,12 @@ for gen in Ninja "Unix Makefiles"; do
   [[ $("$bin/classify" | grep -c '^lenet image') -eq 4 ]] || fail "$gen: BATCH 4 not in effect"
 done
 
+# A new convgen (here: its executable touched) regenerates every model.
+sleep 1
+touch "$prefix/bin/convgen"
+cmake --build "$work/build-classify-Ninja" >"$work/tool.log" 2>&1 || fail "build after a new convgen"
+[[ $(grep -c "convgen: compiling" "$work/tool.log") -eq 2 ]] || fail "a new convgen did not regenerate both models: $(cat "$work/tool.log")"
+
 # Build-time errors: convgen's one line, naming the model and the op.
 scratch() {  # scratch NAME CMAKE-LINES
   mkdir -p "$work/$1"
@@ -116,6 +122,16 @@ scratch badopt "convgen_add_model(badopt MODEL \"$prefix/share/convgen/models/le
 configure "$work/badopt" "$work/build-badopt" Ninja || fail "badopt: configure"
 if cmake --build "$work/build-badopt" >"$work/badopt.log" 2>&1; then fail "BATCH zero built"; fi
 grep -q "^convgen: .*--batch" "$work/badopt.log" || fail "bad option message: $(cat "$work/badopt.log")"
+
+# SCHEDULES: a changed records file regenerates.
+: >"$work/records.jsonl"
+scratch records "convgen_add_model(tuned MODEL \"$prefix/share/convgen/models/lenet.onnx\" SCHEDULES \"$work/records.jsonl\")"
+configure "$work/records" "$work/build-records" "Unix Makefiles" || fail "records: configure"
+cmake --build "$work/build-records" >"$work/records.log" 2>&1 || fail "records: build: $(tail "$work/records.log")"
+sleep 1
+touch "$work/records.jsonl"
+cmake --build "$work/build-records" >"$work/records.log" 2>&1 || fail "records: rebuild"
+grep -q "into tuned" "$work/records.log" || fail "a changed records file did not regenerate: $(cat "$work/records.log")"
 
 # TARGET: other x86-64 feature sets, seen in the object code (they cannot run here).
 lenet="$prefix/share/convgen/models/lenet.onnx"
