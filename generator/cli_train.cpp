@@ -35,7 +35,8 @@ Trains an ONNX CNN with softmax cross-entropy on its logits (a final Softmax is 
 and SGD with momentum (torch.optim.SGD semantics), batch-parallel: each mini-batch is
 cut into micro-batches of consecutive samples that the threads take whole, and every
 sum over samples is combined in a fixed tree, so the result is bit-identical for every
---threads value (docs/training.md).
+--threads value (docs/training.md). The same engine compiled ahead of time into a C++
+program, with the same bits: the training driver of `convgen compile` (its --help).
 
 SOURCE: fashion-mnist (Debian's dataset-fashion-mnist; accuracy on its test split),
         idx:IMAGES,LABELS (IDX files, raw or gzip), cifar10:DIR (CIFAR-10 binary version),

@@ -2,6 +2,7 @@
 // synthetic 32x32 RGB image with a compiled cifar10_full, printing each predicted class.
 // The bundled models are untrained: the point is the build, not the accuracy.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <vector>

@@ -2,10 +2,13 @@
 // then the test accuracy over the whole test split; the trained weights and a checkpoint
 // saved into OUT_DIR, and the weights loaded again into a second trainer.
 //   train [STEPS] [THREADS] [OUT_DIR]
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "lenet_trainer.h"
 #include "train_data.h"
