@@ -32,6 +32,8 @@ process -- RSS after the model and data are set up and peak RSS above it.
   --runs R           (default 3)
   --warmup W         (default 5)
   --conv-impl I      generated (default) or im2col-blis
+  --target STRING    Halide target of the generated kernels (default convgen's AVX2
+                     one), or host (efficiency stays against the AVX2 FMA probe)
   --intra-kernel     micro-batches in sequence, kernels parallel inside
   --profile          per node and pass: thread-seconds per step (on stderr)
 )";
@@ -60,6 +62,7 @@ int main(int argc, char** argv) {
     o.momentum = 0.9f;
     o.weight_decay = 5e-4f;
     int64_t steps = 20, runs = 3, warmup = 5;
+    std::string target;  // "" = convgen's default
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       auto next = [&]() -> std::string {
@@ -77,6 +80,7 @@ int main(int argc, char** argv) {
       else if (a == "--runs") runs = std::stoll(next());
       else if (a == "--warmup") warmup = std::stoll(next());
       else if (a == "--conv-impl") o.conv_impl = next();
+      else if (a == "--target") target = next();
       else if (a == "--intra-kernel") o.intra_kernel = true;
       else if (a == "--profile") o.profile = true;
       else if (path.empty() && a[0] != '-') path = a;
@@ -84,7 +88,8 @@ int main(int argc, char** argv) {
     }
     if (path.empty() || steps < 1 || runs < 1) throw convgen::Error(convgen::ExitCode::Usage, "see --help");
     const double peak = convgen::measure_fma_peak_gflops(o.threads);
-    convgen::model::Trainer trainer(path, o, convgen::default_target());
+    convgen::model::Trainer trainer(path, o,
+                                    target.empty() ? convgen::default_target() : convgen::target_info(target));
     const auto& tg = trainer.graph();
     convgen::data::SampleSpec spec;
     spec.channels = tg.sample_shape[0], spec.height = tg.sample_shape[1], spec.width = tg.sample_shape[2];

@@ -30,7 +30,8 @@ Generates one kernel of one convolution layer: DIR/NAME.a (static library), DIR/
   -o, --output DIR       output directory (created if missing)
   --pass P               fwd (default), bwd_data or bwd_weights (docs/backward.md)
   --name NAME            kernel function name (default conv_<pass>)
-  --target STRING        Halide target (default x86-64-linux-avx-avx2-f16c-fma-sse41)
+  --target STRING        Halide target (default x86-64-linux-avx-avx2-f16c-fma-sse41),
+                         or host: the widest this CPU runs (AVX-512 where present)
   --schedules FILE       schedule records (JSON lines); a matching record wins over
                          the analytic default
   --schedule WORDS       override schedule fields, e.g. 'mr=16 nr=6 parallel=pixels'
@@ -187,6 +188,7 @@ int compile_layer(const Args& args) {
 
   const ConvDescriptor d = descriptor_argument(o.descriptor_text);
   const TargetInfo t = target_info(o.target);
+  o.target = t.target;  // "host" resolved: provenance names the actual feature set
   std::vector<std::string> why;
   const SelectedSchedule sel = select_with_overrides(d, o.pass, t, o.schedules, o.overrides, &why);
   if (o.print) fmt::print("{}\nschedule ({}): {}\n", d.normalised(), sel.source, describe(sel.schedule));

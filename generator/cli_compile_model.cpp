@@ -60,7 +60,8 @@ convgen::runtime (model_runtime.h, ops.h); from CMake, convgen_add_model() does 
   --namespace NS       the driver's C++ namespace, e.g. app::models (default:
                        convgen_model_NAME)
   --batch N            batch size bound to a dynamic batch dimension (default 1)
-  --target STRING      Halide target (default x86-64-linux-avx-avx2-f16c-fma-sse41)
+  --target STRING      Halide target (default x86-64-linux-avx-avx2-f16c-fma-sse41), or
+                       host: the widest this CPU runs (AVX-512 where it has it)
   --schedules FILE     schedule records (JSON lines); a matching record wins over the
                        analytic default
   --jobs J             kernels generated in parallel (default: the number of CPUs)
@@ -483,8 +484,10 @@ int compile_model(const Args& args) {
     if (sep == std::string::npos) break;
     begin = sep + 2;
   }
-  const std::string target = o.target.empty() ? default_target().target : o.target;
-  const TargetInfo t = target_info(target);
+  // "host" is resolved here, so provenance, kernel keys and child processes see the
+  // actual feature set.
+  const TargetInfo t = o.target.empty() ? default_target() : target_info(o.target);
+  const std::string target = t.target;
   if (o.train) return compile_training_driver(o, name, target, t);
   model::ImportOptions import;
   if (!o.batch.empty()) import.batch = parse_count("--batch", o.batch);

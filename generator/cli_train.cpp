@@ -69,7 +69,9 @@ SOURCE: fashion-mnist (Debian's dataset-fashion-mnist; accuracy on its test spli
   --resume DIR         continue from DIR's checkpoint, bit-identically to a run never
                        stopped; the model and the options that shape training must match
   --schedules FILE     schedule records for the kernels
-  --target STRING      Halide target (default x86-64-linux-avx-avx2-f16c-fma-sse41)
+  --target STRING      Halide target of the kernels (default
+                       x86-64-linux-avx-avx2-f16c-fma-sse41), or host: the widest this
+                       CPU runs (AVX-512 where present; bits then differ from AVX2 runs)
   --verbose            kernels and schedules chosen, and why
 
 Exit codes: 0 done, 130 stopped by SIGINT (after the running step, checkpointing if
@@ -117,7 +119,10 @@ TrainSetup parse(const Args& args, bool* help) {
   while (!r.done()) {
     if (r.flag("--help") || r.flag("-h")) {
       *help = true;
-      return s;
+      // "host" resolved once: the checkpoint key then names the actual feature set, so a
+  // resume on a CPU with other features is refused rather than silently different.
+  if (!s.target.empty()) s.target = target_info(s.target).target;
+  return s;
     }
     std::string v;
     if (r.value("--data", &s.data) || r.value("--log", &s.log) || r.value("--dump-order", &s.dump_order) ||

@@ -155,7 +155,19 @@ std::string describe(const ConvSchedule& s) {
 
 TargetInfo default_target() { return target_info(kDefaultTarget); }
 
+std::string host_target_string() {
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512cd"))
+    return "x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41";
+  if (avx2) return kDefaultTarget;
+  if (__builtin_cpu_supports("sse4.1")) return "x86-64-linux-sse41";
+  return "x86-64-linux";
+}
+
 TargetInfo target_info(const std::string& target_string) {
+  if (target_string == "host") return target_info(host_target_string());
   if (target_string.compare(0, std::char_traits<char>::length(kX86Prefix), kX86Prefix) != 0) {
     throw Error(ExitCode::Unsupported,
                 fmt::format("target: \"{}\": only x86-64 targets are supported", target_string));

@@ -62,8 +62,13 @@ struct TargetInfo {
 };
 
 // The default target of this build (AVX2+FMA x86-64) and lookup by target string.
+// "host" stands for the widest target row this CPU runs (host_target_string()).
 TargetInfo default_target();
 TargetInfo target_info(const std::string& target_string);
+
+// The best convgen target for the running CPU: AVX-512 (F, BW, DQ, VL, CD) with FMA,
+// else the AVX2+FMA default, else SSE4.1, else baseline x86-64.
+std::string host_target_string();
 
 // Analytic default. `why` (if non-null) receives one line per decision for --verbose.
 ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t,

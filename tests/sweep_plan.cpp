@@ -1,10 +1,18 @@
 #include "sweep_plan.h"
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <random>
 #include <stdexcept>
 
 namespace convgen::test {
+
+TargetInfo sweep_target() {
+  const char* t = std::getenv("CONVGEN_SWEEP_TARGET");
+  return t && *t ? target_info(t) : default_target();
+}
+
 
 namespace {
 
@@ -84,7 +92,7 @@ void impose(const std::string& cls, int i, std::mt19937& rng, ConvDescriptor& d)
     // Register tiles inside one output row whose kernel-column taps on left/right padding
     // are pruned per pixel (skips_padded_columns): the output width is NR times 1-4, the
     // padding mostly "same" so that stride-1 backward-data takes the path as well.
-    const int nr = schedule_for(i, default_target()).nr;
+    const int nr = schedule_for(i, sweep_target()).nr;
     const int widths[] = {2, 3, 5, 7};
     d.kw = widths[i % 4];
     d.kh = 1 + 2 * pick(0, 2);
@@ -189,7 +197,7 @@ const std::vector<std::string>& edge_classes() {
 std::vector<SweepCase> sweep_cases(const std::string& edge_class) {
   std::seed_seq seed(edge_class.begin(), edge_class.end());
   std::mt19937 rng(seed);
-  const TargetInfo t = default_target();
+  const TargetInfo t = sweep_target();
   std::vector<SweepCase> cases;
   // border_columns adds cases whose schedule takes the pruning path for certain (the
   // cycled ones reach it only by chance): GEMM, whole reduction, no pixel blocks.

@@ -21,6 +21,10 @@ struct SweepCase {
 const std::vector<std::string>& edge_classes();
 
 // Every case of one class (deterministic: same plan on every run).
+// The target the sweeps generate for: $CONVGEN_SWEEP_TARGET when set (e.g. an AVX-512
+// target on a machine that has it: ctest sweep_avx512), else convgen's default.
+TargetInfo sweep_target();
+
 std::vector<SweepCase> sweep_cases(const std::string& edge_class);
 
 // All cases of all classes.

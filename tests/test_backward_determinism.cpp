@@ -9,6 +9,7 @@
 #include <random>
 
 #include "conv_jit.h"
+#include "sweep_plan.h"
 #include "schedule_records.h"
 
 using namespace convgen;
@@ -47,7 +48,7 @@ Results run_with_threads(JitBackwardDataKernel& data, JitBackwardWeightsKernel& 
 }  // namespace
 
 TEST_CASE("backward kernels are bit-identical across runs and thread counts", "[determinism]") {
-  const TargetInfo t = default_target();
+  const TargetInfo t = test::sweep_target();
   // A first layer (few weights: partitions carry the parallelism) and a wider one.
   for (const char* text : {"mb6ic3ih20iw20oc16kh5kw5sh1pt2pb2pl2pr2+bias+relu",
                            "mb4ic32ih10iw10oc48kh3kw3sh2sw2pt1pb1pl1pr1+bias+relu"}) {

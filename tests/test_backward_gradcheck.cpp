@@ -8,6 +8,7 @@
 #include <random>
 
 #include "conv_jit.h"
+#include "sweep_plan.h"
 
 using namespace convgen;
 
@@ -101,7 +102,7 @@ void gradcheck(const std::string& text) {
   const ConvDescriptor d = parse_descriptor(text);
   REQUIRE(d.bias);
   REQUIRE(d.relu);
-  const TargetInfo t = default_target();
+  const TargetInfo t = test::sweep_target();
   Layer l = make_layer(d);
   const auto x = to_float(l.x), w = to_float(l.w), b = to_float(l.b), dy = to_float(l.dy);
 

@@ -114,7 +114,7 @@ void check(const Outcome& o) {
 }
 
 void run_class(const std::string& cls) {
-  const TargetInfo t = default_target();
+  const TargetInfo t = sweep_target();
   for (const SweepCase& c : sweep_cases(cls)) {
     INFO(c.descriptor.to_string() << "  schedule: " << describe(c.schedule));
     {
@@ -151,7 +151,7 @@ TEST_CASE("backward sweep: conv1d", "[bwd_sweep]") { run_class("conv1d"); }
 
 TEST_CASE("backward sweeps fail on deliberately broken kernels", "[bwd_sweep][broken]") {
   // Both broken kernels read the row below the image instead of zero padding.
-  const TargetInfo t = default_target();
+  const TargetInfo t = sweep_target();
   ForwardBuildOptions broken;
   broken.inject_padding_bug = true;
   int data_checked = 0, weights_checked = 0;
@@ -180,7 +180,7 @@ TEST_CASE("backward sweeps fail on deliberately broken kernels", "[bwd_sweep][br
 TEST_CASE("backward sweep plan: stride-1 backward-data runs the padded-column pruning path", "[plan]") {
   // Stride-1 backward-data is one forward convolution over dY written straight to dX;
   // its border tiles must be exercised too, not only the forward's.
-  const TargetInfo t = default_target();
+  const TargetInfo t = sweep_target();
   int cases = 0;
   for (const auto& c : full_sweep()) {
     if (c.descriptor.sh != 1 || c.descriptor.sw != 1) continue;

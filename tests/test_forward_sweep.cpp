@@ -82,7 +82,7 @@ void check_exactness_precondition(const ConvDescriptor& d) {
 }
 
 void run_class(const std::string& cls) {
-  const TargetInfo t = default_target();
+  const TargetInfo t = sweep_target();
   for (const SweepCase& c : sweep_cases(cls)) {
     INFO(c.descriptor.to_string() << "  schedule: " << describe(c.schedule));
     check_exactness_precondition(c.descriptor);
@@ -118,7 +118,7 @@ TEST_CASE("forward sweep: odd_sizes", "[sweep]") { run_class("odd_sizes"); }
 TEST_CASE("forward sweep: conv1d", "[sweep]") { run_class("conv1d"); }
 
 TEST_CASE("sweep plan: every edge class has a test case and every schedule value runs in every class", "[plan]") {
-  const ScheduleSpace space = schedule_space(default_target());
+  const ScheduleSpace space = schedule_space(sweep_target());
   size_t total = 0;
   for (const auto& cls : edge_classes()) {
     const auto cases = sweep_cases(cls);
@@ -161,7 +161,7 @@ TEST_CASE("sweep plan: the grouped strategy really runs, not only its refusal", 
   // width; the sweep must still run the grouped kernel itself on grouped, depthwise and
   // depthwise-multiplier shapes, with ragged group tiles (groups not a multiple of the
   // groups per vector) among them.
-  const TargetInfo t = default_target();
+  const TargetInfo t = sweep_target();
   std::map<std::string, int> runs;
   int ragged = 0, several_kg_tiles = 0;
   for (const auto& cls : edge_classes()) {
@@ -182,7 +182,7 @@ TEST_CASE("sweep plan: the grouped strategy really runs, not only its refusal", 
 }
 
 TEST_CASE("analytic default: narrow groups take the grouped strategy when C/g divides the vector", "[plan]") {
-  const TargetInfo t = default_target();
+  const TargetInfo t = sweep_target();
   CHECK(analytic_schedule(parse_descriptor("g32mb8ic128ih56oc128oh56kh3ph1"), t).strategy == Strategy::Grouped);
   CHECK(analytic_schedule(parse_descriptor("g32mb8ic96ih56oc128oh56kh3ph1"), t).strategy == Strategy::Depthwise);
   CHECK(analytic_schedule(parse_descriptor("g32mb8ic32ih56oc32oh56kh3ph1"), t).strategy == Strategy::Depthwise);
@@ -206,7 +206,7 @@ TEST_CASE("sweep plan: block sizes that do and do not divide the extents are bot
 TEST_CASE("forward sweep fails on a deliberately broken kernel", "[sweep][broken]") {
   // The broken kernel reads the row below the image instead of zero padding. Every case
   // with bottom padding that the output actually reaches must be caught.
-  const TargetInfo t = default_target();
+  const TargetInfo t = sweep_target();
   ForwardBuildOptions broken;
   broken.inject_padding_bug = true;
   int checked = 0;
@@ -226,7 +226,7 @@ TEST_CASE("forward sweep fails on a deliberately broken kernel", "[sweep][broken
 }
 
 TEST_CASE("sweep plan: the padded-row skipping path runs in many cases and classes", "[plan]") {
-  const TargetInfo t = default_target();
+  const TargetInfo t = sweep_target();
   int cases = 0;
   std::set<std::string> classes;
   for (const auto& c : full_sweep()) {
@@ -239,7 +239,7 @@ TEST_CASE("sweep plan: the padded-row skipping path runs in many cases and class
 }
 
 TEST_CASE("sweep plan: the padded-column pruning path runs in many cases and classes", "[plan]") {
-  const TargetInfo t = default_target();
+  const TargetInfo t = sweep_target();
   int cases = 0;
   std::set<std::string> classes;
   for (const auto& c : full_sweep()) {
