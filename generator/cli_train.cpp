@@ -69,9 +69,10 @@ SOURCE: fashion-mnist (Debian's dataset-fashion-mnist; accuracy on its test spli
   --resume DIR         continue from DIR's checkpoint, bit-identically to a run never
                        stopped; the model and the options that shape training must match
   --schedules FILE     schedule records for the kernels
-  --target STRING      Halide target of the kernels (default
-                       x86-64-linux-avx-avx2-f16c-fma-sse41), or host: the widest this
-                       CPU runs (AVX-512 where present; bits then differ from AVX2 runs)
+  --target STRING      Halide target of the kernels (default host: the widest this CPU
+                       runs, AVX-512 where present, else
+                       x86-64-linux-avx-avx2-f16c-fma-sse41). Results are bit-identical
+                       for one target; pin it to compare runs across machines
   --verbose            kernels and schedules chosen, and why
 
 Exit codes: 0 done, 130 stopped by SIGINT (after the running step, checkpointing if
@@ -119,10 +120,7 @@ TrainSetup parse(const Args& args, bool* help) {
   while (!r.done()) {
     if (r.flag("--help") || r.flag("-h")) {
       *help = true;
-      // "host" resolved once: the checkpoint key then names the actual feature set, so a
-  // resume on a CPU with other features is refused rather than silently different.
-  if (!s.target.empty()) s.target = target_info(s.target).target;
-  return s;
+      return s;
     }
     std::string v;
     if (r.value("--data", &s.data) || r.value("--log", &s.log) || r.value("--dump-order", &s.dump_order) ||
@@ -161,6 +159,10 @@ TrainSetup parse(const Args& args, bool* help) {
   }
   if (s.model.empty()) throw Error(ExitCode::Usage, "train: missing MODEL.onnx (see --help)");
   if (s.data.empty()) throw Error(ExitCode::Usage, "train: missing --data SOURCE (see --help)");
+  // Training runs on this machine: by default the widest target it supports ("host").
+  // Resolved once, so the checkpoint key names the actual feature set and a resume on a
+  // CPU with other features is refused rather than silently different.
+  s.target = target_info(s.target.empty() ? "host" : s.target).target;
   return s;
 }
 
@@ -211,7 +213,7 @@ int train_model(const Args& args) {
   // installed, and set-up (importing, compiling kernels) takes seconds.
   std::signal(SIGINT, on_sigint);
   s.trainer.records = s.schedules;
-  const TargetInfo target = s.target.empty() ? default_target() : target_info(s.target);
+  const TargetInfo target = target_info(s.target);
   std::vector<std::string> why;
   model::Trainer trainer(s.model, s.trainer, target, s.verbose ? &why : nullptr);
   for (const auto& line : why) fmt::print(stderr, "{}\n", line);
