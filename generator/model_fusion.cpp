@@ -25,11 +25,6 @@ int sole_reader(const Graph& g, const std::string& value, Op op) {
   return -1;
 }
 
-bool constant(const Graph& g, const std::string& name) {
-  auto it = g.values.find(name);
-  return it != g.values.end() && it->second.is_constant && !it->second.is_int64;
-}
-
 void fold_batchnorm(Graph& g, Node& conv, const Node& bn) {
   const Value& w = g.value(conv.inputs[1]);
   const Value& scale = g.value(bn.inputs[1]);
@@ -79,9 +74,9 @@ void fuse(Graph& g, const std::vector<Op>& followers, std::vector<std::string>* 
         continue;
       }
       if (next == Op::BatchNormalization) {
-        bool constants = constant(g, conv.inputs[1]);
-        for (int i = 1; i <= 4; ++i) constants = constants && constant(g, n.inputs[i]);
-        if (conv.inputs.size() > 2 && !conv.inputs[2].empty()) constants = constants && constant(g, conv.inputs[2]);
+        bool constants = g.is_float_constant(conv.inputs[1]);
+        for (int i = 1; i <= 4; ++i) constants = constants && g.is_float_constant(n.inputs[i]);
+        if (conv.inputs.size() > 2 && !conv.inputs[2].empty()) constants = constants && g.is_float_constant(conv.inputs[2]);
         if (!constants) {
           say(fmt::format("{} not folded into {}: weights or statistics are not constants", n.name, conv.name));
           continue;

@@ -53,6 +53,11 @@ const Value& Graph::value(const std::string& name) const {
   return it->second;
 }
 
+bool Graph::is_float_constant(const std::string& name) const {
+  auto it = values.find(name);
+  return it != values.end() && it->second.is_float_constant();
+}
+
 ConvDescriptor conv_descriptor(const Graph& g, const Node& conv) {
   const Value& x = g.value(conv.inputs.at(0));
   const Value& w = g.value(conv.inputs.at(1));

@@ -37,6 +37,8 @@ struct Value {
   std::vector<float> data;         // float32 constants (initializers, folded Constant nodes)
   std::vector<int64_t> int64_data; // int64 constants
   int64_t elements() const;
+  // A float32 constant (an initializer or a folded Constant): weights, biases, frozen data.
+  bool is_float_constant() const { return is_constant && !is_int64; }
 };
 
 // Every attribute an Op uses, already normalised (defaults filled in, per-opset forms
@@ -94,6 +96,8 @@ struct Graph {
   std::vector<Node> nodes;     // in a valid execution order
 
   const Value& value(const std::string& name) const;
+  // A value of that name exists and is a float32 constant.
+  bool is_float_constant(const std::string& name) const;
 };
 
 // The convolution descriptor of a Conv node (forward pass): N, C, H, W from its input,

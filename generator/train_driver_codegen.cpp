@@ -105,8 +105,6 @@ std::string attribute_statements(const Attributes& a) {
   return out;
 }
 
-bool float_constant(const Value& v) { return v.is_constant && !v.is_int64; }
-
 std::string graph_builder(const TrainGraph& tg) {
   const Graph& g = tg.graph;
   std::string out;
@@ -117,7 +115,7 @@ std::string graph_builder(const TrainGraph& tg) {
          "  // the weights file, in this order).\n";
   int64_t offset = 0;
   for (const auto& [name, v] : g.values) {
-    if (float_constant(v)) {
+    if (v.is_float_constant()) {
       if (int64_t(v.data.size()) != v.elements())
         throw Error(ExitCode::Internal, fmt::format("training driver: constant {} has {} floats for {} elements", name,
                                                     v.data.size(), v.elements()));
@@ -144,7 +142,7 @@ std::string graph_builder(const TrainGraph& tg) {
 int64_t blob_floats(const TrainGraph& tg) {
   int64_t n = 0;
   for (const auto& entry : tg.graph.values)
-    if (float_constant(entry.second)) n += entry.second.elements();
+    if (entry.second.is_float_constant()) n += entry.second.elements();
   return n;
 }
 

@@ -32,11 +32,6 @@ Error unsupported(const Graph& g, const Node& n, const std::string& what) {
                fmt::format("{}: node '{}' ({}): not supported in training: {}", g.source, n.name, op_name(n.op), what));
 }
 
-bool float_constant(const Graph& g, const std::string& name) {
-  auto it = g.values.find(name);
-  return it != g.values.end() && it->second.is_constant && !it->second.is_int64;
-}
-
 // Drops a final Softmax / LogSoftmax over the class axis: its input is the logits.
 std::string strip_softmax(Graph& g) {
   const std::string out = g.outputs.at(0);
@@ -69,7 +64,7 @@ std::vector<size_t> readers_of(const Graph& g, const std::string& value) {
 
 // The value of a one-element float constant, if `name` is one.
 bool scalar_constant(const Graph& g, const std::string& name, float* v) {
-  if (!float_constant(g, name) || g.value(name).data.size() != 1) return false;
+  if (!g.is_float_constant(name) || g.value(name).data.size() != 1) return false;
   *v = g.value(name).data[0];
   return true;
 }
@@ -206,12 +201,12 @@ TrainGraph prepare_training_graph(const std::string& model_path, int64_t micro_b
   // Trainable parameters, in graph order, each once.
   std::set<std::string> seen;
   auto train = [&](const Node& n, size_t input) {
-    if (input >= n.inputs.size() || n.inputs[input].empty() || !float_constant(g, n.inputs[input])) return;
+    if (input >= n.inputs.size() || n.inputs[input].empty() || !g.is_float_constant(n.inputs[input])) return;
     if (seen.insert(n.inputs[input]).second) t.trainable.push_back(n.inputs[input]);
   };
   for (const Node& n : g.nodes) {
     if (n.op == Op::Conv) {
-      if (!float_constant(g, n.inputs[1])) throw unsupported(g, n, "weights that are not an initializer");
+      if (!g.is_float_constant(n.inputs[1])) throw unsupported(g, n, "weights that are not an initializer");
       train(n, 1), train(n, 2);
     } else if (n.op == Op::Gemm || n.op == Op::MatMul) {
       train(n, 1), train(n, 2);

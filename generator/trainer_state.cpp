@@ -13,8 +13,6 @@ namespace convgen::model {
 
 namespace {
 
-bool float_constant(const Value& v) { return v.is_constant && !v.is_int64; }
-
 std::string driver_options_key(const Trainer& trainer, const std::string& weights_key) {
   const TrainerOptions& o = trainer.options();
   return fmt::format("driver={} batch={} micro_batch={} momentum={:.9g} weight_decay={:.9g} seed={}", weights_key,
@@ -26,7 +24,7 @@ std::string driver_options_key(const Trainer& trainer, const std::string& weight
 std::vector<float> float_constants_blob(const TrainGraph& tg) {
   std::vector<float> blob;
   for (const auto& entry : tg.graph.values)
-    if (float_constant(entry.second)) blob.insert(blob.end(), entry.second.data.begin(), entry.second.data.end());
+    if (entry.second.is_float_constant()) blob.insert(blob.end(), entry.second.data.begin(), entry.second.data.end());
   return blob;
 }
 
@@ -37,7 +35,7 @@ std::vector<float> current_weights_blob(const Trainer& trainer) {
   for (const auto& [name, data] : state) current[name] = &data;
   std::vector<float> blob;
   for (const auto& [name, v] : trainer.graph().graph.values) {
-    if (!float_constant(v)) continue;
+    if (!v.is_float_constant()) continue;
     auto it = current.find(name);
     const std::vector<float>& data = it == current.end() ? v.data : *it->second;
     blob.insert(blob.end(), data.begin(), data.end());

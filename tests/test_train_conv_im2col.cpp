@@ -21,6 +21,7 @@
 
 #include "conv_descriptor.h"
 #include "conv_schedule.h"
+#include "train_compare.h"
 #include "train_conv.h"
 
 using namespace convgen;
@@ -54,9 +55,7 @@ std::vector<float> reals(int64_t n, uint32_t seed) {
 // NaN: any element an implementation fails to write shows up.
 std::vector<float> unwritten(int64_t n) { return std::vector<float>(static_cast<size_t>(n), std::nanf("")); }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using test::same_bits;
 
 // Elements whose bits differ other than as +0 against -0.
 int64_t bit_mismatches_beyond_zero_sign(const std::vector<float>& a, const std::vector<float>& b) {

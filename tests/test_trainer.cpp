@@ -9,6 +9,7 @@
 #include "errors.h"
 #include "model_trainer.h"
 #include "onnx_test_models.h"
+#include "train_compare.h"
 #include "train_data.h"
 
 using namespace convgen;
@@ -17,11 +18,9 @@ namespace {
 
 std::string bundled(const std::string& name) { return std::string(CONVGEN_MODELS_DIR) + "/" + name + ".onnx"; }
 
-struct Run {
-  std::vector<double> losses;
-  std::vector<int64_t> correct;
-  std::vector<model::Parameter> parameters;
-};
+using Run = test::TrainRun;
+using test::require_identical;
+using test::same_bits;
 
 // One epoch over `samples` synthetic samples, shuffled, in mini-batches of `batch`.
 Run train_epoch(const std::string& model, int64_t samples, int64_t batch, int threads, bool intra,
@@ -51,26 +50,8 @@ Run train_epoch(const std::string& model, int64_t samples, int64_t batch, int th
     run.correct.push_back(s.correct);
   }
   run.parameters = trainer.parameters();
+  run.state = trainer.state_tensors();
   return run;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-void require_identical(const Run& a, const Run& b) {
-  REQUIRE(a.losses.size() == b.losses.size());
-  for (size_t i = 0; i < a.losses.size(); ++i) {
-    INFO("step " << i);
-    CHECK(std::memcmp(&a.losses[i], &b.losses[i], sizeof(double)) == 0);
-    CHECK(a.correct[i] == b.correct[i]);
-  }
-  REQUIRE(a.parameters.size() == b.parameters.size());
-  for (size_t p = 0; p < a.parameters.size(); ++p) {
-    INFO("parameter " << a.parameters[p].name);
-    CHECK(same_bits(a.parameters[p].value, b.parameters[p].value));
-    CHECK(same_bits(a.parameters[p].momentum, b.parameters[p].momentum));
-  }
 }
 
 // A small residual network without BatchNormalization: conv -> relu -> (conv -> relu ->

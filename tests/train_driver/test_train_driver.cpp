@@ -21,6 +21,7 @@
 #include "model_trainer.h"
 #include "onnx_export.h"
 #include "small_resnet.h"
+#include "train_compare.h"
 #include "train_data.h"
 
 using namespace convgen;
@@ -30,33 +31,32 @@ namespace {
 constexpr int64_t kSamples = 100;  // the drivers were compiled with --batch 32 --samples 100
 constexpr int64_t kBatch = 32;
 
-struct Run {
-  std::vector<double> losses;
-  std::vector<int64_t> correct;
-  std::vector<model::Parameter> parameters;
-  std::vector<std::pair<std::string, std::vector<float>>> state;
-  model::StepStats evaluated;
-};
+using test::require_identical;
+using test::same_bits;
+using test::TrainRun;
 
-// Two shuffled epochs of synthetic data through `engine`, then an evaluation of the
-// last (partial) batch.
-Run train(model::Trainer& engine) {
+// One shuffled epoch of synthetic data through `engine`: its losses and correct counts
+// appended to `run`; `last` ends holding the epoch's last (partial) batch.
+void train_epoch(model::Trainer& engine, int epoch, TrainRun* run, data::Batch* last) {
   const auto& tg = engine.graph();
   data::SampleSpec spec;
   spec.channels = tg.sample_shape[0], spec.height = tg.sample_shape[1], spec.width = tg.sample_shape[2];
   spec.classes = tg.classes;
   const data::Dataset set = data::synthetic_dataset(spec, kSamples, 11, "synthetic");
-  Run run;
-  data::Batch b;
-  for (int epoch = 0; epoch < 2; ++epoch) {
-    const std::vector<int64_t> order = data::epoch_order(kSamples, epoch, true, 7);
-    for (int64_t first = 0; first < kSamples; first += kBatch) {
-      data::decode_batch(set, order, first, std::min(kBatch, kSamples - first), data::Normalization{}, &b);
-      const model::StepStats s = engine.train_step(b.pixels.data(), b.labels.data(), b.count);
-      run.losses.push_back(s.loss);
-      run.correct.push_back(s.correct);
-    }
+  const std::vector<int64_t> order = data::epoch_order(kSamples, epoch, true, 7);
+  for (int64_t first = 0; first < kSamples; first += kBatch) {
+    data::decode_batch(set, order, first, std::min(kBatch, kSamples - first), data::Normalization{}, last);
+    const model::StepStats s = engine.train_step(last->pixels.data(), last->labels.data(), last->count);
+    run->losses.push_back(s.loss);
+    run->correct.push_back(s.correct);
   }
+}
+
+// Two epochs, then an evaluation of the last (partial) batch.
+TrainRun train(model::Trainer& engine) {
+  TrainRun run;
+  data::Batch b;
+  for (int epoch = 0; epoch < 2; ++epoch) train_epoch(engine, epoch, &run, &b);
   run.evaluated = engine.evaluate(b.pixels.data(), b.labels.data(), b.count);
   run.parameters = engine.parameters();
   run.state = engine.state_tensors();
@@ -79,34 +79,6 @@ Options driver_options(int threads, bool intra) {
   return o;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-void require_identical(const Run& a, const Run& b) {
-  REQUIRE(a.losses.size() == b.losses.size());
-  for (size_t i = 0; i < a.losses.size(); ++i) {
-    INFO("step " << i);
-    CHECK(std::memcmp(&a.losses[i], &b.losses[i], sizeof(double)) == 0);
-    CHECK(a.correct[i] == b.correct[i]);
-  }
-  CHECK(std::memcmp(&a.evaluated.loss, &b.evaluated.loss, sizeof(double)) == 0);
-  CHECK(a.evaluated.correct == b.evaluated.correct);
-  REQUIRE(a.parameters.size() == b.parameters.size());
-  for (size_t p = 0; p < a.parameters.size(); ++p) {
-    INFO("parameter " << a.parameters[p].name);
-    CHECK(a.parameters[p].name == b.parameters[p].name);
-    CHECK(same_bits(a.parameters[p].value, b.parameters[p].value));
-    CHECK(same_bits(a.parameters[p].momentum, b.parameters[p].momentum));
-  }
-  REQUIRE(a.state.size() == b.state.size());
-  for (size_t i = 0; i < a.state.size(); ++i) {
-    INFO("state " << a.state[i].first);
-    CHECK(a.state[i].first == b.state[i].first);
-    CHECK(same_bits(a.state[i].second, b.state[i].second));
-  }
-}
-
 std::string model_file(const std::string& name) { return std::string(CONVGEN_MODELS_DIR) + "/" + name + ".onnx"; }
 std::string weights_file(const std::string& name) {
   return std::string(CONVGEN_DRIVERS_DIR) + "/" + name + "/" + name + ".weights";
@@ -115,7 +87,7 @@ std::string weights_file(const std::string& name) {
 template <typename Driver, typename Options>
 void check_driver(const std::string& name) {
   model::Trainer jit(model_file(name), jit_options(), default_target());
-  const Run reference = train(jit);
+  const TrainRun reference = train(jit);
   for (auto [threads, intra] : {std::pair{1, false}, std::pair{2, false}, std::pair{3, false}, std::pair{2, true}}) {
     INFO(name << ": generated driver, " << threads << " threads" << (intra ? ", intra-kernel" : ""));
     Driver driver(weights_file(name), driver_options<Options>(threads, intra));
@@ -165,21 +137,6 @@ TEST_CASE("generated training driver: compile-time facts and clear errors", "[tr
 
 namespace {
 
-// One shuffled epoch of synthetic data.
-void train_epoch(model::Trainer& engine, int epoch, std::vector<double>* losses) {
-  const auto& tg = engine.graph();
-  data::SampleSpec spec;
-  spec.channels = tg.sample_shape[0], spec.height = tg.sample_shape[1], spec.width = tg.sample_shape[2];
-  spec.classes = tg.classes;
-  const data::Dataset set = data::synthetic_dataset(spec, kSamples, 11, "synthetic");
-  const std::vector<int64_t> order = data::epoch_order(kSamples, epoch, true, 7);
-  data::Batch b;
-  for (int64_t first = 0; first < kSamples; first += kBatch) {
-    data::decode_batch(set, order, first, std::min(kBatch, kSamples - first), data::Normalization{}, &b);
-    losses->push_back(engine.train_step(b.pixels.data(), b.labels.data(), b.count).loss);
-  }
-}
-
 std::string scratch_dir(const std::string& name) {
   const std::string dir = std::string(CONVGEN_DRIVERS_DIR) + "/scratch-" + name;
   std::filesystem::remove_all(dir);
@@ -195,11 +152,12 @@ TEST_CASE("generated training driver: checkpoints resume bit-identically, weight
   const std::string dir = scratch_dir("checkpoint");
   // Uninterrupted: two epochs, a checkpoint between them.
   Driver straight(weights_file("small_resnet"), options);
-  std::vector<double> losses, resumed_losses;
-  train_epoch(straight.engine(), 0, &losses);
+  TrainRun straight_run, resumed_run;
+  data::Batch b;
+  train_epoch(straight.engine(), 0, &straight_run, &b);
   straight.engine().set_learning_rate(0.005f);  // the learning rate is state, restored
   straight.save_checkpoint(dir, 1, 0);
-  train_epoch(straight.engine(), 1, &losses);
+  train_epoch(straight.engine(), 1, &straight_run, &b);
   // Resumed in a fresh driver from the checkpoint.
   Driver resumed(weights_file("small_resnet"), options);
   const auto [epoch, position] = resumed.load_checkpoint(dir);
@@ -207,7 +165,9 @@ TEST_CASE("generated training driver: checkpoints resume bit-identically, weight
   CHECK(position == 0);
   CHECK(resumed.engine().steps_taken() == 4);
   CHECK(resumed.engine().options().lr == 0.005f);
-  train_epoch(resumed.engine(), 1, &resumed_losses);
+  train_epoch(resumed.engine(), 1, &resumed_run, &b);
+  const auto& losses = straight_run.losses;
+  const auto& resumed_losses = resumed_run.losses;
   REQUIRE(resumed_losses.size() == 4);
   for (size_t i = 0; i < 4; ++i) CHECK(std::memcmp(&resumed_losses[i], &losses[4 + i], sizeof(double)) == 0);
   for (size_t p = 0; p < straight.engine().parameters().size(); ++p) {
@@ -246,8 +206,9 @@ TEST_CASE("generated training driver: weights from an ONNX file trained elsewher
   const auto options = driver_options<convgen_model_small_resnet::TrainOptions>(1, false);
   // Trained by the in-process trainer and exported as convgen train --save does.
   model::Trainer jit(model_file("small_resnet"), jit_options(), default_target());
-  std::vector<double> losses;
-  train_epoch(jit, 0, &losses);
+  TrainRun run;
+  data::Batch last;
+  train_epoch(jit, 0, &run, &last);
   std::map<std::string, std::vector<float>> tensors;
   for (const model::Parameter& p : jit.parameters()) tensors[p.name] = p.value;
   for (const auto& [name, data] : jit.state_tensors()) tensors[name] = data;
@@ -294,8 +255,9 @@ TEST_CASE("generated training driver: weights from an ONNX file trained elsewher
 TEST_CASE("generated training driver: forward gives the logits evaluate scores", "[train_driver]") {
   convgen_model_cifar10_full::Trainer driver(weights_file("cifar10_full"),
                                              driver_options<convgen_model_cifar10_full::TrainOptions>(2, false));
-  std::vector<double> losses;
-  train_epoch(driver.engine(), 0, &losses);
+  TrainRun run;
+  data::Batch last;
+  train_epoch(driver.engine(), 0, &run, &last);
   const auto& tg = driver.engine().graph();
   data::SampleSpec spec;
   spec.channels = tg.sample_shape[0], spec.height = tg.sample_shape[1], spec.width = tg.sample_shape[2];
