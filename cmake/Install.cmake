@@ -38,6 +38,7 @@ install(FILES
   generator/train_graph.h
   generator/trainer_state.h
   schedules/conv_schedule.h
+  schedules/schedule_selection.h
   DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/convgen")
 
 # The bundled models, for the examples and for trying convgen_add_model.

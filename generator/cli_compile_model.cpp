@@ -404,8 +404,7 @@ int compile_training_driver(const Options& o, const std::string& name, const std
       model::PlannedKernel k;
       k.pass = pass;
       k.descriptor = r.descriptor;
-      k.selection.schedule = model::training_schedule(r.descriptor, pass, t, o.schedules, &lines);
-      k.selection.source = select_schedule(r.descriptor, pass, t, o.schedules, nullptr).source + ", parallel variant";
+      k.selection = model::training_schedule(r.descriptor, pass, t, o.schedules, &lines);
       k.schedule_overrides = "parallel=" + to_string(k.selection.schedule.parallel);
       k.key = fmt::format("{}|{}|{}|{}|{}", key, pass, describe(k.selection.schedule), target, CONVGEN_GENERATOR_HASH);
       k.name = fmt::format("convgen_{}_{}", pass, sha256_hex(k.key).substr(0, 16));

@@ -17,6 +17,7 @@
 
 #include "conv_descriptor.h"
 #include "conv_schedule.h"
+#include "schedule_selection.h"
 
 namespace convgen::model {
 
@@ -52,8 +53,9 @@ using TrainConvFactory = std::function<std::unique_ptr<TrainConv>(const TrainCon
 // (Images with at least 8 images, else Pixels), so the bits never depend on the thread
 // count. The in-process trainer's JIT kernels and `convgen compile --train`'s
 // ahead-of-time kernels both use it, so they compute the same bits.
-ConvSchedule training_schedule(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t,
-                               const std::string& records, std::vector<std::string>* why);
+// `source` says where the schedule came from ("analytic default", "record ...").
+SelectedSchedule training_schedule(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t,
+                                   const std::string& records, std::vector<std::string>* why);
 
 // convgen's generated kernels (JIT-compiled; schedules from records or the analytic default).
 std::unique_ptr<TrainConv> make_generated_conv(const TrainConvRequest& r, std::vector<std::string>* why);

@@ -11,7 +11,9 @@ namespace {
 class GeneratedConv : public TrainConv {
  public:
   GeneratedConv(const TrainConvRequest& r, std::vector<std::string>* why) : d_(r.descriptor) {
-    auto schedule = [&](const std::string& pass) { return training_schedule(d_, pass, r.target, r.records, why); };
+    auto schedule = [&](const std::string& pass) {
+      return training_schedule(d_, pass, r.target, r.records, why).schedule;
+    };
     fwd_ = std::make_unique<JitForwardKernel>(d_, schedule("fwd"), r.target);
     if (r.needs_backward_data) bwd_data_ = std::make_unique<JitBackwardDataKernel>(d_, schedule("bwd_data"), r.target);
     bwd_weights_ = std::make_unique<JitBackwardWeightsKernel>(d_, schedule("bwd_weights"), r.target);
@@ -40,15 +42,16 @@ class GeneratedConv : public TrainConv {
 
 }  // namespace
 
-ConvSchedule training_schedule(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t,
-                               const std::string& records, std::vector<std::string>* why) {
+SelectedSchedule training_schedule(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t,
+                                   const std::string& records, std::vector<std::string>* why) {
   // Always the parallel variant, chosen by the layer alone: the schedule -- and so the
   // bits -- is the same whether the kernel runs on one thread inside the trainer's
   // batch-parallel region (its parallel loop then runs on the calling thread) or on all
   // of them (intra-kernel). Measured: parallel=none and parallel=pixels of
   // mb1ic8ih1iw24oc5kh1kw1 forward differ in the last bits.
-  ConvSchedule s = select_schedule(d, pass, t, records, why).schedule;
-  s.parallel = d.mb >= 8 ? Parallel::Images : Parallel::Pixels;
+  SelectedSchedule s = select_schedule(d, pass, t, records, why);
+  s.schedule.parallel = d.mb >= 8 ? Parallel::Images : Parallel::Pixels;
+  s.source += ", parallel variant";
   return s;
 }
 
