@@ -37,6 +37,7 @@ expect_error 6 "bad model" compile "$work/cut.onnx" -o "$work/bad1" --no-cache
 expect_error 7 "not supported: op Tanh" compile "$data/test_Tanh/model.onnx" -o "$work/bad2" --no-cache
 expect_error 4 "cannot read" compile "$work/missing.onnx" -o "$work/bad3"
 expect_error 2 "not a C identifier" compile "$root/models/lenet.onnx" --name 9lives -o "$work/bad4"
+expect_error 2 "--namespace app::9x: not a C++ namespace" compile "$root/models/lenet.onnx" --namespace app::9x -o "$work/bad9"
 "$convgen" compile --help | grep -q "usage: convgen compile" || fail "compile --help"
 
 # --train: the training driver, its kernels for every pass at every size, provenance.

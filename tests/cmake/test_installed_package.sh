@@ -133,6 +133,16 @@ touch "$work/records.jsonl"
 cmake --build "$work/build-records" >"$work/records.log" 2>&1 || fail "records: rebuild"
 grep -q "into tuned" "$work/records.log" || fail "a changed records file did not regenerate: $(cat "$work/records.log")"
 
+# A call without MODEL or with an unknown argument stops at configure time, naming the target.
+scratch nomodel 'convgen_add_model(nomodel BATCH 2)'
+if configure "$work/nomodel" "$work/build-nomodel" Ninja; then fail "convgen_add_model without MODEL configured"; fi
+grep -q "convgen_add_model(nomodel): MODEL <file.onnx> is required" "$work/build-nomodel.configure.log" ||
+  fail "no-MODEL message: $(cat "$work/build-nomodel.configure.log")"
+scratch typo "convgen_add_model(typo MODEL \"$prefix/share/convgen/models/lenet.onnx\" BACTH 2)"
+if configure "$work/typo" "$work/build-typo" Ninja; then fail "convgen_add_model with an unknown argument configured"; fi
+grep -q "convgen_add_model(typo): unknown arguments: BACTH;2" "$work/build-typo.configure.log" ||
+  fail "unknown-argument message: $(cat "$work/build-typo.configure.log")"
+
 # TARGET: other x86-64 feature sets, seen in the object code (they cannot run here).
 lenet="$prefix/share/convgen/models/lenet.onnx"
 scratch targets "convgen_add_model(wide MODEL \"$lenet\" TARGET x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41)

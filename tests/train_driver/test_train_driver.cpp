@@ -247,6 +247,18 @@ TEST_CASE("generated training driver: weights from an ONNX file trained elsewher
     std::ofstream(dir + "/cut.onnx", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
   }
   CHECK_THROWS_AS(from_onnx.load_onnx_weights(dir + "/cut.onnx"), Error);
+  auto fails_with = [&](const std::string& path, ExitCode code, const std::string& text) {
+    try {
+      from_onnx.load_onnx_weights(path);
+      FAIL("accepted " << path);
+    } catch (const Error& e) {
+      CHECK(e.code() == code);
+      CHECK_THAT(e.what(), Catch::Contains(path) && Catch::Contains(text));
+    }
+  };
+  fails_with(dir + "/missing.onnx", ExitCode::Io, "cannot read");
+  std::ofstream(dir + "/text.onnx") << "not a model at all\n";
+  fails_with(dir + "/text.onnx", ExitCode::BadData, "not a valid ONNX model");
   for (size_t p = 0; p < fresh.engine().parameters().size(); ++p)
     CHECK(same_bits(fresh.engine().parameters()[p].value, from_onnx.engine().parameters()[p].value));
   std::filesystem::remove_all(dir);
