@@ -45,6 +45,7 @@
 #include "im2col_blis_backward.h"
 #include "onednn_conv.h"
 #include "onednn_conv_backward.h"
+#include "peer_isa.h"
 
 namespace {
 
@@ -91,6 +92,9 @@ struct Options {
   bool peer_enabled[kPeers] = {true, true, true};
   bool schedule_verbose = false;
   std::string schedule_overrides;  // --schedule WORDS, applied over the analytic default
+  std::string target_name;         // --target as given ("" = the build's default target)
+  convgen::TargetInfo target = convgen::default_target();
+  bool peer_isa_matched = true;    // --peer-isa matched (default) | native
   bool help = false;
   bool version = false;
 };
@@ -120,6 +124,12 @@ options:
   --schedule-verbose      print the analytic schedule's reasons for every layer
   --schedule WORDS        override fields of convgen's schedule on every layer and pass, e.g.
                           'mr=8 nr=8' (same words as convgen compile-layer --schedule)
+  --target T              convgen's kernel target (default: the build's default, AVX2+FMA;
+                          'host' = the widest this CPU runs, e.g. AVX-512). The FMA probe
+                          measures the peak with the same vector width.
+  --peer-isa M            matched (default): oneDNN capped at the target's ISA (avx2 or
+                          avx512_core) and BLIS given a kernel set of that width when it
+                          picked another (e.g. 'generic'); native: both choose for themselves
   --help                  this text
   --version               versions of convgen, its generator sources, Halide, BLIS, oneDNN
 )";
@@ -205,6 +215,13 @@ Options parse_options(int argc, char** argv) {
       o.schedule_verbose = true;
     } else if (a == "--schedule") {
       o.schedule_overrides = value();
+    } else if (a == "--target") {
+      o.target_name = value();
+    } else if (a == "--peer-isa") {
+      const std::string m = value();
+      if (m != "matched" && m != "native")
+        throw Error(ExitCode::Usage, fmt::format("--peer-isa: '{}' is neither matched nor native", m));
+      o.peer_isa_matched = m == "matched";
     } else if (a == "--help" || a == "-h") {
       o.help = true;
     } else if (a == "--version") {
@@ -214,6 +231,7 @@ Options parse_options(int argc, char** argv) {
     }
   }
   if (o.help || o.version) return o;
+  if (!o.target_name.empty()) o.target = convgen::target_info(o.target_name);
   if (o.pass == "all") {
     o.passes = {Pass::Fwd, Pass::BwdData, Pass::BwdWeights};
   } else {
@@ -471,7 +489,7 @@ void set_up_forward(LayerResult& res, const Inputs& in, Outputs* out, const Opti
   const int64_t y_size = d.mb * d.oh() * d.ow() * d.oc;
   const float* bias = d.bias ? in.bias.data() : nullptr;
   set_up(res.peer[kConvgen], [&] {
-    const convgen::TargetInfo target = convgen::default_target();
+    const convgen::TargetInfo& target = o.target;
     const convgen::ConvSchedule s = convgen_schedule(res, target, o);
     auto kernel = std::make_shared<convgen::JitForwardKernel>(d, s, target);
     out[kConvgen] = {unwritten(y_size)};
@@ -509,7 +527,7 @@ void set_up_backward_data(LayerResult& res, const Inputs& in, Outputs* out, cons
   const float* y = d.relu ? in.y.data() : nullptr;
   const float* dy_peers = in.dy_for_peers();
   set_up(res.peer[kConvgen], [&] {
-    const convgen::TargetInfo target = convgen::default_target();
+    const convgen::TargetInfo& target = o.target;
     const convgen::ConvSchedule s = convgen_schedule(res, target, o);
     auto kernel = std::make_shared<convgen::JitBackwardDataKernel>(d, s, target);
     out[kConvgen] = {unwritten(dx_size)};
@@ -556,7 +574,7 @@ void set_up_backward_weights(LayerResult& res, const Inputs& in, Outputs* out,
   const float* y = d.relu ? in.y.data() : nullptr;
   const float* dy_peers = in.dy_for_peers();
   set_up(res.peer[kConvgen], [&] {
-    const convgen::TargetInfo target = convgen::default_target();
+    const convgen::TargetInfo& target = o.target;
     const convgen::ConvSchedule s = convgen_schedule(res, target, o);
     auto kernel = std::make_shared<convgen::JitBackwardWeightsKernel>(d, s, target);
     const auto [dw, db] = weight_gradients(d, out[kConvgen]);
@@ -879,17 +897,22 @@ json layer_json(const LayerResult& r, double peak) {
 
 int run_bench(const Options& o) {
   const std::vector<Layer> layers = load_layers(o);
+  // Before any BLIS or oneDNN call: both fix their kernel choice on first use.
+  const cb::PeerIsa peer_isa = cb::select_peer_isa(o.target.vector_floats, o.peer_isa_matched);
   omp_set_num_threads(o.threads);
 
   const std::string cpu = cb::cpu_model_name();
   fmt::print("convgen-bench {}  pass {}  mb {}  threads {}  runs {}  cpu \"{}\"\n", CONVGEN_VERSION,
              o.pass, o.mb, o.threads, o.runs, cpu);
+  fmt::print("convgen target {}; peers {}: oneDNN ISA {}, BLIS kernels {} ({})\n", o.target.target,
+             o.peer_isa_matched ? "matched" : "native", peer_isa.onednn_isa, peer_isa.blis_arch,
+             peer_isa.blis_how);
   if (o.threads > 1 && o.peer_enabled[kConvgen])
     fmt::print("note: convgen runs its intra-kernel parallel variant (parallel=images, or pixels when the\n"
                "      minibatch is small) on {} OpenMP threads\n",
                o.threads);
   std::fflush(stdout);
-  const double peak_start = convgen::measure_fma_peak_gflops(o.threads);
+  const double peak_start = convgen::measure_fma_peak_gflops(o.threads, o.target.vector_floats);
   fmt::print(stderr, "convgen-bench: FMA probe at start {:.1f} GFLOP/s\n", peak_start);
 
   // Progress goes to stderr; the tables are printed at the end, when the mean probe is known.
@@ -920,11 +943,12 @@ int run_bench(const Options& o) {
     }
   }
 
-  const double peak_end = convgen::measure_fma_peak_gflops(o.threads);
+  const double peak_end = convgen::measure_fma_peak_gflops(o.threads, o.target.vector_floats);
   const double peak = 0.5 * (peak_start + peak_end);
-  fmt::print("FMA probe ({} thread{}): {:.1f} GFLOP/s at start, {:.1f} at end; %pk uses the mean "
-             "{:.1f}\n",
-             o.threads, o.threads > 1 ? "s" : "", peak_start, peak_end, peak);
+  fmt::print("FMA probe ({} thread{}, {}-lane FMAs): {:.1f} GFLOP/s at start, {:.1f} at end; %pk "
+             "uses the mean {:.1f}\n",
+             o.threads, o.threads > 1 ? "s" : "", o.target.vector_floats == 16 ? 16 : 8, peak_start,
+             peak_end, peak);
   fmt::print("GF/s = nominal 2*N*K*(C/g)*R*S*P*Q (the same count in every pass) / median of {} "
              "interleaved samples; ws in MiB\n",
              o.runs);
@@ -952,13 +976,17 @@ int run_bench(const Options& o) {
                       {"threads", o.threads},
                       {"fma_peak_gflops_start", num(peak_start)},
                       {"fma_peak_gflops_end", num(peak_end)},
-                      {"fma_peak_gflops_mean", num(peak)}};
+                      {"fma_peak_gflops_mean", num(peak)},
+                      {"fma_probe_lanes", o.target.vector_floats == 16 ? 16 : 8}};
     doc["build"] = {{"convgen", CONVGEN_VERSION},
                     {"generator_hash", CONVGEN_GENERATOR_HASH},
                     {"halide", CONVGEN_HALIDE_VERSION},
                     {"blis", cb::blis_version()},
-                    {"blis_arch", cb::blis_arch()},
-                    {"onednn", cb::onednn_version()}};
+                    {"blis_arch", peer_isa.blis_arch},
+                    {"blis_arch_how", peer_isa.blis_how},
+                    {"onednn", cb::onednn_version()},
+                    {"onednn_isa", peer_isa.onednn_isa},
+                    {"convgen_target", o.target.target}};
     doc["pass"] = o.pass;
     doc["mb"] = o.mb;
     doc["runs"] = o.runs;

@@ -87,9 +87,11 @@ int main(int argc, char** argv) {
       else throw convgen::Error(convgen::ExitCode::Usage, "unknown argument " + a + " (see --help)");
     }
     if (path.empty() || steps < 1 || runs < 1) throw convgen::Error(convgen::ExitCode::Usage, "see --help");
-    const double peak = convgen::measure_fma_peak_gflops(o.threads);
-    convgen::model::Trainer trainer(path, o,
-                                    target.empty() ? convgen::default_target() : convgen::target_info(target));
+    const convgen::TargetInfo target_info =
+        target.empty() ? convgen::default_target() : convgen::target_info(target);
+    // The peak of the same vector width as the kernels (AVX-512 targets: 16 lanes).
+    const double peak = convgen::measure_fma_peak_gflops(o.threads, target_info.vector_floats);
+    convgen::model::Trainer trainer(path, o, target_info);
     const auto& tg = trainer.graph();
     convgen::data::SampleSpec spec;
     spec.channels = tg.sample_shape[0], spec.height = tg.sample_shape[1], spec.width = tg.sample_shape[2];

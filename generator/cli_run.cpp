@@ -101,8 +101,8 @@ Prepared prepare(const std::string& model_path, const std::vector<std::string>& 
 
 // --profile: per step ms, and for convolutions GF/s, % of the FMA peak measured here
 // and the kernel's workspace; the steps of a second, warm run.
-void print_profile(const model::ModelExecutor& exec) {
-  const double peak = measure_fma_peak_gflops(1);
+void print_profile(const model::ModelExecutor& exec, const TargetInfo& target) {
+  const double peak = measure_fma_peak_gflops(1, target.vector_floats);
   double total_ms = 0, total_flops = 0;
   fmt::print(stderr, "convgen: profile (1 thread, FMA peak {:.1f} GFLOP/s measured now; second run)\n", peak);
   fmt::print(stderr, "{:<28} {:<18} {:>9} {:>8} {:>5} {:>10}\n", "layer", "op", "ms", "GF/s", "%pk", "ws bytes");
@@ -122,13 +122,13 @@ void print_profile(const model::ModelExecutor& exec) {
 }
 
 std::vector<Tensor> execute(Prepared p, const RunSetup& s, std::vector<std::string>* why) {
-  const std::string target = s.target.empty() ? default_target().target : s.target;
-  model::ModelExecutor exec(std::move(p.graph), target_info(target), s.schedules, why);
+  const TargetInfo target = target_info(s.target.empty() ? default_target().target : s.target);
+  model::ModelExecutor exec(std::move(p.graph), target, s.schedules, why);
   if (!s.profile) return exec.run(p.feeds);
   exec.run(p.feeds);  // warm-up: first touch
   exec.set_profiling(true);
   std::vector<Tensor> out = exec.run(p.feeds);
-  print_profile(exec);
+  print_profile(exec, target);
   return out;
 }
 

@@ -3,10 +3,13 @@
 
 namespace convgen {
 
-// Runs 12 independent AVX2 FMA accumulator chains (vfmadd on 8 fp32 lanes) on `threads`
-// OpenMP threads at once for about 0.2 s, three times, and returns the best total
-// rate in GFLOP/s over all threads (one FMA = 2 flops x 8 lanes). `threads` < 1 is
-// treated as 1. fma_probe.cpp is the only file compiled with -mavx2 -mfma.
-double measure_fma_peak_gflops(int threads);
+// Runs 12 independent FMA accumulator chains on `threads` OpenMP threads at once for
+// about 0.2 s, three times, and returns the best total rate in GFLOP/s over all threads
+// (one FMA = 2 flops x lanes). `vector_floats` picks the instruction set the peak is
+// measured with, the same as the kernels being rated: 16 = AVX-512F (zmm), anything
+// else = AVX2+FMA (ymm; narrower targets are rated against the AVX2 peak). 16 on a CPU
+// without AVX-512F throws std::invalid_argument. `threads` < 1 is treated as 1.
+// fma_probe_avx2.cpp and fma_probe_avx512.cpp are the only files built with those ISAs.
+double measure_fma_peak_gflops(int threads, int vector_floats = 8);
 
 }  // namespace convgen

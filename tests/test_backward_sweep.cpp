@@ -149,6 +149,40 @@ TEST_CASE("backward sweep: depthwise_multiplier", "[bwd_sweep]") { run_class("de
 TEST_CASE("backward sweep: odd_sizes", "[bwd_sweep]") { run_class("odd_sizes"); }
 TEST_CASE("backward sweep: conv1d", "[bwd_sweep]") { run_class("conv1d"); }
 
+// The analytic backward-weights defaults themselves, on shapes of the classes they were
+// tuned on (scaled down): with 32 vector registers (sweep.avx512) these are the 32x8 and
+// 48x8 direct-load tiles, ragged channel tiles, and items of several whole small images,
+// 8 + 1 images included; on the default target the AVX2 rules of the same shapes.
+TEST_CASE("backward sweep: analytic backward-weights defaults on wide-tile shapes", "[bwd_sweep]") {
+  const TargetInfo t = sweep_target();
+  struct Shape {
+    const char* text;
+    int mr, nr;  // expected tile with 32 vector registers, in vectors of the target
+    int kc;
+  };
+  const Shape shapes[] = {
+      {"mb2ic64ih12iw12oc64kh3kw3pt1pb1pl1pr1+bias+relu", 2, 8, 400},  // 64 channels: 32x8, padded
+      {"mb3ic16ih7iw7oc128kh1kw1+bias", 3, 8, 400},                   // 48x8, ragged, 3 images per item
+      {"mb9ic24ih7iw7oc96kh3kw3pt1pb1pl1pr1", 3, 8, 400},             // items of 8 + 1 images
+      {"mb2ic32ih14iw14oc48kh1kw1sh2sw2+bias", 3, 8, 400},             // stride 2 to 7x7
+      {"mb1ic8ih16iw16oc64kh3kw3pt1pb1pl1pr1+relu", 2, 8, 256},        // items of rows of a 16x16 image
+  };
+  for (const Shape& sh : shapes) {
+    const ConvDescriptor d = parse_descriptor(sh.text);
+    const ConvSchedule s = analytic_schedule_for_pass(d, "bwd_weights", t);
+    INFO(sh.text << "  schedule: " << describe(s));
+    if (t.vector_registers >= 32) {  // the plan really exercises the wide-tile rule
+      CHECK(s.mr == sh.mr * t.vector_floats);
+      CHECK(s.nr == sh.nr);
+      CHECK(s.kc == sh.kc);
+      CHECK(s.pack_input == PackInput::Image);
+    }
+    JitBackwardWeightsKernel k(d, s, t);
+    check(run_backward_weights(k, d, true, 5));
+    check(run_backward_weights(k, d, false, 9));
+  }
+}
+
 TEST_CASE("backward sweeps fail on deliberately broken kernels", "[bwd_sweep][broken]") {
   // Both broken kernels read the row below the image instead of zero padding.
   const TargetInfo t = sweep_target();
