@@ -947,7 +947,7 @@ int run_bench(const Options& o) {
   const double peak = 0.5 * (peak_start + peak_end);
   fmt::print("FMA probe ({} thread{}, {}-lane FMAs): {:.1f} GFLOP/s at start, {:.1f} at end; %pk "
              "uses the mean {:.1f}\n",
-             o.threads, o.threads > 1 ? "s" : "", o.target.vector_floats == 16 ? 16 : 8, peak_start,
+             o.threads, o.threads > 1 ? "s" : "", convgen::fma_probe_lanes(o.target.vector_floats), peak_start,
              peak_end, peak);
   fmt::print("GF/s = nominal 2*N*K*(C/g)*R*S*P*Q (the same count in every pass) / median of {} "
              "interleaved samples; ws in MiB\n",
@@ -977,7 +977,7 @@ int run_bench(const Options& o) {
                       {"fma_peak_gflops_start", num(peak_start)},
                       {"fma_peak_gflops_end", num(peak_end)},
                       {"fma_peak_gflops_mean", num(peak)},
-                      {"fma_probe_lanes", o.target.vector_floats == 16 ? 16 : 8}};
+                      {"fma_probe_lanes", convgen::fma_probe_lanes(o.target.vector_floats)}};
     doc["build"] = {{"convgen", CONVGEN_VERSION},
                     {"generator_hash", CONVGEN_GENERATOR_HASH},
                     {"halide", CONVGEN_HALIDE_VERSION},

@@ -161,6 +161,11 @@ void Im2colBlisConv::run_packed(const float* x, const float* packed_w, const flo
 }
 
 std::string blis_version() { return bli_info_get_version_str(); }
-std::string blis_arch() { return bli_arch_string(bli_arch_query_id()); }
+// bli_init first: with BLIS_ARCH_TYPE set, an arch query before the contexts are
+// registered aborts the process.
+std::string blis_arch() {
+  bli_init();
+  return bli_arch_string(bli_arch_query_id());
+}
 
 }  // namespace convgen::bench

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <dnnl.hpp>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "errors.h"
+#include "im2col_blis.h"
 
 namespace convgen::bench {
 namespace {
@@ -21,35 +23,41 @@ int blis_arch_id(const std::string& name) {
   return -1;
 }
 
-// BLIS aborts the process when BLIS_ARCH_TYPE names a sub-configuration it was built
-// without, so each candidate is first tried in a child process.
-bool blis_has_arch(int id) {
+// The kernel set BLIS settles on in a child process, given `arch_type` as BLIS_ARCH_TYPE
+// (empty: none), or "" when the child died. BLIS fixes its choice on first use and aborts
+// on an id it was built without, so this process must not ask before it has decided.
+std::string blis_choice_in_child(const std::string& arch_type) {
+  int pipefd[2];
+  if (pipe(pipefd) != 0) return "";
   const pid_t pid = fork();
-  if (pid < 0) return false;
+  if (pid < 0) {
+    close(pipefd[0]);
+    close(pipefd[1]);
+    return "";
+  }
   if (pid == 0) {
-    setenv("BLIS_ARCH_TYPE", std::to_string(id).c_str(), 1);
-    bli_init();  // registers the contexts; the arch query below checks the id against them
-    _exit(bli_arch_query_id() == static_cast<arch_t>(id) ? 0 : 1);
+    close(pipefd[0]);
+    if (!arch_type.empty()) setenv("BLIS_ARCH_TYPE", arch_type.c_str(), 1);
+    const std::string s = blis_arch();
+    _exit(write(pipefd[1], s.data(), s.size()) == static_cast<ssize_t>(s.size()) ? 0 : 1);
   }
+  close(pipefd[1]);
+  std::string out;
+  char buf[64];
+  ssize_t n;
+  while ((n = read(pipefd[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(pipefd[0]);
   int status = 0;
-  if (waitpid(pid, &status, 0) != pid) return false;
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return "";
+  return out;
 }
 
-bool blis_arch_has_width(const std::string& arch, int vector_floats) {
-  static const char* const k16[] = {"skx", "knl"};
-  static const char* const k8[] = {"zen3", "zen2", "zen", "haswell"};
-  if (vector_floats == 16) {
-    for (const char* a : k16) if (arch == a) return true;
-    return false;
-  }
-  for (const char* a : k8) if (arch == a) return true;
-  return false;
-}
-
-bool cpu_is_amd() {
+// BLIS's kernel sets of one vector width, the one to prefer on this CPU first.
+std::vector<std::string> blis_kernel_sets(int vector_floats) {
+  if (vector_floats == 16) return {"skx", "knl"};
   __builtin_cpu_init();
-  return __builtin_cpu_is("amd");
+  if (__builtin_cpu_is("amd")) return {"zen3", "zen2", "zen", "haswell"};
+  return {"haswell", "zen3", "zen2", "zen"};
 }
 
 }  // namespace
@@ -57,62 +65,36 @@ bool cpu_is_amd() {
 PeerIsa select_peer_isa(int vector_floats, bool matched) {
   PeerIsa r;
   if (matched) {
-    const dnnl::cpu_isa cap = vector_floats == 16 ? dnnl::cpu_isa::avx512_core : dnnl::cpu_isa::avx2;
+    const bool wide = vector_floats == 16;
     try {
-      dnnl::set_max_cpu_isa(cap);
+      dnnl::set_max_cpu_isa(wide ? dnnl::cpu_isa::avx512_core : dnnl::cpu_isa::avx2);
     } catch (const dnnl::error& e) {
       throw Error(ExitCode::Internal, std::string("cannot cap oneDNN's ISA: ") + e.what());
     }
-    r.onednn_isa = vector_floats == 16 ? "avx512_core" : "avx2";
+    r.onednn_isa = wide ? "avx512_core" : "avx2";
   } else {
     r.onednn_isa = "native";
   }
 
+  r.blis_how = "chosen by BLIS";
   if (std::getenv("BLIS_ARCH_TYPE") != nullptr) {
     r.blis_how = "BLIS_ARCH_TYPE from the environment";
   } else if (matched) {
-    // The choice BLIS would make, asked in a child so that this process stays undecided.
-    std::vector<std::string> wanted;
-    if (vector_floats == 16) wanted = {"skx"};
-    else wanted = cpu_is_amd() ? std::vector<std::string>{"zen3", "haswell"}
-                               : std::vector<std::string>{"haswell", "zen3"};
-    int pipefd[2];
-    std::string own;
-    if (pipe(pipefd) == 0) {
-      const pid_t pid = fork();
-      if (pid == 0) {
-        close(pipefd[0]);
-        bli_init();
-        const char* s = bli_arch_string(bli_arch_query_id());
-        if (write(pipefd[1], s, std::strlen(s)) < 0) _exit(1);
-        _exit(0);
-      }
-      close(pipefd[1]);
-      char buf[64];
-      ssize_t n;
-      while ((n = read(pipefd[0], buf, sizeof buf)) > 0) own.append(buf, static_cast<size_t>(n));
-      close(pipefd[0]);
-      if (pid > 0) waitpid(pid, nullptr, 0);
-    }
-    if (blis_arch_has_width(own, vector_floats)) {
-      r.blis_how = "chosen by BLIS";
-    } else {
+    const std::vector<std::string> sets = blis_kernel_sets(vector_floats);
+    const std::string own = blis_choice_in_child("");
+    if (std::find(sets.begin(), sets.end(), own) == sets.end()) {
       r.blis_how = "BLIS chose '" + own + "'; no kernel set for " + std::to_string(vector_floats) +
                    " lanes in this build";
-      for (const std::string& name : wanted) {
+      for (const std::string& name : sets) {
         const int id = blis_arch_id(name);
-        if (id >= 0 && blis_has_arch(id)) {
-          setenv("BLIS_ARCH_TYPE", std::to_string(id).c_str(), 1);
-          r.blis_how = "set for " + std::to_string(vector_floats) + " lanes (BLIS chose '" + own + "')";
-          break;
-        }
+        if (id < 0 || blis_choice_in_child(std::to_string(id)) != name) continue;
+        setenv("BLIS_ARCH_TYPE", std::to_string(id).c_str(), 1);
+        r.blis_how = "set for " + std::to_string(vector_floats) + " lanes (BLIS chose '" + own + "')";
+        break;
       }
     }
-  } else {
-    r.blis_how = "chosen by BLIS";
   }
-  bli_init();
-  r.blis_arch = bli_arch_string(bli_arch_query_id());
+  r.blis_arch = blis_arch();
   return r;
 }
 

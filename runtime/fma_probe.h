@@ -12,4 +12,7 @@ namespace convgen {
 // fma_probe_avx2.cpp and fma_probe_avx512.cpp are the only files built with those ISAs.
 double measure_fma_peak_gflops(int threads, int vector_floats = 8);
 
+// The lanes per FMA the probe uses for a target of `vector_floats` lanes (16 or 8).
+inline int fma_probe_lanes(int vector_floats) { return vector_floats == 16 ? 16 : 8; }
+
 }  // namespace convgen

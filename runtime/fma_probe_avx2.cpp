@@ -34,7 +34,7 @@ struct Avx2Ops {
 
 double measure_fma_peak_gflops(int threads, int vector_floats) {
   threads = std::max(threads, 1);
-  if (vector_floats == 16) {
+  if (fma_probe_lanes(vector_floats) == 16) {
     if (!__builtin_cpu_supports("avx512f"))
       throw std::invalid_argument("FMA probe: 16-lane (AVX-512F) peak asked for on a CPU without AVX-512F");
     return measure_fma_peak_avx512_gflops(threads);

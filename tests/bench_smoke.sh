@@ -52,6 +52,8 @@ fi
 BLIS_ARCH_TYPE=3 "$bench" --descriptor "$layer" --pass fwd --runs 1 --peers convgen,blis >"$dir/out" 2>&1 ||
   { cat "$dir/out"; fail "run with BLIS_ARCH_TYPE failed"; }
 grep -q "(BLIS_ARCH_TYPE from the environment)" "$dir/out" || { cat "$dir/out"; fail "user's BLIS_ARCH_TYPE"; }
+BLIS_ARCH_TYPE=3 "$bench" --version >"$dir/out" 2>&1 && grep -q "^BLIS .* (haswell)" "$dir/out" ||
+  { cat "$dir/out"; fail "--version with BLIS_ARCH_TYPE"; }
 "$bench" --descriptor "$layer" --pass fwd --runs 1 --peers convgen,blis --peer-isa native >"$dir/out" 2>&1 ||
   { cat "$dir/out"; fail "--peer-isa native failed"; }
 grep -q "peers native: oneDNN ISA native" "$dir/out" || { cat "$dir/out"; fail "native line"; }
