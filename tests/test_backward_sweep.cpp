@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <random>
 
+#include "conv_backward.h"
 #include "conv_backward_classes.h"
 #include "conv_jit.h"
 #include "conv_pipeline.h"
 #include "guarded_output.h"
 #include "reference_conv_backward.h"
+#include "schedule_records.h"
 #include "sweep_plan.h"
 
 using namespace convgen;
@@ -165,7 +167,8 @@ TEST_CASE("backward sweep: analytic backward-weights defaults on wide-tile shape
       {"mb3ic16ih7iw7oc128kh1kw1+bias", 3, 8, 400},                   // 48x8, ragged, 3 images per item
       {"mb9ic24ih7iw7oc96kh3kw3pt1pb1pl1pr1", 3, 8, 400},             // items of 8 + 1 images
       {"mb2ic32ih14iw14oc48kh1kw1sh2sw2+bias", 3, 8, 400},             // stride 2 to 7x7
-      {"mb1ic8ih16iw16oc64kh3kw3pt1pb1pl1pr1+relu", 2, 8, 256},        // items of rows of a 16x16 image
+      {"mb1ic8ih16iw16oc64kh3kw3pt1pb1pl1pr1+relu", 2, 8, 128},        // items of 8 rows of a 16x16 image
+      {"mb2ic16ih20iw20oc48kh3kw3pt1pb1pl1pr1+bias", 3, 8, 128},       // bands of 7, 7 and 6 rows
   };
   for (const Shape& sh : shapes) {
     const ConvDescriptor d = parse_descriptor(sh.text);
@@ -181,6 +184,46 @@ TEST_CASE("backward sweep: analytic backward-weights defaults on wide-tile shape
     check(run_backward_weights(k, d, true, 5));
     check(run_backward_weights(k, d, false, 9));
   }
+}
+
+// First layers (fewer input channels than lanes, padded): the input rows are staged
+// flat, (column, channel) as one index, zeros first and the real columns copied over
+// them. Direct tile loads and packed panels, strides 1 and 2, asymmetric padding, a
+// row width that leaves a vector tail; the broken kernel must fail on them too.
+TEST_CASE("backward sweep: first-layer shapes stage flat input rows", "[bwd_sweep]") {
+  const TargetInfo t = sweep_target();
+  const char* shapes[] = {
+      "mb2ic3ih13iw13oc16kh3kw3pt1pb1pl1pr1+bias+relu",
+      "mb3ic3ih17iw15oc32kh3kw3sh2sw2pt1pb1pl1pr1+bias",
+      "mb2ic1ih12iw11oc16kh5kw5pt2pb1pl0pr2+relu",
+      "mb2ic3ih19iw19oc24kh7kw7sh2sw2pt3pb3pl3pr3",
+  };
+  const char* schedules[] = {"", "nr=6 kc=64", "pack_input=panel nr=4", "pack_input=panel nr=8 nc=32 partitions=2"};
+  int broken_checked = 0;
+  for (const char* text : shapes) {
+    const ConvDescriptor d = parse_descriptor(text);
+    for (const char* words : schedules) {
+      ConvSchedule s = analytic_schedule_for_pass(d, "bwd_weights", t);
+      apply_schedule_overrides(words, &s);
+      INFO(text << "  schedule: " << describe(s));
+      std::vector<std::string> why;
+      build_backward_weights(d, s, t, &why);
+      bool flat = false;
+      for (const auto& line : why) flat = flat || line.find("(column, channel) flat") != std::string::npos;
+      CHECK(flat);  // the plan really runs the flat staging
+      JitBackwardWeightsKernel k(d, s, t);
+      check(run_backward_weights(k, d, true, 3));
+      check(run_backward_weights(k, d, false, 4));
+      ForwardBuildOptions broken;
+      broken.inject_padding_bug = true;
+      if ((d.oh() - 1) * d.sh + (d.kh - 1) * d.dh - d.pt >= d.ih) {
+        JitBackwardWeightsKernel bad(d, s, t, broken);
+        CHECK(run_backward_weights(bad, d, true, 3).mismatches > 0);
+        ++broken_checked;
+      }
+    }
+  }
+  CHECK(broken_checked >= 8);
 }
 
 TEST_CASE("backward sweeps fail on deliberately broken kernels", "[bwd_sweep][broken]") {
