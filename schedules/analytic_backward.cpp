@@ -96,7 +96,9 @@ ConvSchedule backward_weights_default(const ConvDescriptor& d, const TargetInfo&
   // at 48 channels) stays in L1 while the tap tiles stream past it; with 256 pixels it
   // spilled to L2 (1x1 256->64 at 56x56: 202 vs 146 GF/s, 512->128 at 28x28 212 vs 171;
   // ResNet-50 set 0.93 vs 0.88x oneDNN; 96 pixels measured the same).
-  if (t.vector_registers >= 32 && gemm && channels >= 2 * vl && d.icg() % 8 == 0) {
+  // Between one and two vectors of channels the tile is 32x8 too: 24 channels padded to
+  // 32 in 16 accumulators beat 16x4's 8 (5x5/3 16->24 at 13x13: 0.93-0.99 vs 0.58x).
+  if (t.vector_registers >= 32 && gemm && channels > vl && d.icg() % 8 == 0) {
     s.pack_input = PackInput::Image;
     s.mr = (channels + 3 * vl - 1) / (3 * vl) * (3 * vl) * 4 > channels * 5 ? 2 * vl : 3 * vl;
     s.nr = 8;

@@ -153,8 +153,9 @@ TEST_CASE("backward sweep: conv1d", "[bwd_sweep]") { run_class("conv1d"); }
 
 // The analytic backward-weights defaults themselves, on shapes of the classes they were
 // tuned on (scaled down): with 32 vector registers (sweep.avx512) these are the 32x8 and
-// 48x8 direct-load tiles, ragged channel tiles, and items of several whole small images,
-// 8 + 1 images included; on the default target the AVX2 rules of the same shapes.
+// 48x8 direct-load tiles, ragged channel tiles, items of several whole small images
+// (8 + 1 images included) and of ~128-pixel bands of larger ones; on the default target
+// the AVX2 rules of the same shapes.
 TEST_CASE("backward sweep: analytic backward-weights defaults on wide-tile shapes", "[bwd_sweep]") {
   const TargetInfo t = sweep_target();
   struct Shape {
@@ -169,6 +170,7 @@ TEST_CASE("backward sweep: analytic backward-weights defaults on wide-tile shape
       {"mb2ic32ih14iw14oc48kh1kw1sh2sw2+bias", 3, 8, 400},             // stride 2 to 7x7
       {"mb1ic8ih16iw16oc64kh3kw3pt1pb1pl1pr1+relu", 2, 8, 128},        // items of 8 rows of a 16x16 image
       {"mb2ic16ih20iw20oc48kh3kw3pt1pb1pl1pr1+bias", 3, 8, 128},       // bands of 7, 7 and 6 rows
+      {"mb2ic16ih13iw13oc24kh5kw5sh3sw3pt1pb1pl1pr1+relu", 2, 8, 400}, // 24 channels padded to 32
   };
   for (const Shape& sh : shapes) {
     const ConvDescriptor d = parse_descriptor(sh.text);

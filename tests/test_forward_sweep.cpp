@@ -189,6 +189,29 @@ TEST_CASE("analytic default: narrow groups take the grouped strategy when C/g di
   CHECK(analytic_schedule(parse_descriptor("g2mb8ic128ih56oc128oh56kh3ph1"), t).strategy == Strategy::Gemm);
 }
 
+// The analytic default's tiles inside rows, run as chosen: 4-pixel tiles on 16-register
+// targets, 8-pixel tiles (two vectors x 8, 16 accumulators) with 32 registers
+// (sweep.avx512), on rows of 8 and 16 with left/right padding, bias and ReLU.
+TEST_CASE("analytic default: tiles inside padded rows run exact as chosen", "[sweep]") {
+  const TargetInfo t = sweep_target();
+  for (const char* text : {"mb2ic64ih8iw8oc32kh5kw5pt2pb2pl2pr2+bias+relu", "mb1ic32ih16iw16oc32kh5kw5pt2pb2pl2pr2",
+                           "mb2ic32ih8iw8oc64kh3kw3pt1pb1pl1pr1+bias"}) {
+    const ConvDescriptor d = parse_descriptor(text);
+    const ConvSchedule s = analytic_schedule(d, t);
+    INFO(text << "  schedule: " << describe(s));
+    CHECK(skips_padded_columns(d, s, t));
+    if (t.vector_registers >= 32 && s.mr <= 2 * t.vector_floats) CHECK(s.nr == 8);
+    check_exactness_precondition(d);
+    JitForwardKernel kernel(d, s, t);
+    for (bool integer_valued : {true, false}) {
+      const Outcome o = run_and_compare(kernel, d, integer_valued, 5);
+      INFO(o.first_mismatch);
+      CHECK(o.mismatches == 0);
+      CHECK(o.guard_damage == 0);
+    }
+  }
+}
+
 TEST_CASE("sweep plan: block sizes that do and do not divide the extents are both exercised", "[plan]") {
   bool kc_divides = false, kc_not = false, nc_divides = false, nc_not = false;
   for (const auto& c : full_sweep()) {
