@@ -23,7 +23,9 @@ struct Tile {
 
 // Register tile, from measurements on Zen 3 (1 thread, mb 8; docs/schedules.md). Twelve
 // accumulators is the sweet spot of 16 ymm registers: 3x4 (24 channels x 4 pixels) or
-// 2x6 (16 x 6); 4-vector tiles spill (32x3: 35 vs 81-86 GF/s on 3x3 64->64).
+// 2x6 (16 x 6). 4-vector tiles spilled (32x3: 35 vs 81-86 GF/s on 3x3 64->64) until the
+// micro-kernel grouped their FMAs by weight vector; now they run level with these
+// (ResNet-50 forward, Zen 5 AVX2: 118 vs 119 GF/s) and are taken on narrow rows only.
 // - K/g a multiple of 24: 3x4, no waste.
 // - K/g a multiple of 16 only: 3x4 would compute a zero-filled third of its last tile.
 //   2x6 wins on spatial kernels over images of >= 128 pixels (3x3 64->64 at 56x56: 81-86
@@ -75,6 +77,16 @@ Tile choose_tile(const ConvDescriptor& d, int64_t channels, const TargetInfo& t,
   if (column_padding && !row_tiles_pay(q, tile.nr) && row_tiles_pay(q, 4) && q % 4 == 0) {
     tile.nr = 4;
     reason += fmt::format("; {} pixels per tile divide the {}-pixel rows, so taps on padding are left out", tile.nr, q);
+  }
+  // 16 registers, rows too narrow for 6-pixel tiles: 4 vectors x 3 pixels give 12
+  // accumulator chains instead of 16x4's 8 (see below for why chains count); the
+  // micro-kernel puts the pixels innermost, so one weight vector and 3 broadcasts are
+  // live beside them, 16 registers in all. Zen 5 AVX2, 5x5 pad 2 at 8x8: backward-data
+  // 64->32 32x3 0.97x oneDNN vs 16x4 0.88x; forward 32->64 0.98x vs 24x4 0.95x.
+  if (column_padding && t.vector_registers < 32 && channels % (4 * vl) == 0 && !row_tiles_pay(q, 6) &&
+      row_tiles_pay(q, 3)) {
+    tile = {4 * vl, 3};
+    reason += fmt::format("; {}-pixel rows: {}x3 tiles inside them, 12 accumulators", q, tile.mr);
   }
   // With the columns unrolled, an inner pixel takes all kw taps of a step into one
   // accumulator while a border pixel takes fewer: the longest chain, not the FMA count,

@@ -189,18 +189,28 @@ TEST_CASE("analytic default: narrow groups take the grouped strategy when C/g di
   CHECK(analytic_schedule(parse_descriptor("g2mb8ic128ih56oc128oh56kh3ph1"), t).strategy == Strategy::Gemm);
 }
 
-// The analytic default's tiles inside rows, run as chosen: 4-pixel tiles on 16-register
-// targets, 8-pixel tiles (two vectors x 8, 16 accumulators) with 32 registers
-// (sweep.avx512), on rows of 8 and 16 with left/right padding, bias and ReLU.
+// The analytic default's tiles inside rows, run as chosen: on 16-register targets 4
+// vectors x 3 pixels on 8-pixel rows (pixels innermost in the micro-kernel) and 2 x 6
+// on 16-pixel rows; with 32 registers (sweep.avx512) 8-pixel tiles of 2 vectors. Rows of
+// 8 and 16 with left/right padding, bias and ReLU.
 TEST_CASE("analytic default: tiles inside padded rows run exact as chosen", "[sweep]") {
   const TargetInfo t = sweep_target();
-  for (const char* text : {"mb2ic64ih8iw8oc32kh5kw5pt2pb2pl2pr2+bias+relu", "mb1ic32ih16iw16oc32kh5kw5pt2pb2pl2pr2",
-                           "mb2ic32ih8iw8oc64kh3kw3pt1pb1pl1pr1+bias"}) {
-    const ConvDescriptor d = parse_descriptor(text);
+  struct Shape {
+    const char* text;
+    int vectors16, nr16;  // expected tile with 16 registers, MR in vectors
+    int vectors32, nr32;  // and with 32
+  };
+  const Shape shapes[] = {{"mb2ic64ih8iw8oc32kh5kw5pt2pb2pl2pr2+bias+relu", 4, 3, 2, 8},
+                          {"mb1ic32ih16iw16oc32kh5kw5pt2pb2pl2pr2", 2, 6, 2, 8},
+                          {"mb2ic32ih8iw8oc64kh3kw3pt1pb1pl1pr1+bias", 4, 3, 2, 8}};
+  for (const Shape& sh : shapes) {
+    const ConvDescriptor d = parse_descriptor(sh.text);
     const ConvSchedule s = analytic_schedule(d, t);
-    INFO(text << "  schedule: " << describe(s));
+    INFO(sh.text << "  schedule: " << describe(s));
     CHECK(skips_padded_columns(d, s, t));
-    if (t.vector_registers >= 32 && s.mr <= 2 * t.vector_floats) CHECK(s.nr == 8);
+    const bool wide = t.vector_registers >= 32;
+    CHECK(s.mr == (wide ? sh.vectors32 : sh.vectors16) * t.vector_floats);
+    CHECK(s.nr == (wide ? sh.nr32 : sh.nr16));
     check_exactness_precondition(d);
     JitForwardKernel kernel(d, s, t);
     for (bool integer_valued : {true, false}) {
