@@ -88,17 +88,34 @@ Tile choose_tile(const ConvDescriptor& d, int64_t channels, const TargetInfo& t,
     tile = {4 * vl, 3};
     reason += fmt::format("; {}-pixel rows: {}x3 tiles inside them, 12 accumulators", q, tile.mr);
   }
-  // With the columns unrolled, an inner pixel takes all kw taps of a step into one
-  // accumulator while a border pixel takes fewer: the longest chain, not the FMA count,
-  // bounds the step (4-cycle FMAs on 2 pipes need 8 chains kept busy). 32 registers
-  // leave room for twice the accumulators: a tile of 8 pixels dividing the row doubles
-  // the chains. Zen 5 AVX-512, cifar10 5x5 pad 2, 32 outputs (backward-data of conv2 /
-  // conv3): 32x8 1.05 / 1.14x oneDNN avx512_core, 32x6 0.98 / 0.91, 32x4 0.89 / 0.94.
-  if (column_padding && t.vector_registers >= 32 && row_tiles_pay(q, tile.nr) && tile.nr < 8 && q % 8 == 0 &&
-      (tile.mr / vl) * 8 <= 16) {
-    tile.nr = 8;
-    reason += fmt::format("; {} registers: 8-pixel tiles dividing the {}-pixel rows double the accumulator chains",
-                          t.vector_registers, q);
+  if (t.vector_registers >= 32) {
+    // 32 vector registers (AVX-512) hold up to 24 accumulators beside MR/vl weight
+    // vectors and a broadcast. The rules above count 16-register tiles in vectors, and
+    // 3 vectors of 16 lanes pad 64 channels to 96 and 24 to 48: when that wastes over a
+    // quarter, 4 vectors x 6 pixels or 2 x 8, whichever pads less (Zen 5, ResNet-50
+    // forward against oneDNN avx512_core: 1x1 64->64 0.92 -> 1.13x, 1x1 256->64 0.90 ->
+    // 0.95x with 64x6). Few input channels (the fused kernel-row loop, kw*C/g steps)
+    // take 64x4: VGG conv1_1 3x3 3->64 0.63x (48x4) -> 0.80x (64x4; 64x6 0.55x), ResNet's
+    // 7x7/2 stem 0.82 -> 1.00x.
+    const auto padded_to = [&](int mr) { return (channels + mr - 1) / mr * mr; };
+    if (4 * (padded_to(tile.mr) - channels) > channels) {
+      const int mr = padded_to(4 * vl) <= padded_to(2 * vl) ? 4 * vl : 2 * vl;
+      tile = {mr, mr != 4 * vl ? 8 : (d.icg() < 2 * vl ? 4 : 6)};
+      reason += fmt::format("; {} registers: {}x{} pads the channels less", t.vector_registers, tile.mr, tile.nr);
+    }
+    // With the columns unrolled, an inner pixel takes all kw taps of a step into one
+    // accumulator while a border pixel takes fewer: the longest chain, not the FMA
+    // count, bounds the step (4-cycle FMAs on 2 pipes need 8 chains kept busy). Tiles of
+    // 8 pixels inside the rows (two vectors: 16 accumulators) double the chains of 4- or
+    // 6-pixel tiles and put rows of 7 to 32 pixels inside tiles. Zen 5 AVX-512 against
+    // oneDNN: cifar10 5x5 pad 2, 32 outputs (backward-data of conv2 / conv3) 32x8 1.05 /
+    // 1.14x, 32x6 0.98 / 0.91, 32x4 0.89 / 0.94; ResNet-50 3x3 256 at 14x14 1.09 vs
+    // 1.00x (32x6 over flattened rows), 3x3 512 at 7x7 1.05 vs 0.86x (48x4).
+    if (column_padding && channels % (2 * vl) == 0 && row_tiles_pay(q, 8) && !(tile.mr == 2 * vl && tile.nr == 8)) {
+      tile = {2 * vl, 8};
+      reason += fmt::format("; {} registers: {}x8 tiles inside the {}-pixel rows, 16 accumulator chains",
+                            t.vector_registers, tile.mr, q);
+    }
   }
   note(why, fmt::format("tile {}x{}: {}", tile.mr, tile.nr, reason));
   return tile;

@@ -222,6 +222,37 @@ TEST_CASE("analytic default: tiles inside padded rows run exact as chosen", "[sw
   }
 }
 
+// 16-lane tiles that would pad the channels by over a quarter take 4 vectors x 6 pixels
+// (4 x 4 with few input channels) or 2 x 8 (sweep.avx512 checks the choice; every target
+// runs the chosen kernels exact).
+TEST_CASE("analytic default: wide-vector tiles pad the channels by at most a quarter", "[sweep]") {
+  const TargetInfo t = sweep_target();
+  struct Shape {
+    const char* text;
+    int vectors32, nr32;  // expected with 32 registers, MR in vectors
+  };
+  const Shape shapes[] = {{"mb2ic64ih12iw12oc64kh1kw1+bias", 4, 6},
+                          {"mb1ic3ih17iw17oc64kh3kw3pt1pb1pl1pr1+relu", 4, 4},
+                          {"mb2ic16ih13iw11oc24kh5kw5sh3sw3pt1pb1pl1pr1", 2, 8}};
+  for (const Shape& sh : shapes) {
+    const ConvDescriptor d = parse_descriptor(sh.text);
+    const ConvSchedule s = analytic_schedule(d, t);
+    INFO(sh.text << "  schedule: " << describe(s));
+    if (t.vector_registers >= 32) {
+      CHECK(s.mr == sh.vectors32 * t.vector_floats);
+      CHECK(s.nr == sh.nr32);
+    }
+    check_exactness_precondition(d);
+    JitForwardKernel kernel(d, s, t);
+    for (bool integer_valued : {true, false}) {
+      const Outcome o = run_and_compare(kernel, d, integer_valued, 6);
+      INFO(o.first_mismatch);
+      CHECK(o.mismatches == 0);
+      CHECK(o.guard_damage == 0);
+    }
+  }
+}
+
 TEST_CASE("sweep plan: block sizes that do and do not divide the extents are both exercised", "[plan]") {
   bool kc_divides = false, kc_not = false, nc_divides = false, nc_not = false;
   for (const auto& c : full_sweep()) {
