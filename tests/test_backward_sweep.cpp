@@ -192,6 +192,37 @@ TEST_CASE("backward sweep: analytic backward-weights defaults on wide-tile shape
 // flat, (column, channel) as one index, zeros first and the real columns copied over
 // them. Direct tile loads and packed panels, strides 1 and 2, asymmetric padding, a
 // row width that leaves a vector tail; the broken kernel must fail on them too.
+// The 16-register backward-weights rules, run as chosen: 16x6 packed panels where 24-wide
+// tiles would pad 128 channels to 144, and items of about 112 pixels of direct tile
+// loads on images of 28x28 and more (4 rows of a 30-wide image: bands of 4 and a last
+// one of 2). The choice is checked on 16-register targets; every target runs it exact.
+TEST_CASE("backward sweep: 16-register backward-weights defaults run as chosen", "[bwd_sweep]") {
+  const TargetInfo t = sweep_target();
+  struct Shape {
+    const char* text;
+    int mr, nr, kc;  // expected with 16 registers, MR in vectors
+    PackInput pack;
+  };
+  const Shape shapes[] = {
+      {"mb2ic256ih6iw6oc128kh1kw1+bias", 2, 6, 100, PackInput::Panel},
+      {"mb1ic24ih30iw30oc32kh3kw3pt1pb1pl1pr1+relu", 2, 4, 112, PackInput::Image},
+  };
+  for (const Shape& sh : shapes) {
+    const ConvDescriptor d = parse_descriptor(sh.text);
+    const ConvSchedule s = analytic_schedule_for_pass(d, "bwd_weights", t);
+    INFO(sh.text << "  schedule: " << describe(s));
+    if (t.vector_registers < 32) {
+      CHECK(s.mr == sh.mr * t.vector_floats);
+      CHECK(s.nr == sh.nr);
+      CHECK(s.kc == sh.kc);
+      CHECK(s.pack_input == sh.pack);
+    }
+    JitBackwardWeightsKernel k(d, s, t);
+    check(run_backward_weights(k, d, true, 5));
+    check(run_backward_weights(k, d, false, 9));
+  }
+}
+
 TEST_CASE("backward sweep: first-layer shapes stage flat input rows", "[bwd_sweep]") {
   const TargetInfo t = sweep_target();
   const char* shapes[] = {
