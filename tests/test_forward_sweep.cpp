@@ -81,20 +81,25 @@ void check_exactness_precondition(const ConvDescriptor& d) {
   REQUIRE(worst < double(1 << 24));
 }
 
+// One kernel, bit for bit on integer-valued data and to the rounding bound on real data.
+void check_kernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t) {
+  check_exactness_precondition(d);
+  JitForwardKernel kernel(d, s, t);
+  const Outcome exact = run_and_compare(kernel, d, true, 7);
+  INFO(exact.first_mismatch);
+  CHECK(exact.mismatches == 0);
+  CHECK(exact.guard_damage == 0);
+  const Outcome real = run_and_compare(kernel, d, false, 11);
+  INFO(real.first_mismatch);
+  CHECK(real.mismatches == 0);
+  CHECK(real.guard_damage == 0);
+}
+
 void run_class(const std::string& cls) {
   const TargetInfo t = sweep_target();
   for (const SweepCase& c : sweep_cases(cls)) {
     INFO(c.descriptor.to_string() << "  schedule: " << describe(c.schedule));
-    check_exactness_precondition(c.descriptor);
-    JitForwardKernel kernel(c.descriptor, c.schedule, t);
-    const Outcome exact = run_and_compare(kernel, c.descriptor, true, 7);
-    INFO(exact.first_mismatch);
-    CHECK(exact.mismatches == 0);
-    CHECK(exact.guard_damage == 0);
-    const Outcome real = run_and_compare(kernel, c.descriptor, false, 11);
-    INFO(real.first_mismatch);
-    CHECK(real.mismatches == 0);
-    CHECK(real.guard_damage == 0);
+    check_kernel(c.descriptor, c.schedule, t);
   }
 }
 
@@ -211,14 +216,7 @@ TEST_CASE("analytic default: tiles inside padded rows run exact as chosen", "[sw
     const bool wide = t.vector_registers >= 32;
     CHECK(s.mr == (wide ? sh.vectors32 : sh.vectors16) * t.vector_floats);
     CHECK(s.nr == (wide ? sh.nr32 : sh.nr16));
-    check_exactness_precondition(d);
-    JitForwardKernel kernel(d, s, t);
-    for (bool integer_valued : {true, false}) {
-      const Outcome o = run_and_compare(kernel, d, integer_valued, 5);
-      INFO(o.first_mismatch);
-      CHECK(o.mismatches == 0);
-      CHECK(o.guard_damage == 0);
-    }
+    check_kernel(d, s, t);
   }
 }
 
@@ -242,14 +240,7 @@ TEST_CASE("analytic default: wide-vector tiles pad the channels by at most a qua
       CHECK(s.mr == sh.vectors32 * t.vector_floats);
       CHECK(s.nr == sh.nr32);
     }
-    check_exactness_precondition(d);
-    JitForwardKernel kernel(d, s, t);
-    for (bool integer_valued : {true, false}) {
-      const Outcome o = run_and_compare(kernel, d, integer_valued, 6);
-      INFO(o.first_mismatch);
-      CHECK(o.mismatches == 0);
-      CHECK(o.guard_damage == 0);
-    }
+    check_kernel(d, s, t);
   }
 }
 
