@@ -227,6 +227,8 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
   } else {
     x_band(c, grp, xx, yy, n) = p.x(c, grp, xx, yy, n);
   }
+  // The Func that is staged per reduction item when padded: x_band, or x_rows behind it.
+  Func x_staged = flat_rows ? x_rows : x_band;
 
   // dY with the forward's ReLU mask: one definition, inlined where each form packs dY
   // and in the db sum.
@@ -249,8 +251,7 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
   // otherwise the tile loads read the (staged, padded) input rows and dY band directly.
   const bool packed_panels = gemm && s.pack_input == PackInput::Panel;
   if (packed_panels) {
-    GemmPartial gp = define_gemm_partial(d, s, t, dy_masked, p.x, x_band, flat_rows ? x_rows : x_band, padded, mr,
-                                         nr, band_rows, bands,
+    GemmPartial gp = define_gemm_partial(d, s, t, dy_masked, p.x, x_band, x_staged, padded, mr, nr, band_rows, bands,
                                          images_per_item, blocks, partitions, per_part, why);
     sum_partitions([&](int i) { return gp.partial(kout % mr, kout / mr, tap_of % nr, tap_of / nr, grp, i); });
   } else {
@@ -338,11 +339,8 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
     bs.reorder(ki, ko, ti, rb.x, rb.y, rb.z).vectorize(ki).unroll(ko).unroll(ti);
     // Packing: the band's padded input rows once per item; dY masked once per item.
     LoopLevel item_level(partial, ri.x);
-    if (flat_rows) {
-      x_rows.compute_at(item_level);
-      explain(why, "input packed per reduction item into a zero-padded row band");
-    } else if (padded) {
-      x_band.compute_at(item_level);
+    if (padded) {
+      x_staged.compute_at(item_level);  // x_rows is vectorised where it is defined
       if (cg >= vl) {
         x_band.vectorize(c, vl, TailStrategy::ShiftInwards);
       } else if (!gemm && d.ic >= vl) {

@@ -100,13 +100,9 @@ void apply_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescrip
     // weight vector and NR broadcasts live beside the accumulators instead of MR/vl
     // weight vectors and one broadcast (32x3 on 16 registers: 12 + 3 + 1, not 12 + 4 + 1,
     // which spilled: 35 vs 81-86 GF/s on Zen 3).
-    const int vectors = (nest.mr + vl - 1) / vl;
-    const bool pixels_inner = nest.nr < vectors;
-    if (pixels_inner) {
-      update.reorder(vi, a.pix, vo, rc, rs, rr).vectorize(vi).unroll(vo).unroll(a.pix);
-    } else {
-      update.reorder(vi, vo, a.pix, rc, rs, rr).vectorize(vi).unroll(vo).unroll(a.pix);
-    }
+    const bool pixels_inner = nest.nr < (nest.mr + vl - 1) / vl;
+    const Var tile_inner = pixels_inner ? a.pix : vo, tile_outer = pixels_inner ? vo : a.pix;
+    update.reorder(vi, tile_inner, tile_outer, rc, rs, rr).vectorize(vi).unroll(vo).unroll(a.pix);
     if (!gemm && cg * d.kh * d.kw <= 49) {
       // Channel vectors across groups have a tiny reduction (the kernel taps): unrolled,
       // each tap's weight vector serves all NR pixels with no loop overhead.
@@ -125,13 +121,7 @@ void apply_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescrip
       // innermost (32x3) they interleave without spilling (Zen 5 AVX2, cifar10 conv3
       // backward-data 0.96 -> 1.00x, forward 0.98 -> 1.02x).
       const int accumulators = (nest.mr + vl - 1) / vl * nest.nr;
-      if (accumulators <= 8 || pixels_inner) {
-        if (pixels_inner) {
-          update.reorder(vi, a.pix, vo, rs, rc, rr);
-        } else {
-          update.reorder(vi, vo, a.pix, rs, rc, rr);
-        }
-      }
+      if (accumulators <= 8 || pixels_inner) update.reorder(vi, tile_inner, tile_outer, rs, rc, rr);
       update.unroll(rs);
       explain(why, fmt::format("kernel columns unrolled ({}): FMAs of taps on left/right padding pruned", d.kw));
     } else if (stages_tap_panel(s)) {

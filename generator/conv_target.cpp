@@ -14,11 +14,6 @@ namespace convgen {
 
 using namespace Halide;
 
-namespace {
-
-int round_up(int v, int m) { return (v + m - 1) / m * m; }
-
-}  // namespace
 
 // Skipping the kernel rows that land on top/bottom padding: a tighter bound on the
 // kernel-row loop, per register tile (the predicate is on the tile's first and last
@@ -86,7 +81,7 @@ Func define_scheduled_forward(const ConvDescriptor& d, const ConvSchedule& sched
   const int kg = static_cast<int>(d.ocg());
   int mr = s.mr;
   if (s.strategy == Strategy::Gemm) {
-    mr = std::min(s.mr, round_up(kg, t.vector_floats));
+    mr = static_cast<int>(std::min<int64_t>(s.mr, round_up(kg, t.vector_floats)));
     if (mr != s.mr) explain(why, fmt::format("mr {} clamped to {}: only {} output channels per group", s.mr, mr, kg));
   }
   const char* what = s.strategy == Strategy::Gemm        ? "implicit GEMM, vectors along output channels of a group"

@@ -77,7 +77,7 @@ ConvSchedule backward_weights_default(const ConvDescriptor& d, const TargetInfo&
   // 6 tiles of 24 compute 144. 16x6 then (Zen 5 AVX2: 1x1 256->128 at 56x56 101 vs 90
   // GF/s, 512->128 at 28x28 104-106 vs 92; on 512 or 2048 channels, 3% padding, 16x6
   // lost up to 25% at 7x7).
-  if (panels && (channels + 3 * vl - 1) / (3 * vl) * (3 * vl) * 10 >= channels * 11 && channels % (2 * vl) == 0)
+  if (panels && round_up(channels, 3 * vl) * 10 >= channels * 11 && channels % (2 * vl) == 0)
     s.mr = 2 * vl, s.nr = 6;
   // Direct tile loads on a padded layer: NR = 4 divides C/g, so a tile's taps share a
   // kernel position and the pixels whose tap is padding are left out of the tile
@@ -110,7 +110,7 @@ ConvSchedule backward_weights_default(const ConvDescriptor& d, const TargetInfo&
   // 32 in 16 accumulators beat 16x4's 8 (5x5/3 16->24 at 13x13: 0.93-0.99 vs 0.58x).
   if (t.vector_registers >= 32 && gemm && channels > vl && d.icg() % 8 == 0) {
     s.pack_input = PackInput::Image;
-    s.mr = (channels + 3 * vl - 1) / (3 * vl) * (3 * vl) * 4 > channels * 5 ? 2 * vl : 3 * vl;
+    s.mr = round_up(channels, 3 * vl) * 4 > channels * 5 ? 2 * vl : 3 * vl;
     s.nr = 8;
     s.kc = d.oh() * d.ow() < 14 * 14 ? 400 : 128;
     s.nc = 0;

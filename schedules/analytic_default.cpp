@@ -51,7 +51,7 @@ Tile choose_tile(const ConvDescriptor& d, int64_t channels, const TargetInfo& t,
   } else if (channels % wide.mr == 0) {
     reason = fmt::format("{} channels a multiple of {}", channels, wide.mr);
   } else if (channels % tall.mr == 0 && pixels < 128 &&
-             4 * ((channels + wide.mr - 1) / wide.mr * wide.mr - channels) > channels) {
+             4 * (round_up(channels, wide.mr) - channels) > channels) {
     // On a small image 3x4 still wins unless its zero-filled last tile wastes over a
     // quarter of the work: 32 channels at 8x8 (5x5 64->32, cifar10 conv3's backward-data
     // convolution): 2x6 0.85-0.86x oneDNN, 3x4 0.69-0.72x.
@@ -97,9 +97,8 @@ Tile choose_tile(const ConvDescriptor& d, int64_t channels, const TargetInfo& t,
     // 0.95x with 64x6). Few input channels (the fused kernel-row loop, kw*C/g steps)
     // take 64x4: VGG conv1_1 3x3 3->64 0.63x (48x4) -> 0.80x (64x4; 64x6 0.55x), ResNet's
     // 7x7/2 stem 0.82 -> 1.00x.
-    const auto padded_to = [&](int mr) { return (channels + mr - 1) / mr * mr; };
-    if (4 * (padded_to(tile.mr) - channels) > channels) {
-      const int mr = padded_to(4 * vl) <= padded_to(2 * vl) ? 4 * vl : 2 * vl;
+    if (4 * (round_up(channels, tile.mr) - channels) > channels) {
+      const int mr = round_up(channels, 4 * vl) <= round_up(channels, 2 * vl) ? 4 * vl : 2 * vl;
       tile = {mr, mr != 4 * vl ? 8 : (d.icg() < 2 * vl ? 4 : 6)};
       reason += fmt::format("; {} registers: {}x{} pads the channels less", t.vector_registers, tile.mr, tile.nr);
     }

@@ -51,6 +51,9 @@ struct ConvSchedule {
   bool operator!=(const ConvSchedule& o) const { return !(*this == o); }
 };
 
+// `channels` padded to whole tiles of `mr` (the lanes a tile computes, zeros included).
+inline int64_t round_up(int64_t channels, int64_t mr) { return (channels + mr - 1) / mr * mr; }
+
 // Cache and register facts of a target, as data (BLIS keeps these per architecture).
 struct TargetInfo {
   std::string target;      // Halide target string the kernel is compiled for
