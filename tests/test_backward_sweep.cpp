@@ -259,6 +259,43 @@ TEST_CASE("backward sweep: first-layer shapes stage flat input rows", "[bwd_swee
   CHECK(broken_checked >= 8);
 }
 
+TEST_CASE("backward sweep: dW leaves the tiles in transposed blocks with ragged edges", "[bwd_sweep]") {
+  // Blocks of 8 output channels x 8 taps (input channels of a 1x1 kernel, else the
+  // window): channel counts, input channels and windows that 8 does not divide, groups,
+  // partitions; and the shapes that keep the element-wise copy.
+  const TargetInfo t = sweep_target();
+  struct Shape {
+    const char* text;
+    bool blocked;
+  };
+  const Shape shapes[] = {
+      {"mb2ic12ih5iw5oc20kh1kw1+bias", true},
+      {"g2mb2ic24ih6iw5oc40kh1kw1+relu", true},
+      {"mb2ic8ih7iw7oc36kh3kw3pt1pb1pl1pr1+bias+relu", true},
+      {"mb2ic5ih11iw11oc17kh5kw5sh2sw2pt2pb1pl2pr1", true},
+      {"mb1ic3ih13iw13oc24kh7kw7sh2sw2pt3pb3pl3pr3", true},
+      {"mb2ic4ih6iw6oc24kh1kw1", false},
+      {"mb2ic16ih1iw20oc24kh1kw3pl1pr1", false},
+  };
+  const char* schedules[] = {"", "pack_input=panel nr=4", "kc=8 partitions=2"};
+  for (const Shape& shape : shapes) {
+    const ConvDescriptor d = parse_descriptor(shape.text);
+    for (const char* words : schedules) {
+      ConvSchedule s = analytic_schedule_for_pass(d, "bwd_weights", t);
+      apply_schedule_overrides(words, &s);
+      INFO(shape.text << "  schedule: " << describe(s));
+      std::vector<std::string> why;
+      build_backward_weights(d, s, t, &why);
+      bool blocked = false;
+      for (const auto& line : why) blocked = blocked || line.find("dW transposed") != std::string::npos;
+      CHECK(blocked == shape.blocked);
+      JitBackwardWeightsKernel k(d, s, t);
+      check(run_backward_weights(k, d, true, 3));
+      check(run_backward_weights(k, d, false, 4));
+    }
+  }
+}
+
 TEST_CASE("backward sweeps fail on deliberately broken kernels", "[bwd_sweep][broken]") {
   // Both broken kernels read the row below the image instead of zero padding.
   const TargetInfo t = sweep_target();
