@@ -4,6 +4,10 @@
 
 namespace convgen {
 
+bool single_class(const std::vector<ResidueClass>& classes, const ConvDescriptor& d) {
+  return classes.size() == 1 && !classes[0].zero() && classes[0].rows.count == d.ih && classes[0].cols.count == d.iw;
+}
+
 namespace {
 
 int64_t floor_mod(int64_t a, int64_t m) { return ((a % m) + m) % m; }

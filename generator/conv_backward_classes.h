@@ -48,4 +48,8 @@ struct ResidueClass {
 // Every (row, column) residue class of the layer, rows outer.
 std::vector<ResidueClass> backward_data_classes(const ConvDescriptor& d);
 
+// True when one class covers every input pixel (stride 1): its forward kernel writes dX
+// directly; otherwise each class's output is staged and interleaved into dX.
+bool single_class(const std::vector<ResidueClass>& classes, const ConvDescriptor& d);
+
 }  // namespace convgen

@@ -13,10 +13,6 @@ namespace {
 
 // True when one class covers every input pixel (stride 1 both ways): its forward output
 // is dX itself, written straight into the caller's buffer.
-bool single_class(const std::vector<ResidueClass>& classes, const ConvDescriptor& d) {
-  return classes.size() == 1 && !classes[0].zero() && classes[0].rows.count == d.ih && classes[0].cols.count == d.iw;
-}
-
 // Every extent and stride a constant; y only when the kernel reads it.
 void pin_buffers(BackwardDataPipeline& p, const ConvDescriptor& d) {
   const auto extents = forward_buffer_extents(d);

@@ -25,10 +25,6 @@ TailStrategy output_tail(int extent, int factor, bool may_recompute) {
 
 }  // namespace
 
-int register_tile_pixels(const ConvDescriptor& d, const ConvSchedule& s) {
-  return static_cast<int>(std::min<int64_t>(s.nr, d.oh() * d.ow()));
-}
-
 LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSchedule& s,
                          const TargetInfo& t, Why* why) {
   LoopNest nest;

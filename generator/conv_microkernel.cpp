@@ -17,30 +17,6 @@ namespace convgen {
 
 using namespace Halide;
 
-bool stages_tap_panel(const ConvSchedule& s) {
-  return s.strategy == Strategy::Gemm && s.pack_input == PackInput::Panel;
-}
-
-int reduction_block(const ConvDescriptor& d, const ConvSchedule& s) {
-  // GEMM only. Depthwise tiles run across groups, whose reductions are short; blocking
-  // them mis-compiled under Halide 14 when a ragged channel tile met a ragged pixel tile
-  // (an unguarded write past the accumulator, found by the sweep), so kc is refused there.
-  return (s.strategy == Strategy::Gemm && s.kc > 0 && s.kc < d.icg()) ? s.kc : 0;
-}
-
-bool skips_padded_columns(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t) {
-  const int nr = register_tile_pixels(d, s);
-  const int64_t pix_tiles = (d.oh() * d.ow() + nr - 1) / nr;
-  const bool whole_image_block = s.nc == 0 || (s.nc + nr - 1) / nr >= pix_tiles;
-  return (d.pl > 0 || d.pr > 0) && d.kw > 1 && s.strategy == Strategy::Gemm && reduction_block(d, s) == 0 &&
-         !stages_tap_panel(s) && !fuses_kernel_row_taps(d, s, t) && row_tiles_pay(d.ow(), nr) && whole_image_block;
-}
-
-bool fuses_kernel_row_taps(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t) {
-  return s.strategy == Strategy::Gemm && reduction_block(d, s) == 0 && !stages_tap_panel(s) &&
-         d.icg() < 2 * t.vector_floats && d.dw == 1 && d.kw > 1;
-}
-
 namespace {
 
 // Grouped: accum(ci, kg, pix) holds, per lane, one input channel's sum over the taps for

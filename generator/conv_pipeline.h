@@ -17,6 +17,7 @@
 
 #include "conv_descriptor.h"
 #include "conv_schedule.h"
+#include "kernel_plan.h"
 
 namespace convgen {
 
@@ -75,11 +76,7 @@ ForwardPipeline build_forward(const ConvDescriptor& d, const ConvSchedule& s, co
 // (exact: those taps add zeros). Exposed for tests and --verbose.
 bool skips_padded_rows(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t);
 
-// True when the kernel also leaves out, per pixel, the kernel-column taps that fall on
-// left/right padding: GEMM with the whole reduction per register tile, no fused
-// kernel-row loop, row tiles that pay (row_tiles_pay, schedules/conv_schedule.h) and no
-// pixel blocks. Staged outputs (strided backward-data classes) never do.
-bool skips_padded_columns(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t);
+// skips_padded_columns (the kernel-column counterpart) is in kernel_plan.h.
 
 // Halide target for a target string, with the features every convgen kernel uses
 // (no_asserts and no_bounds_query: the runtime validates shapes before calling).

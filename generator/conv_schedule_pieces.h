@@ -22,6 +22,7 @@
 #include "conv_descriptor.h"
 #include "conv_pipeline.h"
 #include "conv_schedule.h"
+#include "kernel_plan.h"
 
 namespace convgen {
 
@@ -52,21 +53,6 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
                    const ConvSchedule& s, const TargetInfo& t, Why* why);
 void apply_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor& d,
                        const ConvSchedule& s, const TargetInfo& t, Why* why);
-
-// Output pixels per register tile: the schedule's NR, clamped to the image. The loop
-// nest tiles by it and the algorithm's padded-row test groups pixels by it.
-int register_tile_pixels(const ConvDescriptor& d, const ConvSchedule& s);
-
-// Input channels per reduction block actually used: 0 when the schedule's kc covers
-// all of C/g (the whole reduction runs per register tile).
-int reduction_block(const ConvDescriptor& d, const ConvSchedule& s);
-
-// True when the micro-kernel walks a kernel row's (s, c) taps as one contiguous loop:
-// GEMM, whole reduction per tile, few channels per group, dilation 1 along the row.
-bool fuses_kernel_row_taps(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t);
-
-// True when the schedule stages the per-tile im2col panel (GEMM with pack_input=panel).
-bool stages_tap_panel(const ConvSchedule& s);
 
 // Appends a line to `why` when it is non-null.
 void explain(Why* why, const std::string& line);

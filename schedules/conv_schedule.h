@@ -74,8 +74,10 @@ TargetInfo target_info(const std::string& target_string);
 std::string host_target_string();
 
 // Analytic default. `why` (if non-null) receives one line per decision for --verbose.
+// `output_staged`: the kernel's output is staged for a consumer (a strided
+// backward-data residue class), whose tiles never skip padded columns.
 ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t,
-                               std::vector<std::string>* why = nullptr);
+                               std::vector<std::string>* why = nullptr, bool output_staged = false);
 
 // Analytic default of one pass: "fwd" (= analytic_schedule), "bwd_data" (the forward
 // default of the largest residue class's derived convolution) or "bwd_weights".

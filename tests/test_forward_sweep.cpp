@@ -197,7 +197,7 @@ TEST_CASE("analytic default: narrow groups take the grouped strategy when C/g di
 // The analytic default's tiles inside rows, run as chosen: on 16-register targets 4
 // vectors x 3 pixels on 8-pixel rows (pixels innermost in the micro-kernel) and 2 x 6
 // on 16-pixel rows; with 32 registers (sweep.avx512) 8-pixel tiles of 2 vectors. Rows of
-// 8 and 16 with left/right padding, bias and ReLU.
+// 8 and 16 with left/right padding, bias and ReLU, the input read in place.
 TEST_CASE("analytic default: tiles inside padded rows run exact as chosen", "[sweep]") {
   const TargetInfo t = sweep_target();
   struct Shape {
@@ -213,6 +213,7 @@ TEST_CASE("analytic default: tiles inside padded rows run exact as chosen", "[sw
     const ConvSchedule s = analytic_schedule(d, t);
     INFO(sh.text << "  schedule: " << describe(s));
     CHECK(skips_padded_columns(d, s, t));
+    CHECK(s.pack_input == PackInput::None);  // no tap reads padding: the input in place
     const bool wide = t.vector_registers >= 32;
     CHECK(s.mr == (wide ? sh.vectors32 : sh.vectors16) * t.vector_floats);
     CHECK(s.nr == (wide ? sh.nr32 : sh.nr16));

@@ -1,0 +1,32 @@
+// What a schedule implies for the shape of the forward kernel: facts derived from the
+// descriptor, the schedule and the target that the generator builds by and the analytic
+// defaults choose by (so a default can ask what the kernel will do). No Halide here.
+#pragma once
+
+#include "conv_descriptor.h"
+#include "conv_schedule.h"
+
+namespace convgen {
+
+// Output pixels per register tile: the schedule's NR, clamped to the image. The loop
+// nest tiles by it and the algorithm's padded-row test groups pixels by it.
+int register_tile_pixels(const ConvDescriptor& d, const ConvSchedule& s);
+
+// Input channels per reduction block actually used: 0 when the schedule's kc covers
+// all of C/g (the whole reduction runs per register tile).
+int reduction_block(const ConvDescriptor& d, const ConvSchedule& s);
+
+// True when the schedule stages the per-tile im2col panel (GEMM with pack_input=panel).
+bool stages_tap_panel(const ConvSchedule& s);
+
+// True when the micro-kernel walks a kernel row's (s, c) taps as one contiguous loop:
+// GEMM, whole reduction per tile, few channels per group, dilation 1 along the row.
+bool fuses_kernel_row_taps(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t);
+
+// True when the kernel leaves out, per pixel, the kernel-column taps that fall on
+// left/right padding: GEMM with the whole reduction per register tile, no fused
+// kernel-row loop, row tiles that pay (row_tiles_pay, conv_schedule.h) and no pixel
+// blocks. Staged outputs (strided backward-data classes) never do.
+bool skips_padded_columns(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t);
+
+}  // namespace convgen
