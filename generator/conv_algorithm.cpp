@@ -73,10 +73,11 @@ ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr,
     a.rd.where(tap_y(last, rr) >= 0 && tap_y(first, rr) <= last_row);
   }
   if (strategy == Strategy::Gemm) {
-    // Weights blocked by mr output channels, zero-filled past K/g so every block is full.
+    // Weights blocked by mr output channels, zero-filled past K/g so every block is full
+    // (`likely`: Halide peels the ragged last block off the packing loops).
     Expr kg_full = a.kb * mr + a.kk;
     a.weights_packed(a.kk, a.c, a.s, a.r, a.kb, a.g) =
-        select(kg_full < kgn, weights(a.s, a.r, a.c, min(kg_full, kgn - 1), a.g), 0.0f);
+        select(likely(kg_full < kgn), weights(a.s, a.r, a.c, min(kg_full, kgn - 1), a.g), 0.0f);
     a.tap_panel(a.c, a.s, a.r, a.pix, a.n, a.g) =
         a.in_padded(a.c, a.g, tap_x(a.pix, a.s), tap_y(a.pix, a.r), a.n);
     a.accum(a.kk, a.kb, a.pix, a.n, a.g) = 0.0f;

@@ -355,6 +355,27 @@ TEST_CASE("backward sweep: backward-data defaults read dY in place only where no
   }
 }
 
+TEST_CASE("backward sweep: 1x1 backward-data copies its transposed weights as vectors with a ragged last tile", "[bwd_sweep]") {
+  // The transposed 1x1 weights are contiguous along the packed panel's channels: copied
+  // a vector at a time, the last tile's channels past C/g zero-filled (loop partitioned
+  // by Halide). Channel counts that 1, 2 and 3 vectors do not divide, stride 1 and 2.
+  const TargetInfo t = sweep_target();
+  const int vl = t.vector_floats;
+  const char* shapes[] = {"mb2ic40ih6iw6oc24kh1kw1+relu", "mb2ic20ih7iw5oc32kh1kw1sh2sw2", "g2mb2ic88ih5iw5oc48kh1kw1"};
+  for (const char* text : shapes) {
+    const ConvDescriptor d = parse_descriptor(text);
+    for (int vectors : {1, 2, 3}) {
+      ConvSchedule s = analytic_schedule_for_pass(d, "bwd_data", t);
+      s.mr = vectors * vl;
+      s.nr = 4;
+      INFO(text << "  schedule: " << describe(s));
+      JitBackwardDataKernel k(d, s, t);
+      check(run_backward_data(k, d, true, 8));
+      check(run_backward_data(k, d, false, 9));
+    }
+  }
+}
+
 TEST_CASE("backward sweep plan: stride-1 backward-data runs the padded-column pruning path", "[plan]") {
   // Stride-1 backward-data is one forward convolution over dY written straight to dX;
   // its border tiles must be exercised too, not only the forward's.
