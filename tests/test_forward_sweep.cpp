@@ -222,9 +222,10 @@ TEST_CASE("analytic default: tiles inside padded rows run exact as chosen", "[sw
 }
 
 // 16-lane tiles that would pad the channels by over a quarter take 4 vectors x 6 pixels
-// (4 x 4 with few input channels) or 2 x 8 (sweep.avx512 checks the choice; every target
-// runs the chosen kernels exact).
-TEST_CASE("analytic default: wide-vector tiles pad the channels by at most a quarter", "[sweep]") {
+// (4 x 4 with few input channels) or 2 x 8; 1x1 kernels reducing over twice their
+// outputs take 4 x 6 reading the input in place on images of 14x14 and more
+// (sweep.avx512 checks the choices; every target runs the chosen kernels exact).
+TEST_CASE("analytic default: 32-register tile choices run exact as chosen", "[sweep]") {
   const TargetInfo t = sweep_target();
   struct Shape {
     const char* text;
@@ -232,7 +233,10 @@ TEST_CASE("analytic default: wide-vector tiles pad the channels by at most a qua
   };
   const Shape shapes[] = {{"mb2ic64ih12iw12oc64kh1kw1+bias", 4, 6},
                           {"mb1ic3ih17iw17oc64kh3kw3pt1pb1pl1pr1+relu", 4, 4},
-                          {"mb2ic16ih13iw11oc24kh5kw5sh3sw3pt1pb1pl1pr1", 2, 8}};
+                          {"mb2ic16ih13iw11oc24kh5kw5sh3sw3pt1pb1pl1pr1", 2, 8},
+                          // 1x1 reducing over twice its outputs: 4 x 6 in place from 14x14 on
+                          {"mb1ic256ih14iw14oc128kh1kw1+bias", 4, 6},
+                          {"mb1ic256ih7iw7oc128kh1kw1", 3, 4}};
   for (const Shape& sh : shapes) {
     const ConvDescriptor d = parse_descriptor(sh.text);
     const ConvSchedule s = analytic_schedule(d, t);
@@ -240,6 +244,7 @@ TEST_CASE("analytic default: wide-vector tiles pad the channels by at most a qua
     if (t.vector_registers >= 32) {
       CHECK(s.mr == sh.vectors32 * t.vector_floats);
       CHECK(s.nr == sh.nr32);
+      if (d.kh * d.kw == 1) CHECK(s.pack_input == PackInput::None);
     }
     check_kernel(d, s, t);
   }
