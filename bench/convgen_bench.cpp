@@ -117,7 +117,8 @@ options:
   --mb N                  minibatch used for every layer (overrides the file; default 8)
   --threads T             OpenMP / BLIS / oneDNN threads (default 1); with T > 1 convgen runs
                           its intra-kernel parallel variant on T threads (parallel=images,
-                          or pixels when the minibatch is below 2*T)
+                          or pixels when the minibatch is below 2*T; bwd_weights with a dW
+                          of at most 1 MiB also splits its reduction into 4 partitions)
   --runs R                interleaved timed runs per layer and peer (default 5)
   --json FILE             also write the results as JSON (atomically: temp file + rename)
   --peers LIST            comma-separated subset of convgen,blis,onednn (default all)
@@ -452,20 +453,22 @@ convgen::ConvSchedule convgen_schedule(LayerResult& res, const convgen::TargetIn
   const ConvDescriptor& d = res.layer.d;
   convgen::ConvSchedule s =
       convgen::analytic_schedule_for_pass(d, pass_name(res.pass), target, &res.schedule_why);
-  if (!o.schedule_overrides.empty()) {
-    convgen::apply_schedule_overrides(o.schedule_overrides, &s);
-    res.schedule_why.push_back(fmt::format("bench: --schedule '{}'", o.schedule_overrides));
-  }
   if (o.threads > 1) {
     // The intra-kernel parallel variant over the OpenMP threads: images when there are
     // enough of them to share out, else pixel blocks of each image. For fwd and bwd_data
     // these are output dimensions, never the reduction, so the result is the same as on
-    // one thread; in bwd_weights they are the reduction, and the kernel decides how to
-    // split and combine it.
-    s.parallel = d.mb >= 2 * o.threads ? convgen::Parallel::Images : convgen::Parallel::Pixels;
+    // one thread; in bwd_weights they are the reduction, split into partitions fixed by
+    // the schedule (convgen::parallel_variant).
+    s = convgen::parallel_variant(d, pass_name(res.pass), s, d.mb >= 2 * o.threads ? convgen::Parallel::Images
+                                                                    : convgen::Parallel::Pixels,
+                                  &res.schedule_why);
     res.schedule_why.push_back(fmt::format("bench: parallel={} for {} threads",
                                            convgen::to_string(s.parallel), o.threads));
     res.convgen_threads = o.threads;
+  }
+  if (!o.schedule_overrides.empty()) {
+    convgen::apply_schedule_overrides(o.schedule_overrides, &s);
+    res.schedule_why.push_back(fmt::format("bench: --schedule '{}'", o.schedule_overrides));
   }
   res.schedule = convgen::describe(s);
   return s;
@@ -909,7 +912,7 @@ int run_bench(const Options& o) {
              peer_isa.blis_how);
   if (o.threads > 1 && o.peer_enabled[kConvgen])
     fmt::print("note: convgen runs its intra-kernel parallel variant (parallel=images, or pixels when the\n"
-               "      minibatch is small) on {} OpenMP threads\n",
+               "      minibatch is small; bwd_weights of a small dW in 4 partitions) on {} OpenMP threads\n",
                o.threads);
   std::fflush(stdout);
   const double peak_start = convgen::measure_fma_peak_gflops(o.threads, o.target.vector_floats);

@@ -85,6 +85,16 @@ ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t,
 ConvSchedule analytic_schedule_for_pass(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t,
                                         std::vector<std::string>* why = nullptr);
 
+// The intra-kernel parallel variant of a pass's schedule: `p` (images or pixels) over the
+// output loops. Backward-weights, whose image and pixel loops are its reduction, threads
+// over channel tiles once per reduction item; a small dW (<= 1 MiB) also has its
+// reduction split into 4 partitions -- fixed here, never by the thread count -- so the
+// threads share one parallel loop over the whole call. `why` gets a line. The trainer
+// keeps one partition: its kernels run inside the batch-parallel region, one thread
+// each, where partitions would only add their private sums.
+ConvSchedule parallel_variant(const ConvDescriptor& d, const std::string& pass, ConvSchedule s, Parallel p,
+                              std::vector<std::string>* why = nullptr);
+
 // True when the grouped strategy can run: the input channels of a group divide the
 // vector width, so a vector holds whole groups, and the layer has at least a vector's
 // worth of input channels. Otherwise the generator refuses it

@@ -71,3 +71,34 @@ TEST_CASE("backward kernels are bit-identical across runs and thread counts", "[
     }
   }
 }
+
+TEST_CASE("parallel variant: a small dW's reduction in 4 partitions, bit-identical across thread counts",
+          "[determinism]") {
+  const TargetInfo t = test::sweep_target();
+  // 48 x 32 x 3 x 3 floats (54 KiB): partitions; 1024 x 512 (2 MiB): one partition.
+  const ConvDescriptor small = parse_descriptor("mb4ic32ih10iw10oc48kh3kw3pt1pb1pl1pr1+bias+relu");
+  const ConvDescriptor large = parse_descriptor("mb2ic512ih2iw2oc1024kh1kw1");
+  for (Parallel p : {Parallel::Images, Parallel::Pixels}) {
+    const ConvSchedule sw = parallel_variant(small, "bwd_weights", analytic_schedule_for_pass(small, "bwd_weights", t), p);
+    CHECK(sw.parallel == p);
+    CHECK(sw.partitions == 4);
+    CHECK(parallel_variant(large, "bwd_weights", analytic_schedule_for_pass(large, "bwd_weights", t), p).partitions == 1);
+    const ConvSchedule sd = parallel_variant(small, "bwd_data", analytic_schedule_for_pass(small, "bwd_data", t), p);
+    CHECK(sd.partitions == analytic_schedule_for_pass(small, "bwd_data", t).partitions);
+    CHECK(sd.parallel == p);
+    JitBackwardDataKernel data(small, sd, t);
+    JitBackwardWeightsKernel weights(small, sw, t);
+    const Results one = run_with_threads(data, weights, small, 1);
+    for (int threads : {2, 3}) {
+      INFO("threads " << threads);
+      const Results other = run_with_threads(data, weights, small, threads);
+      CHECK(bitwise_equal(one.dw, other.dw));
+      CHECK(bitwise_equal(one.db, other.db));
+      CHECK(bitwise_equal(one.dx, other.dx));
+    }
+  }
+  // An explicit partition count is kept.
+  ConvSchedule three = analytic_schedule_for_pass(small, "bwd_weights", t);
+  three.partitions = 3;
+  CHECK(parallel_variant(small, "bwd_weights", three, Parallel::Images).partitions == 3);
+}
