@@ -34,7 +34,10 @@ ConvSchedule backward_data_default(const ConvDescriptor& d, const TargetInfo& t,
   }
   note(why, fmt::format("backward-data: the forward default of the residue class with the most work, {}",
                         largest->normalised()));
-  return analytic_schedule(*largest, t, why, !single_class(classes, d));
+  ConvContext context;
+  context.output_staged = !single_class(classes, d);
+  context.input_computed = d.relu;
+  return analytic_schedule(*largest, t, why, context);
 }
 
 // Backward-weights: an MR x NR tile of output channels x weight taps. Vectors along K/g

@@ -192,7 +192,7 @@ int grouped_outputs_per_tile(const ConvDescriptor& d, const ConvSchedule& s, con
 }
 
 ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std::vector<std::string>* why,
-                               bool output_staged) {
+                               const ConvContext& context) {
   ConvSchedule s;
   const int64_t pixels = d.oh() * d.ow();
 
@@ -236,10 +236,13 @@ ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std
   // pad 2 at 16x16 (cifar10 conv2) 1.01 / 1.01x in place vs 0.99 / 0.98x packed, 3x3
   // 512 at 7x7 1.11 / 1.00 vs 1.05 / 0.98; AVX-512 the same layers 1.08 / 1.06 vs 1.06 /
   // 1.05 and 1.10 / 1.04 vs 1.07 / 0.97, 3x3 256 at 14x14 1.11 / 1.08 vs 1.09 / 1.07.
-  // Where tiles straddle rows, per-load padding tests made it 0.5x (3x3 at 14-56 px).
+  // Where tiles straddle rows, per-load padding tests made it 0.5x (3x3 at 14-56 px); a
+  // computed input (backward-data's dY masked by the ReLU) re-evaluated per tap made it
+  // 0.59-0.75x (cifar10 conv3 / conv2 backward-data at mb 25 with +relu).
   ConvSchedule in_place = s;
   in_place.pack_input = PackInput::None;
-  const bool taps_skip_padding = padded && !output_staged && skips_padded_columns(d, in_place, t);
+  const bool taps_skip_padding =
+      padded && !context.output_staged && !context.input_computed && skips_padded_columns(d, in_place, t);
   if (!padded && !tall_1x1) {
     s.pack_input = PackInput::None;
     note(why, "no padding: input read in place");

@@ -73,11 +73,16 @@ TargetInfo target_info(const std::string& target_string);
 // else the AVX2+FMA default, else SSE4.1, else baseline x86-64.
 std::string host_target_string();
 
+// How the convolution is embedded, when it is not a layer's forward pass: backward-data
+// runs one per residue class of the strides over dY.
+struct ConvContext {
+  bool output_staged = false;   // output staged for a consumer (a strided class): its tiles never skip padded columns
+  bool input_computed = false;  // input an expression (dY masked by the ReLU), so read in place it is recomputed per tap
+};
+
 // Analytic default. `why` (if non-null) receives one line per decision for --verbose.
-// `output_staged`: the kernel's output is staged for a consumer (a strided
-// backward-data residue class), whose tiles never skip padded columns.
 ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t,
-                               std::vector<std::string>* why = nullptr, bool output_staged = false);
+                               std::vector<std::string>* why = nullptr, const ConvContext& context = {});
 
 // Analytic default of one pass: "fwd" (= analytic_schedule), "bwd_data" (the forward
 // default of the largest residue class's derived convolution) or "bwd_weights".

@@ -326,15 +326,17 @@ TEST_CASE("backward sweeps fail on deliberately broken kernels", "[bwd_sweep][br
 
 TEST_CASE("backward sweep: backward-data defaults read dY in place only where no tap reads padding", "[bwd_sweep]") {
   // Stride 1: one class written straight to dX, tiles inside the padded rows leave out
-  // every tap on padding, so dY is read in place. Stride 2: the classes' outputs are
-  // staged, their tiles never skip columns, so dY keeps the packer's zero fill.
+  // every tap on padding, so dY is read in place -- unless the ReLU masks it (a select
+  // per tap load). Stride 2: the classes' outputs are staged, their tiles never skip
+  // columns, so dY keeps the packer's zero fill.
   const TargetInfo t = sweep_target();
   struct Shape {
     const char* text;
     bool in_place;
   };
-  const Shape shapes[] = {{"mb2ic32ih16iw16oc32kh5kw5pt2pb2pl2pr2+relu", true},
+  const Shape shapes[] = {{"mb2ic32ih16iw16oc32kh5kw5pt2pb2pl2pr2+bias", true},
                           {"mb2ic64ih8iw8oc32kh5kw5pt2pb2pl2pr2", true},
+                          {"mb2ic32ih16iw16oc32kh5kw5pt2pb2pl2pr2+relu", false},
                           {"mb2ic32ih16iw16oc32kh5kw5sh2sw2pt2pb2pl2pr2", false},
                           {"mb2ic32ih15iw15oc64kh5kw5sh2sw2pt2pb2pl2pr2+relu", false}};
   for (const Shape& shape : shapes) {
@@ -343,7 +345,8 @@ TEST_CASE("backward sweep: backward-data defaults read dY in place only where no
     INFO(shape.text << "  schedule: " << describe(s));
     CHECK((s.pack_input == PackInput::None) == shape.in_place);
     if (!shape.in_place) {
-      // A class on its own (a forward layer) would be read in place: staging decides.
+      // A class on its own (a forward layer) would be read in place: staging or the
+      // mask decides.
       bool a_class_alone_in_place = false;
       for (const ResidueClass& c : backward_data_classes(d))
         if (!c.zero()) a_class_alone_in_place |= analytic_schedule(c.derived, t).pack_input == PackInput::None;
