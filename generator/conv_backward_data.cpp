@@ -11,8 +11,6 @@ using namespace Halide;
 
 namespace {
 
-// True when one class covers every input pixel (stride 1 both ways): its forward output
-// is dX itself, written straight into the caller's buffer.
 // Every extent and stride a constant; y only when the kernel reads it.
 void pin_buffers(BackwardDataPipeline& p, const ConvDescriptor& d) {
   const auto extents = forward_buffer_extents(d);

@@ -14,7 +14,6 @@ namespace convgen {
 
 using namespace Halide;
 
-
 // Skipping the kernel rows that land on top/bottom padding: a tighter bound on the
 // kernel-row loop, per register tile (the predicate is on the tile's first and last
 // pixels, so Halide folds it into the loop bounds; see define_forward). A per-pixel

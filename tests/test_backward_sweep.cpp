@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
 #include <random>
 
@@ -132,6 +133,14 @@ void run_class(const std::string& cls) {
   }
 }
 
+// True when the backward-weights plan of (d, s) says `what` under --verbose: the rule a
+// test checks really picked its code path.
+bool weights_plan_says(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t, const char* what) {
+  std::vector<std::string> why;
+  build_backward_weights(d, s, t, &why);
+  return std::any_of(why.begin(), why.end(), [&](const std::string& line) { return line.find(what) != std::string::npos; });
+}
+
 }  // namespace
 
 TEST_CASE("backward sweep: kernel_1x1", "[bwd_sweep]") { run_class("kernel_1x1"); }
@@ -188,10 +197,6 @@ TEST_CASE("backward sweep: analytic backward-weights defaults on wide-tile shape
   }
 }
 
-// First layers (fewer input channels than lanes, padded): the input rows are staged
-// flat, (column, channel) as one index, zeros first and the real columns copied over
-// them. Direct tile loads and packed panels, strides 1 and 2, asymmetric padding, a
-// row width that leaves a vector tail; the broken kernel must fail on them too.
 // The 16-register backward-weights rules, run as chosen: 16x6 packed panels where 24-wide
 // tiles would pad 128 channels to 144, and items of about 112 pixels of direct tile
 // loads on images of 28x28 and more (4 rows of a 30-wide image: bands of 4 and a last
@@ -223,6 +228,10 @@ TEST_CASE("backward sweep: 16-register backward-weights defaults run as chosen",
   }
 }
 
+// First layers (fewer input channels than lanes, padded): the input rows are staged
+// flat, (column, channel) as one index, zeros first and the real columns copied over
+// them. Direct tile loads and packed panels, strides 1 and 2, asymmetric padding, a
+// row width that leaves a vector tail; the broken kernel must fail on them too.
 TEST_CASE("backward sweep: first-layer shapes stage flat input rows", "[bwd_sweep]") {
   const TargetInfo t = sweep_target();
   const char* shapes[] = {
@@ -239,11 +248,7 @@ TEST_CASE("backward sweep: first-layer shapes stage flat input rows", "[bwd_swee
       ConvSchedule s = analytic_schedule_for_pass(d, "bwd_weights", t);
       apply_schedule_overrides(words, &s);
       INFO(text << "  schedule: " << describe(s));
-      std::vector<std::string> why;
-      build_backward_weights(d, s, t, &why);
-      bool flat = false;
-      for (const auto& line : why) flat = flat || line.find("(column, channel) flat") != std::string::npos;
-      CHECK(flat);  // the plan really runs the flat staging
+      CHECK(weights_plan_says(d, s, t, "(column, channel) flat"));  // the plan really runs the flat staging
       JitBackwardWeightsKernel k(d, s, t);
       check(run_backward_weights(k, d, true, 3));
       check(run_backward_weights(k, d, false, 4));
@@ -284,11 +289,7 @@ TEST_CASE("backward sweep: dW leaves the tiles in transposed blocks with ragged 
       ConvSchedule s = analytic_schedule_for_pass(d, "bwd_weights", t);
       apply_schedule_overrides(words, &s);
       INFO(shape.text << "  schedule: " << describe(s));
-      std::vector<std::string> why;
-      build_backward_weights(d, s, t, &why);
-      bool blocked = false;
-      for (const auto& line : why) blocked = blocked || line.find("dW transposed") != std::string::npos;
-      CHECK(blocked == shape.blocked);
+      CHECK(weights_plan_says(d, s, t, "dW transposed") == shape.blocked);
       JitBackwardWeightsKernel k(d, s, t);
       check(run_backward_weights(k, d, true, 3));
       check(run_backward_weights(k, d, false, 4));
