@@ -1,4 +1,4 @@
-#include "bench_util.h"
+#include "bench/bench_util.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 // convgen-model-bench: times whole-model inference through the in-process executor
-// (model_executor.h: the compiled driver's plan, kernels and operators), JIT
+// (generator/model/executor.h: the compiled driver's plan, kernels and operators), JIT
 // compilation excluded. Prints one JSON line; scripts/bench-models puts it beside
 // PyTorch on the same model.
 #include <sys/resource.h>
@@ -14,10 +14,10 @@
 
 #include <fmt/format.h>
 
-#include "errors.h"
-#include "model_executor.h"
-#include "model_fusion.h"
-#include "onnx_import.h"
+#include "generator/model/executor.h"
+#include "generator/model/fusion.h"
+#include "generator/onnx/import.h"
+#include "schedules/errors.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "conv_descriptor.h"
+#include "schedules/conv_descriptor.h"
 
 namespace convgen::bench {
 

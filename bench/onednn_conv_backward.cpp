@@ -1,4 +1,4 @@
-#include "onednn_conv_backward.h"
+#include "bench/onednn_conv_backward.h"
 
 #include <omp.h>
 
@@ -9,8 +9,8 @@
 #include <dnnl.hpp>
 #include <fmt/format.h>
 
-#include "errors.h"
-#include "onednn_util.h"
+#include "bench/onednn_util.h"
+#include "schedules/errors.h"
 
 namespace convgen::bench {
 namespace {

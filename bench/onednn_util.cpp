@@ -1,9 +1,9 @@
-#include "onednn_util.h"
+#include "bench/onednn_util.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "bench_util.h"
+#include "bench/bench_util.h"
 
 namespace convgen::bench {
 

@@ -8,7 +8,7 @@
 
 #include <dnnl.hpp>
 
-#include "conv_descriptor.h"
+#include "schedules/conv_descriptor.h"
 
 namespace convgen::bench {
 

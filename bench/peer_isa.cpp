@@ -1,4 +1,4 @@
-#include "peer_isa.h"
+#include "bench/peer_isa.h"
 
 #include <blis.h>
 #include <sys/wait.h>
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "errors.h"
-#include "im2col_blis.h"
+#include "runtime/im2col/im2col_blis.h"
+#include "schedules/errors.h"
 
 namespace convgen::bench {
 namespace {

@@ -1,5 +1,5 @@
 // convgen-train-bench: times training steps of the batch-parallel trainer
-// (model_trainer.h) on pre-decoded synthetic data, JIT compilation and data decoding
+// (runtime/train/trainer.h) on pre-decoded synthetic data, JIT compilation and data decoding
 // excluded. Prints one JSON line; scripts/bench-train runs it beside PyTorch.
 #include <algorithm>
 #include <chrono>
@@ -10,10 +10,11 @@
 
 #include <fmt/format.h>
 
-#include "errors.h"
-#include "fma_probe.h"
-#include "model_trainer.h"
-#include "train_data.h"
+#include "generator/train/trainer_from_model.h"
+#include "runtime/data/train_data.h"
+#include "runtime/probe/fma_probe.h"
+#include "runtime/train/trainer.h"
+#include "schedules/errors.h"
 
 namespace {
 
@@ -91,7 +92,8 @@ int main(int argc, char** argv) {
         target.empty() ? convgen::default_target() : convgen::target_info(target);
     // The peak of the same vector width as the kernels (AVX-512 targets: 16 lanes).
     const double peak = convgen::measure_fma_peak_gflops(o.threads, target_info.vector_floats);
-    convgen::model::Trainer trainer(path, o, target_info);
+    auto trainer_owned = convgen::model::make_trainer(path, o, target_info);
+    convgen::model::Trainer& trainer = *trainer_owned;
     const auto& tg = trainer.graph();
     convgen::data::SampleSpec spec;
     spec.channels = tg.sample_shape[0], spec.height = tg.sample_shape[1], spec.width = tg.sample_shape[2];

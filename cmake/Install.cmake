@@ -5,41 +5,48 @@ include(CMakePackageConfigHelpers)
 
 set(CONVGEN_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/convgen")
 
-# Every library a generated model driver links, exported under convgen:: (their static
-# link dependencies -- BLIS, OpenMP, fmt, zlib -- are found again by convgenConfig.cmake).
-set_target_properties(convgen_core PROPERTIES EXPORT_NAME core)
-set_target_properties(convgen_ops PROPERTIES EXPORT_NAME ops)
-set_target_properties(convgen_trainer PROPERTIES EXPORT_NAME trainer)
-set_target_properties(convgen_data PROPERTIES EXPORT_NAME data)
-set_target_properties(convgen_checkpoint PROPERTIES EXPORT_NAME checkpoint)
+# Every library a generated model driver links, exported under convgen:: by its folder's
+# name (their static link dependencies -- BLIS, OpenMP, fmt, zlib -- are found again by
+# convgenConfig.cmake).
+set(CONVGEN_INSTALLED_LIBRARIES
+  convgen_runtime convgen_trainer convgen_graph convgen_parallel convgen_ops convgen_schedules
+  convgen_data convgen_checkpoint)
+foreach(lib IN LISTS CONVGEN_INSTALLED_LIBRARIES)
+  string(REPLACE "convgen_" "" export_name "${lib}")
+  set_target_properties(${lib} PROPERTIES EXPORT_NAME ${export_name})
+endforeach()
 set_target_properties(convgen PROPERTIES EXPORT_NAME convgen)
-install(TARGETS convgen convgen_runtime convgen_ops convgen_trainer convgen_core convgen_data convgen_checkpoint
+install(TARGETS convgen ${CONVGEN_INSTALLED_LIBRARIES}
   EXPORT convgenTargets
   RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}"
   ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}")
 
-# The headers generated drivers and their users include, flat under include/convgen.
-install(FILES
-  runtime/checkpoint.h
-  runtime/layout.h
-  runtime/model_runtime.h
-  runtime/onnx_weights.h
-  runtime/ops.h
-  runtime/parallel_runtime.h
-  runtime/tensor.h
-  runtime/train_data.h
-  runtime/weights_file.h
-  generator/conv_descriptor.h
-  generator/errors.h
-  generator/model_graph.h
-  generator/model_trainer.h
-  generator/train_conv.h
-  generator/train_conv_aot.h
-  generator/train_graph.h
-  generator/trainer_state.h
+# The headers generated drivers and their users include, under include/convgen with the
+# folders they are included by ("runtime/train/trainer.h").
+set(CONVGEN_INSTALLED_HEADERS
+  runtime/checkpoint/checkpoint.h
+  runtime/data/train_data.h
+  runtime/driver/model_runtime.h
+  runtime/graph/model_graph.h
+  runtime/graph/train_graph.h
+  runtime/ops/layout.h
+  runtime/ops/ops.h
+  runtime/ops/tensor.h
+  runtime/ops/weights_file.h
+  runtime/parallel/parallel_runtime.h
+  runtime/train/onnx_weights.h
+  runtime/train/train_conv.h
+  runtime/train/train_conv_aot.h
+  runtime/train/trainer.h
+  runtime/train/trainer_state.h
+  schedules/conv_descriptor.h
   schedules/conv_schedule.h
-  schedules/schedule_selection.h
-  DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/convgen")
+  schedules/errors.h
+  schedules/schedule_selection.h)
+foreach(header IN LISTS CONVGEN_INSTALLED_HEADERS)
+  get_filename_component(folder "${header}" DIRECTORY)
+  install(FILES "${header}" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/convgen/${folder}")
+endforeach()
 
 # The bundled models, for the examples and for trying convgen_add_model.
 set(CONVGEN_INSTALL_MODELSDIR "${CMAKE_INSTALL_DATADIR}/convgen/models")

@@ -4,10 +4,10 @@
 
 #include <fmt/format.h>
 
-#include "conv_backward_classes.h"
-#include "conv_descriptor.h"
-#include "conv_schedule.h"
-#include "errors.h"
+#include "schedules/backward_data_classes.h"
+#include "schedules/conv_descriptor.h"
+#include "schedules/conv_schedule.h"
+#include "schedules/errors.h"
 
 namespace convgen {
 

@@ -6,9 +6,9 @@
 
 #include <fmt/format.h>
 
-#include "conv_descriptor.h"
-#include "conv_schedule.h"
-#include "kernel_plan.h"
+#include "schedules/conv_descriptor.h"
+#include "schedules/conv_schedule.h"
+#include "schedules/kernel_plan.h"
 
 namespace convgen {
 
@@ -215,7 +215,7 @@ ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std
   s.nr = tile.nr;
 
   // Workspace budget per call: the staged input plus the packed weights stay within
-  // max(5% of the im2col buffer, 1 MiB) (tests/test_workspace.cpp measures it).
+  // max(5% of the im2col buffer, 1 MiB) (tests/conv/test_workspace.cpp measures it).
   const int64_t budget = std::max<int64_t>(d.im2col_bytes() / 20, int64_t(1) << 20);
   const int64_t panel_bytes_per_channel = d.icg() * d.kh * d.kw * 4;
   const int64_t k_tiles = (channels + s.mr - 1) / s.mr;

@@ -1,14 +1,14 @@
 // ConvSchedule as data: equality, names of enum values, target facts, the legal value
 // space and validation. The analytic default lives in analytic_default.cpp.
-#include "conv_schedule.h"
+#include "schedules/conv_schedule.h"
 
 #include <fmt/format.h>
 
 #include <cstddef>
 #include <sstream>
 
-#include "errors.h"
-#include "schedule_records.h"
+#include "schedules/errors.h"
+#include "schedules/schedule_records.h"
 
 namespace convgen {
 namespace {

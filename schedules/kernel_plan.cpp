@@ -1,4 +1,4 @@
-#include "kernel_plan.h"
+#include "schedules/kernel_plan.h"
 
 #include <algorithm>
 

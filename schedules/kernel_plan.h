@@ -3,8 +3,8 @@
 // defaults choose by (so a default can ask what the kernel will do). No Halide here.
 #pragma once
 
-#include "conv_descriptor.h"
-#include "conv_schedule.h"
+#include "schedules/conv_descriptor.h"
+#include "schedules/conv_schedule.h"
 
 namespace convgen {
 

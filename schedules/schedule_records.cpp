@@ -1,7 +1,7 @@
 // Schedule records as versioned JSON lines. Writing is done by hand with fmt so the key
 // order and number formatting are fixed; reading uses nlohmann::json and rejects
 // anything that is not exactly a version-1 record.
-#include "schedule_records.h"
+#include "schedules/schedule_records.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "errors.h"
+#include "schedules/errors.h"
 
 namespace convgen {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "conv_schedule.h"
+#include "schedules/conv_schedule.h"
 
 namespace convgen {
 

@@ -1,9 +1,9 @@
-#include "schedule_selection.h"
+#include "schedules/schedule_selection.h"
 
 #include <fmt/format.h>
 
-#include "build_info.h"
-#include "schedule_records.h"
+#include "schedules/build_info.h"
+#include "schedules/schedule_records.h"
 
 namespace convgen {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "conv_descriptor.h"
-#include "conv_schedule.h"
+#include "schedules/conv_descriptor.h"
+#include "schedules/conv_schedule.h"
 
 namespace convgen {
 

@@ -9,7 +9,7 @@
 
 #include "cifar.h"
 #include "lenet.h"
-#include "train_data.h"
+#include "runtime/data/train_data.h"
 
 int main() try {
   // LeNet: one batch of test images per forward call, pixels scaled to [0, 1].

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "lenet_trainer.h"
-#include "train_data.h"
+#include "runtime/data/train_data.h"
 
 namespace lenet = convgen_model_lenet_trainer;
 

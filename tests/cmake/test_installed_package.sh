@@ -20,7 +20,7 @@ cmake --install "$build_dir" --prefix "$work/staging" >"$work/install.log" 2>&1 
 mv "$work/staging" "$prefix"
 if grep -rq "$work/staging" "$prefix/lib/cmake/convgen"; then fail "the package refers to its install prefix"; fi
 for f in bin/convgen lib/libconvgen_runtime.a lib/cmake/convgen/convgenConfig.cmake \
-         lib/cmake/convgen/convgenConfigVersion.cmake include/convgen/model_trainer.h share/convgen/models/lenet.onnx; do
+         lib/cmake/convgen/convgenConfigVersion.cmake include/convgen/runtime/train/trainer.h share/convgen/models/lenet.onnx; do
   [[ -e "$prefix/$f" ]] || fail "install lacks $f"
 done
 # The examples are copied out of the tree: nothing may point into the source or build tree.

@@ -1,0 +1,525 @@
+// convgen compile: an ONNX model in, its kernels out -- one static library, a header and
+// a provenance manifest. Kernels are generated one child process each (byte-
+// reproducible), in parallel, through a content-addressed cache.
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <filesystem>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "generator/cli/cli.h"
+#include "generator/cli/subprocess.h"
+#include "generator/model/driver_codegen.h"
+#include "generator/model/fusion.h"
+#include "generator/model/kernels.h"
+#include "generator/model/plan.h"
+#include "generator/onnx/import.h"
+#include "generator/train/conv_factories.h"
+#include "generator/train/driver_codegen.h"
+#include "generator/train/prepare_graph.h"
+#include "runtime/ops/weights_file.h"
+#include "runtime/train/train_conv.h"
+#include "runtime/train/trainer.h"
+#include "runtime/train/trainer_state.h"
+#include "schedules/build_info.h"
+#include "schedules/errors.h"
+#include "schedules/sha256.h"
+
+namespace fs = std::filesystem;
+
+namespace convgen::cli {
+
+namespace {
+
+const char* kUsage = R"(usage: convgen compile MODEL.onnx [-o DIR] [options]
+
+Imports an ONNX model (docs/model-import.md), fuses what inference allows (BatchNorm
+folded into the Conv before it, Relu into the Conv's epilogue) and generates one forward
+kernel per distinct convolution layer, shared by identical layers. Writes:
+
+  DIR/NAME.a               the kernels, built without a Halide runtime: link
+                           convgen::runtime, which owns the process's one runtime
+  DIR/NAME.h               the driver class (convgen_model_NAME::Model), every kernel's
+                           declaration and the layer -> kernel table
+  DIR/NAME.cpp             the generated model driver: every layer in order over a static
+                           memory plan (one arena, offsets fixed at compile time)
+  DIR/NAME.weights         the weights the driver loads (BatchNorm already folded)
+  DIR/kernels/K.h          each kernel's own header (buffer conventions: docs/architecture.md)
+  DIR/NAME.manifest.json   provenance: convgen version, generator hash, Halide version,
+                           target, the model's SHA-256, each kernel's layer, schedule and
+                           schedule source
+
+Build NAME.cpp with the header directory on the include path and link NAME.a and
+convgen::runtime (runtime/driver/model_runtime.h, runtime/ops/ops.h); from CMake, convgen_add_model() does it all
+(docs/cmake.md).
+
+  -o, --output DIR     output directory (default: NAME in the current directory)
+  --name NAME          model name, a C identifier (default: the file's stem)
+  --namespace NS       the driver's C++ namespace, e.g. app::models (default:
+                       convgen_model_NAME)
+  --batch N            batch size bound to a dynamic batch dimension (default 1)
+  --target STRING      Halide target (default x86-64-linux-avx-avx2-f16c-fma-sse41), or
+                       host: the widest this CPU runs (AVX-512 where it has it)
+  --schedules FILE     schedule records (JSON lines); a matching record wins over the
+                       analytic default
+  --jobs J             kernels generated in parallel (default: the number of CPUs)
+  --cache-dir DIR      kernel cache (default $CONVGEN_CACHE_DIR, else
+                       $XDG_CACHE_HOME/convgen, else ~/.cache/convgen)
+  --no-cache           generate every kernel afresh (and do not store it)
+  --verbose            say per layer which kernel, schedule source and fusions were chosen
+  --help, --version
+
+Training driver (docs/training.md):
+  --train              emit the model's training driver instead: NAME.h declares
+                       convgen_model_NAME::Trainer (train_step, evaluate, forward,
+                       save_weights, load_onnx_weights, save_checkpoint,
+                       load_checkpoint, engine()), NAME.cpp holds the training graph and
+                       the table of its forward, backward-data and backward-weights
+                       kernels, NAME.weights the initial weights. It runs the same
+                       batch-parallel engine as `convgen train` on the same kernels: the
+                       same bits. Link NAME.a and convgen::runtime. --batch is then the
+                       mini-batch size (default 64).
+  --micro-batch M      samples per micro-batch (default: the largest divisor of the
+                       batch that is at most batch / 4)
+  --samples N[,N...]   data sizes (e.g. 60000,10000 for Fashion-MNIST's train and test
+                       splits) whose last, partial batch gets kernels too
+)";
+
+struct Options {
+  std::string model, output_dir, name, batch, target, schedules, jobs, cache_dir, micro_batch, samples, cpp_namespace;
+  bool no_cache = false, verbose = false, train = false;
+};
+
+std::string regenerate_command(const Options& o, const std::string& name, const std::string& target) {
+  std::string cmd = fmt::format("convgen compile {}{} --name {} --batch {}", fs::path(o.model).filename().string(),
+                                o.train ? " --train" : "", name, o.batch.empty() ? (o.train ? "64" : "1") : o.batch);
+  if (o.train && !o.micro_batch.empty()) cmd += " --micro-batch " + o.micro_batch;
+  if (o.train && !o.samples.empty()) cmd += " --samples " + o.samples;
+  cmd += " --target " + target;
+  if (!o.cpp_namespace.empty() && o.cpp_namespace != "convgen_model_" + name) cmd += " --namespace " + o.cpp_namespace;
+  if (!o.schedules.empty()) cmd += " --schedules <records>";
+  return cmd;
+}
+
+std::string identifier_from(const std::string& stem) {
+  std::string id;
+  for (char c : stem) id += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  if (id.empty() || std::isdigit(static_cast<unsigned char>(id[0]))) id = "model_" + id;
+  return id;
+}
+
+
+fs::path default_cache_dir() {
+  if (const char* d = std::getenv("CONVGEN_CACHE_DIR"); d && *d) return d;
+  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return fs::path(d) / "convgen";
+  if (const char* d = std::getenv("HOME"); d && *d) return fs::path(d) / ".cache" / "convgen";
+  return fs::temp_directory_path() / "convgen-cache";
+}
+
+void make_dirs(const fs::path& p) {
+  std::error_code ec;
+  fs::create_directories(p, ec);
+  if (ec) throw Error(ExitCode::Io, fmt::format("{}: cannot create directory: {}", p.string(), ec.message()));
+}
+
+std::string first_line_of_file(const fs::path& p) {
+  try {
+    const std::string text = read_file(p.string());
+    return text.substr(0, text.find('\n'));
+  } catch (const Error&) {
+    return "(no message)";
+  }
+}
+
+// A kernel's cache entry: its directory holds K.a, K.h and K.manifest.json.
+fs::path cache_entry(const fs::path& cache, const model::PlannedKernel& k) {
+  return cache / "kernels" / sha256_hex(k.key).substr(0, 32);
+}
+
+// Generates the kernels missing from the cache (or all of them into `scratch` with
+// --no-cache); returns the directory holding each kernel's files.
+std::vector<fs::path> generate_kernels(const std::vector<model::PlannedKernel>& kernels, const Options& o,
+                                       const std::string& target, const fs::path& scratch,
+                                       std::vector<std::string>* why) {
+  const fs::path cache = o.cache_dir.empty() ? default_cache_dir() : fs::path(o.cache_dir);
+  std::vector<fs::path> where(kernels.size());
+  std::vector<ChildJob> jobs;
+  std::vector<size_t> job_kernel;
+  std::vector<fs::path> job_dir;
+  const std::string self = self_executable();
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const auto& k = kernels[i];
+    if (!o.no_cache) {
+      where[i] = cache_entry(cache, k);
+      if (fs::exists(where[i] / (k.name + ".a"))) {
+        why->push_back(fmt::format("kernel {}: from the cache ({})", k.name, where[i].string()));
+        continue;
+      }
+    }
+    const fs::path dir = scratch / ("gen-" + k.name);
+    make_dirs(dir);
+    ChildJob job;
+    job.argv = {self, "compile-layer", k.descriptor.normalised(), "--pass", k.pass, "--name", k.name, "--target",
+                target, "--no-runtime", "-o", dir.string()};
+    if (!k.schedule_overrides.empty()) {
+      job.argv.push_back("--schedule");
+      job.argv.push_back(k.schedule_overrides);
+    }
+    if (!o.schedules.empty()) {
+      job.argv.push_back("--schedules");
+      job.argv.push_back(fs::absolute(o.schedules).string());
+    }
+    job.stderr_path = (scratch / ("gen-" + k.name + ".log")).string();
+    jobs.push_back(job);
+    job_kernel.push_back(i);
+    job_dir.push_back(dir);
+  }
+  int parallel = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (!o.jobs.empty()) parallel = static_cast<int>(parse_count("--jobs", o.jobs));
+  run_jobs(jobs, parallel);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const auto& k = kernels[job_kernel[j]];
+    if (jobs[j].exit_code != 0)
+      throw Error(ExitCode::Internal, fmt::format("generating kernel {} for layer {} failed (exit {}): {}", k.name,
+                                                  k.layers.front(), jobs[j].exit_code,
+                                                  first_line_of_file(jobs[j].stderr_path)));
+    why->push_back(fmt::format("kernel {}: generated", k.name));
+    if (o.no_cache) {
+      where[job_kernel[j]] = job_dir[j];
+      continue;
+    }
+    // Publish into the cache with one rename; a concurrent compile that got there
+    // first wins and this copy is dropped (both are the same bytes).
+    const fs::path entry = where[job_kernel[j]];
+    make_dirs(entry.parent_path());
+    std::error_code ec;
+    fs::rename(job_dir[j], entry, ec);
+    if (ec && !fs::exists(entry / (k.name + ".a")))
+      throw Error(ExitCode::Io, fmt::format("{}: cannot store the kernel in the cache: {}", entry.string(), ec.message()));
+  }
+  return where;
+}
+
+std::string provenance_lines(const Options& o, const std::string& name, const std::string& target) {
+  return fmt::format(
+      "// Generated by convgen {} -- do not edit.\n"
+      "// Regenerate with: {}\n"
+      "// Generator content hash: {}; Halide {}\n",
+      CONVGEN_VERSION, regenerate_command(o, name, target), CONVGEN_GENERATOR_HASH, CONVGEN_HALIDE_VERSION);
+}
+
+std::string model_header(const std::vector<model::PlannedKernel>& kernels, const Options& o, const std::string& name,
+                         const std::string& target, const std::string& driver) {
+  const char* pass_title = o.train ? "training: every pass at every size" : "forward pass";
+  std::string h = provenance_lines(o, name, target);
+  h += fmt::format("#ifndef CONVGEN_MODEL_{0}_H\n#define CONVGEN_MODEL_{0}_H\n\n", name);
+  h += driver + "\n";
+  for (const auto& k : kernels) h += fmt::format("#include \"kernels/{}.h\"\n", k.name);
+  h += fmt::format("\n// Layers and the kernel each runs ({}):\n", pass_title);
+  for (const auto& k : kernels)
+    for (const auto& layer : k.layers)
+      h += o.train ? fmt::format("//   {:<28} {:<11} {}  {}\n", layer, k.pass, k.name, k.descriptor.normalised())
+                   : fmt::format("//   {:<28} {}  {}\n", layer, k.name, k.descriptor.normalised());
+  h += fmt::format("\n#endif  // CONVGEN_MODEL_{}_H\n", name);
+  return h;
+}
+
+std::string manifest(const std::vector<model::PlannedKernel>& kernels, const Options& o, const std::string& name,
+                     const std::string& target, const std::string& model_sha, const model::Graph& g,
+                     const std::string& training = "") {
+  std::string j = "{\n";
+  j += fmt::format("  \"generated_by\": \"convgen {}\",\n", CONVGEN_VERSION);
+  j += fmt::format("  \"regenerate\": \"{}\",\n", json_escape(regenerate_command(o, name, target)));
+  j += fmt::format("  \"generator_hash\": \"{}\",\n  \"halide_version\": \"{}\",\n  \"target\": \"{}\",\n",
+                   CONVGEN_GENERATOR_HASH, CONVGEN_HALIDE_VERSION, target);
+  j += fmt::format("  \"model\": {{\"file\": \"{}\", \"sha256\": \"{}\", \"opset\": {}, \"batch\": {}}},\n",
+                   json_escape(fs::path(o.model).filename().string()), model_sha, g.opset, g.batch);
+  if (!training.empty()) j += "  \"training\": " + training + ",\n";
+  j += "  \"kernels\": [\n";
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const auto& k = kernels[i];
+    std::string layers;
+    for (const auto& l : k.layers) layers += (layers.empty() ? "\"" : ", \"") + json_escape(l) + "\"";
+    j += fmt::format("    {{\"name\": \"{}\", \"pass\": \"{}\", \"descriptor\": \"{}\", \"schedule\": \"{}\", "
+                     "\"schedule_source\": \"{}\", \"layers\": [{}]}}{}\n",
+                     k.name, k.pass, k.descriptor.normalised(), describe(k.selection.schedule),
+                     json_escape(k.selection.source), layers, i + 1 < kernels.size() ? "," : "");
+  }
+  j += "  ]\n}\n";
+  return j;
+}
+
+void run_tool(const std::vector<std::string>& argv, const fs::path& cwd, const fs::path& log) {
+  std::vector<ChildJob> jobs(1);
+  jobs[0].argv = argv;
+  jobs[0].cwd = cwd.string();
+  jobs[0].stderr_path = log.string();
+  run_jobs(jobs, 1);
+  if (jobs[0].exit_code != 0)
+    throw Error(ExitCode::MissingDependency,
+                fmt::format("{} failed (exit {}): {}", argv[0], jobs[0].exit_code, first_line_of_file(log)));
+}
+
+// Generates the kernels and stages them: DIR/NAME.a (one archive of every kernel's
+// object, named after the kernel, in name order; ar in deterministic mode: no
+// timestamps, uids or modes) and DIR/kernels/K.h.
+void stage_kernels(const std::vector<model::PlannedKernel>& kernels, const Options& o, const std::string& target,
+                   const std::string& name, const fs::path& stage, std::vector<std::string>* why) {
+  const auto dirs = generate_kernels(kernels, o, target, stage, why);
+  std::vector<std::string> objects;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const auto& k = kernels[i];
+    fs::copy_file(dirs[i] / (k.name + ".h"), stage / "kernels" / (k.name + ".h"), fs::copy_options::overwrite_existing);
+    const fs::path unpack = stage / "objects" / k.name;
+    make_dirs(unpack);
+    run_tool({"/usr/bin/ar", "x", fs::absolute(dirs[i] / (k.name + ".a")).string()}, unpack, stage / "ar.log");
+    for (const auto& entry : fs::directory_iterator(unpack)) {
+      if (entry.path().extension() != ".o") continue;
+      const fs::path object = stage / "objects" / (k.name + ".o");
+      fs::rename(entry.path(), object);
+      objects.push_back(object.filename().string());
+    }
+  }
+  std::sort(objects.begin(), objects.end());
+  std::vector<std::string> ar = {"/usr/bin/ar", "rcsD", (stage / (name + ".a")).string()};
+  ar.insert(ar.end(), objects.begin(), objects.end());
+  if (!objects.empty()) run_tool(ar, stage / "objects", stage / "ar.log");
+}
+
+// Runs `write` into a staging directory inside out_dir, then moves its files into place
+// (the files, then the kernels directory as a whole); nothing is left behind on error.
+template <typename Write>
+void emit_outputs(const fs::path& out_dir, const std::string& name, Write&& write) {
+  make_dirs(out_dir);
+  const fs::path stage = fs::absolute(out_dir / fmt::format(".convgen-stage-{}", ::getpid()));
+  std::error_code ec;
+  fs::remove_all(stage, ec);
+  make_dirs(stage / "kernels");
+  make_dirs(stage / "objects");
+  try {
+    write(stage);
+    for (const std::string& f : {name + ".a", name + ".h", name + ".cpp", name + ".weights", name + ".manifest.json"})
+      if (fs::exists(stage / f)) fs::rename(stage / f, out_dir / f);
+    fs::remove_all(out_dir / "kernels", ec);
+    fs::rename(stage / "kernels", out_dir / "kernels");
+    fs::remove_all(stage, ec);
+  } catch (...) {
+    fs::remove_all(stage, ec);
+    throw;
+  }
+}
+
+std::vector<int64_t> parse_counts(const std::string& option, const std::string& text) {
+  std::vector<int64_t> counts;
+  if (text.empty()) return counts;
+  size_t begin = 0;
+  while (true) {
+    const size_t comma = text.find(',', begin);
+    counts.push_back(parse_count(option, text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin)));
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  return counts;
+}
+
+// A convolution the trainer asked for; never run (the compiler only records requests).
+class RecordedConv : public model::TrainConv {
+ public:
+  void forward(const float*, const float*, const float*, float*) override { refuse(); }
+  void backward_data(const float*, const float*, const float*, float*) override { refuse(); }
+  void backward_weights(const float*, const float*, const float*, float*, float*) override { refuse(); }
+  std::string describe() const override { return "recorded for generation"; }
+
+ private:
+  [[noreturn]] static void refuse() { throw Error(ExitCode::Internal, "a recorded convolution was run"); }
+};
+
+// The layers a training kernel serves, for the header and messages: the Conv nodes of
+// that shape (any batch), or the Gemm layers run as 1x1 convolutions.
+std::vector<std::string> layers_of(const model::TrainGraph& tg, const ConvDescriptor& d) {
+  std::vector<std::string> layers;
+  for (const model::Node& n : tg.graph.nodes) {
+    if (n.op != model::Op::Conv) continue;
+    ConvDescriptor c = model::conv_descriptor(tg.graph, n);
+    c.name.clear();
+    c.mb = d.mb;
+    if (c == d) layers.push_back(n.name);
+  }
+  // A Linear-form Gemm runs as a 1x1 convolution of a 1 x rows image (runtime/train/trainer.cpp).
+  const bool gemm_form = d.mb == 1 && d.ih == 1 && d.kh == 1 && d.kw == 1;
+  for (const model::Node& n : tg.graph.nodes) {
+    if (!gemm_form || n.op != model::Op::Gemm || !n.attributes.trans_b) continue;
+    const auto& w = tg.graph.value(n.inputs[1]).shape;
+    if (w.size() == 2 && w[0] == d.oc && w[1] == d.ic) layers.push_back(n.name + " (1x1 conv)");
+  }
+  if (layers.empty()) layers.push_back("(unnamed)");
+  return layers;
+}
+
+int compile_training_driver(const Options& o, const std::string& name, const std::string& target, const TargetInfo& t) {
+  model::TrainerOptions topt;
+  topt.batch = o.batch.empty() ? 64 : parse_count("--batch", o.batch);
+  if (!o.micro_batch.empty()) topt.micro_batch = parse_count("--micro-batch", o.micro_batch);
+  const int64_t m = model::checked_micro_batch(topt);
+  const std::vector<int64_t> counts = parse_counts("--samples", o.samples);
+  std::vector<std::string> why;
+  const model::TrainGraph tg = model::prepare_training_graph(o.model, m, &why);
+
+  // The kernels are exactly those the engine asks for -- record its requests for a full
+  // mini-batch and each partial one (the same requests `convgen train` JIT-compiles).
+  std::map<std::string, model::TrainConvRequest> requests;
+  {
+    model::TrainConvFactory record = [&requests](const model::TrainConvRequest& r) -> std::unique_ptr<model::TrainConv> {
+      ConvDescriptor d = r.descriptor;
+      d.name.clear();
+      auto [it, fresh] = requests.emplace(d.normalised(), r);
+      if (!fresh) it->second.needs_backward_data |= r.needs_backward_data;
+      it->second.descriptor = d;
+      return std::make_unique<RecordedConv>();
+    };
+    model::Trainer engine(tg, topt, t, record, nullptr);
+    engine.prepare(topt.batch);
+    for (int64_t c : counts)
+      if (c % topt.batch != 0) engine.prepare(c % topt.batch);
+  }
+
+  std::vector<model::PlannedKernel> kernels;
+  model::TrainDriverSpec spec;
+  spec.name = name;
+  spec.cpp_namespace = o.cpp_namespace;
+  spec.batch = topt.batch;
+  spec.micro_batch = m;
+  spec.sample_counts = counts;
+  spec.target = target;
+  spec.regenerate = regenerate_command(o, name, target);
+  for (const auto& [key, r] : requests) {
+    model::TrainKernelRow row;
+    row.descriptor = r.descriptor;
+    validate(row.descriptor);
+    for (const char* pass : {"fwd", "bwd_data", "bwd_weights"}) {
+      if (std::string(pass) == "bwd_data" && !r.needs_backward_data) continue;
+      std::vector<std::string> lines;
+      model::PlannedKernel k;
+      k.pass = pass;
+      k.descriptor = r.descriptor;
+      k.selection = model::training_schedule(r.descriptor, pass, t, o.schedules, &lines);
+      k.schedule_overrides = "parallel=" + to_string(k.selection.schedule.parallel);
+      k.key = fmt::format("{}|{}|{}|{}|{}", key, pass, describe(k.selection.schedule), target, CONVGEN_GENERATOR_HASH);
+      k.name = fmt::format("convgen_{}_{}", pass, sha256_hex(k.key).substr(0, 16));
+      k.layers = layers_of(tg, r.descriptor);
+      why.push_back(fmt::format("{} {}: kernel {} (schedule: {})", key, pass, k.name, k.selection.source));
+      for (const auto& l : lines) why.push_back("  " + l);
+      (std::string(pass) == "fwd" ? row.forward : std::string(pass) == "bwd_data" ? row.backward_data
+                                                                                  : row.backward_weights) = k.name;
+      kernels.push_back(std::move(k));
+    }
+    spec.kernels.push_back(row);
+  }
+  const std::string model_sha = sha256_file_hex(o.model);
+  std::string counts_json;
+  for (int64_t c : counts) counts_json += (counts_json.empty() ? "" : ", ") + std::to_string(c);
+  spec.weights_key = sha256_hex(fmt::format("train|{}|{}|{}|{}|{}|{}|{}", model_sha, topt.batch, m, counts_json,
+                                            CONVGEN_GENERATOR_HASH, target, name));
+
+  const fs::path out_dir = o.output_dir.empty() ? fs::path(name) : fs::path(o.output_dir);
+  emit_outputs(out_dir, name, [&](const fs::path& stage) {
+    stage_kernels(kernels, o, target, name, stage, &why);
+    write_weights_file((stage / (name + ".weights")).string(), model::float_constants_blob(tg), spec.weights_key);
+    write_file((stage / (name + ".cpp")).string(),
+               model::training_driver_source(tg, spec, provenance_lines(o, name, target) + "\n"));
+    write_file((stage / (name + ".h")).string(),
+               model_header(kernels, o, name, target, model::training_driver_declaration(tg, spec)));
+    write_file((stage / (name + ".manifest.json")).string(),
+               manifest(kernels, o, name, target, model_sha, tg.graph,
+                        fmt::format("{{\"batch\": {}, \"micro_batch\": {}, \"sample_counts\": [{}]}}", topt.batch, m,
+                                    counts_json)));
+  });
+  if (o.verbose)
+    for (const auto& line : why) fmt::print(stderr, "convgen: {}\n", line);
+  fmt::print("{}: training driver, {} layer shapes x sizes, {} kernels -> {}\n", o.model, spec.kernels.size(),
+             kernels.size(), (out_dir / (name + ".a")).string());
+  return 0;
+}
+
+}  // namespace
+
+int compile_model(const Args& args) {
+  Options o;
+  OptionReader r(args);
+  while (!r.done()) {
+    if (r.flag("--help") || r.flag("-h")) {
+      fmt::print("{}", kUsage);
+      return 0;
+    }
+    if (r.flag("--version")) {
+      print_version();
+      return 0;
+    }
+    if (r.value("-o", &o.output_dir) || r.value("--output", &o.output_dir) || r.value("--name", &o.name) ||
+        r.value("--batch", &o.batch) || r.value("--target", &o.target) || r.value("--schedules", &o.schedules) ||
+        r.value("--jobs", &o.jobs) || r.value("--cache-dir", &o.cache_dir) ||
+        r.value("--micro-batch", &o.micro_batch) || r.value("--samples", &o.samples) ||
+        r.value("--namespace", &o.cpp_namespace))
+      continue;
+    if (r.flag("--no-cache")) { o.no_cache = true; continue; }
+    if (r.flag("--train")) { o.train = true; continue; }
+    if (r.flag("--verbose") || r.flag("-v")) { o.verbose = true; continue; }
+    if (!o.model.empty()) throw Error(ExitCode::Usage, fmt::format("unexpected argument '{}'", r.peek()));
+    o.model = r.positional();
+  }
+  if (o.model.empty()) throw Error(ExitCode::Usage, "compile: missing MODEL.onnx (see --help)");
+  if (!o.train && (!o.micro_batch.empty() || !o.samples.empty()))
+    throw Error(ExitCode::Usage, "compile: --micro-batch and --samples need --train");
+  const std::string name = o.name.empty() ? identifier_from(fs::path(o.model).stem().string()) : o.name;
+  if (!is_c_identifier(name)) throw Error(ExitCode::Usage, fmt::format("--name {}: not a C identifier", name));
+  if (o.cpp_namespace.empty()) o.cpp_namespace = "convgen_model_" + name;
+  for (size_t begin = 0;;) {
+    const size_t sep = o.cpp_namespace.find("::", begin);
+    if (!is_c_identifier(o.cpp_namespace.substr(begin, sep == std::string::npos ? std::string::npos : sep - begin)))
+      throw Error(ExitCode::Usage, fmt::format("--namespace {}: not a C++ namespace name (identifiers joined by ::)",
+                                               o.cpp_namespace));
+    if (sep == std::string::npos) break;
+    begin = sep + 2;
+  }
+  // "host" is resolved here, so provenance, kernel keys and child processes see the
+  // actual feature set.
+  const TargetInfo t = o.target.empty() ? default_target() : target_info(o.target);
+  const std::string target = t.target;
+  if (o.train) return compile_training_driver(o, name, target, t);
+  model::ImportOptions import;
+  if (!o.batch.empty()) import.batch = parse_count("--batch", o.batch);
+
+  std::vector<std::string> why;
+  model::Graph g = model::import_onnx(o.model, import);
+  model::fuse_for_inference(g, &why);
+  const auto kernels = model::plan_kernels(g, t, o.schedules, &why);
+  const std::string model_sha = sha256_file_hex(o.model);
+
+  const fs::path out_dir = o.output_dir.empty() ? fs::path(name) : fs::path(o.output_dir);
+  emit_outputs(out_dir, name, [&](const fs::path& stage) {
+    stage_kernels(kernels, o, target, name, stage, &why);
+    // The driver: the static plan as C++, its weights blob beside it.
+    const model::Plan plan = model::make_plan(g, kernels);
+    const std::string plan_key =
+        sha256_hex(fmt::format("{}|{}|{}|{}|{}", model_sha, g.batch, CONVGEN_GENERATOR_HASH, target, name));
+    write_weights_file((stage / (name + ".weights")).string(), model::weights_blob(g, plan), plan_key);
+    write_file((stage / (name + ".cpp")).string(),
+               model::driver_source(name, g, plan, plan_key, provenance_lines(o, name, target) + "\n", o.cpp_namespace));
+    write_file((stage / (name + ".h")).string(),
+               model_header(kernels, o, name, target, model::driver_declaration(name, g, plan, o.cpp_namespace)));
+    write_file((stage / (name + ".manifest.json")).string(), manifest(kernels, o, name, target, model_sha, g));
+  });
+  if (o.verbose)
+    for (const auto& line : why) fmt::print(stderr, "convgen: {}\n", line);
+  fmt::print("{}: {} layers, {} kernels -> {}\n", o.model, [&] {
+    size_t n = 0;
+    for (const auto& k : kernels) n += k.layers.size();
+    return n;
+  }(), kernels.size(), (out_dir / (name + ".a")).string());
+  return 0;
+}
+
+}  // namespace convgen::cli

@@ -1,0 +1,299 @@
+// convgen run / convgen check: execute a model in-process (generator/model/executor.h) on ONNX
+// TensorProto files, with no C++ compile per model.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "generator/cli/cli.h"
+#include "generator/model/executor.h"
+#include "generator/model/fusion.h"
+#include "generator/onnx/import.h"
+#include "generator/onnx/tensor_io.h"
+#include "runtime/probe/fma_probe.h"
+#include "schedules/errors.h"
+
+namespace fs = std::filesystem;
+
+namespace convgen::cli {
+
+namespace {
+
+const char* kRunUsage = R"(usage: convgen run MODEL.onnx --input FILE.pb [--input FILE.pb ...] --output-dir DIR [options]
+
+Runs a model in-process on ONNX TensorProto files (the format of ONNX's backend test
+data) and writes its outputs as DIR/output_0.pb, output_1.pb, ... Convolutions run
+convgen's generated kernels (JIT-compiled, same code and schedules as `convgen
+compile`); other layers the runtime's operators. Inputs are matched to the model's
+inputs by the name stored in each file, else by position; int64 inputs (shapes, pads)
+are bound as constants. The batch is the first input's leading dimension.
+
+  --target STRING      Halide target (default x86-64-linux-avx-avx2-f16c-fma-sse41)
+  --schedules FILE     schedule records (JSON lines)
+  --verbose            say per layer which kernel and schedule source were chosen
+  --profile            per layer: ms, and for convolutions GF/s, % of the FMA peak
+                       (measured in the same run) and workspace bytes (on stderr)
+)";
+
+const char* kCheckUsage = R"(usage: convgen check DIR [options]
+
+DIR holds model.onnx and test_data_set_*/{input,output}_*.pb, as ONNX's backend test
+cases do. Runs the model on every data set (as `convgen run`) and compares each output
+with the expected one: |got - want| <= atol + rtol * |want| element-wise, with the
+case's own tolerances when DIR/tolerances says ("rtol X" and "atol Y" lines), else
+ONNX's runner defaults (rtol 1e-3, atol 1e-7). Prints the largest error of each output; exits 0 only
+if every output of every data set passes (9 otherwise, docs/exit-codes.md).
+
+  --rtol R, --atol A   tolerances
+  --target STRING, --schedules FILE, --verbose, --profile   as for `convgen run`
+)";
+
+struct RunSetup {
+  std::string target, schedules;
+  bool verbose = false, profile = false;
+};
+
+// The model imported with the given input data: int64 inputs, and inputs the importer
+// needs as constants (Clip bounds, Dropout ratio, ...), are bound into the graph; the
+// others become the executor's feeds.
+struct Prepared {
+  model::Graph graph;
+  std::map<std::string, Tensor> feeds;
+};
+
+// `names`: the model's graph inputs in order (model::onnx_input_names).
+Prepared prepare(const std::string& model_path, const std::vector<std::string>& names, std::vector<model::Value> values,
+                 std::vector<std::string>* why) {
+  if (values.size() > names.size())
+    throw Error(ExitCode::BadData, fmt::format("{}: {} inputs given, the model has {}", model_path, values.size(),
+                                               names.size()));
+  std::map<std::string, model::Value> by_name;
+  for (size_t i = 0; i < values.size(); ++i) {
+    model::Value& v = values[i];
+    if (std::find(names.begin(), names.end(), v.name) == names.end()) v.name = names[i];
+    by_name[v.name] = v;
+  }
+  model::ImportOptions options;
+  for (const auto& [name, v] : by_name) {
+    if (v.is_int64) options.constant_inputs[name] = v;
+    else if (!v.shape.empty() && options.batch == 1 && name == names.front()) options.batch = std::max<int64_t>(1, v.shape[0]);
+  }
+  for (;;) {
+    try {
+      Prepared p{model::import_onnx(model_path, options), {}};
+      for (const auto& name : p.graph.inputs) {
+        auto it = by_name.find(name);
+        if (it == by_name.end()) throw Error(ExitCode::BadData, fmt::format("{}: no data for input '{}'", model_path, name));
+        p.feeds[name] = model::tensor_of(it->second);
+      }
+      model::fuse_for_inference(p.graph, why);
+      return p;
+    } catch (const model::ConstantInputNeeded& e) {
+      if (!by_name.count(e.input()) || options.constant_inputs.count(e.input())) throw;
+      options.constant_inputs[e.input()] = by_name[e.input()];  // data for it was given: bind it
+    }
+  }
+}
+
+// --profile: per step ms, and for convolutions GF/s, % of the FMA peak measured here
+// and the kernel's workspace; the steps of a second, warm run.
+void print_profile(const model::ModelExecutor& exec, const TargetInfo& target) {
+  const double peak = measure_fma_peak_gflops(1, target.vector_floats);
+  double total_ms = 0, total_flops = 0;
+  fmt::print(stderr, "convgen: profile (1 thread, FMA peak {:.1f} GFLOP/s measured now; second run)\n", peak);
+  fmt::print(stderr, "{:<28} {:<18} {:>9} {:>8} {:>5} {:>10}\n", "layer", "op", "ms", "GF/s", "%pk", "ws bytes");
+  for (const auto& t : exec.profile()) {
+    total_ms += t.ms;
+    total_flops += t.flops;
+    if (t.flops > 0) {
+      const double gflops = t.flops / (t.ms * 1e6);
+      fmt::print(stderr, "{:<28} {:<18} {:>9.3f} {:>8.1f} {:>5.0f} {:>10}\n", t.node, model::op_name(t.op), t.ms, gflops,
+                 100.0 * gflops / peak, t.workspace_bytes);
+    } else {
+      fmt::print(stderr, "{:<28} {:<18} {:>9.3f}\n", t.node, model::op_name(t.op), t.ms);
+    }
+  }
+  fmt::print(stderr, "{:<28} {:<18} {:>9.3f} {:>8.1f}   (convolutions {:.1f} GFLOP)\n", "total", "", total_ms,
+             total_flops / (total_ms * 1e6), total_flops / 1e9);
+}
+
+std::vector<Tensor> execute(Prepared p, const RunSetup& s, std::vector<std::string>* why) {
+  const TargetInfo target = target_info(s.target.empty() ? default_target().target : s.target);
+  model::ModelExecutor exec(std::move(p.graph), target, s.schedules, why);
+  if (!s.profile) return exec.run(p.feeds);
+  exec.run(p.feeds);  // warm-up: first touch
+  exec.set_profiling(true);
+  std::vector<Tensor> out = exec.run(p.feeds);
+  print_profile(exec, target);
+  return out;
+}
+
+void print_why(const std::vector<std::string>& why) {
+  for (const auto& l : why) fmt::print(stderr, "convgen: {}\n", l);
+}
+
+double parse_double(const std::string& option, const std::string& text) {
+  try {
+    size_t used = 0;
+    const double v = std::stod(text, &used);
+    if (used == text.size() && v >= 0) return v;
+  } catch (const std::exception&) {
+  }
+  throw Error(ExitCode::Usage, fmt::format("{} {}: expected a non-negative number", option, text));
+}
+
+// Files named <prefix>_<k>.pb in dir, in order of k.
+std::vector<std::string> numbered_files(const fs::path& dir, const std::string& prefix) {
+  std::vector<std::pair<int, std::string>> found;
+  const std::regex pattern(prefix + R"(_(\d+)\.pb)");
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (std::regex_match(name, m, pattern)) found.emplace_back(std::stoi(m[1]), e.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (const auto& f : found) out.push_back(f.second);
+  return out;
+}
+
+}  // namespace
+
+int run_model(const Args& args) {
+  RunSetup s;
+  std::string model, output_dir;
+  std::vector<std::string> input_files;
+  OptionReader r(args);
+  while (!r.done()) {
+    if (r.flag("--help") || r.flag("-h")) {
+      fmt::print("{}", kRunUsage);
+      return 0;
+    }
+    if (r.flag("--version")) {
+      print_version();
+      return 0;
+    }
+    std::string v;
+    if (r.value("--input", &v)) {
+      input_files.push_back(v);
+      continue;
+    }
+    if (r.value("--output-dir", &output_dir) || r.value("--target", &s.target) || r.value("--schedules", &s.schedules))
+      continue;
+    if (r.flag("--verbose") || r.flag("-v")) { s.verbose = true; continue; }
+    if (r.flag("--profile")) { s.profile = true; continue; }
+    if (!model.empty()) throw Error(ExitCode::Usage, fmt::format("unexpected argument '{}'", r.peek()));
+    model = r.positional();
+  }
+  if (model.empty()) throw Error(ExitCode::Usage, "run: missing MODEL.onnx (see --help)");
+  if (output_dir.empty()) throw Error(ExitCode::Usage, "run: missing --output-dir DIR (see --help)");
+  // Refuses the model itself (ops, input types) before any data is read.
+  const std::vector<std::string> names = model::onnx_input_names(model);
+  std::vector<model::Value> values;
+  for (const auto& f : input_files) values.push_back(model::read_tensor_file(f));
+  std::vector<std::string> why;
+  Prepared p = prepare(model, names, values, &why);
+  const std::vector<std::string> output_names = p.graph.outputs;
+  const std::vector<Tensor> outputs = execute(std::move(p), s, &why);
+  if (s.verbose) print_why(why);
+  std::error_code ec;
+  fs::create_directories(output_dir, ec);
+  if (ec) throw Error(ExitCode::Io, fmt::format("{}: cannot create directory: {}", output_dir, ec.message()));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const std::string path = (fs::path(output_dir) / fmt::format("output_{}.pb", i)).string();
+    model::write_tensor_file(path, output_names[i], outputs[i]);
+    fmt::print("{}\n", path);
+  }
+  return 0;
+}
+
+int check_model(const Args& args) {
+  RunSetup s;
+  std::string dir, rtol_text, atol_text;
+  OptionReader r(args);
+  while (!r.done()) {
+    if (r.flag("--help") || r.flag("-h")) {
+      fmt::print("{}", kCheckUsage);
+      return 0;
+    }
+    if (r.flag("--version")) {
+      print_version();
+      return 0;
+    }
+    if (r.value("--rtol", &rtol_text) || r.value("--atol", &atol_text) || r.value("--target", &s.target) ||
+        r.value("--schedules", &s.schedules))
+      continue;
+    if (r.flag("--verbose") || r.flag("-v")) { s.verbose = true; continue; }
+    if (r.flag("--profile")) { s.profile = true; continue; }
+    if (!dir.empty()) throw Error(ExitCode::Usage, fmt::format("unexpected argument '{}'", r.peek()));
+    dir = r.positional();
+  }
+  if (dir.empty()) throw Error(ExitCode::Usage, "check: missing DIR (see --help)");
+  // The case's own tolerances (DIR/tolerances: lines "rtol X" / "atol Y"), else ONNX's
+  // runner defaults; the command line wins over both.
+  double rtol = 1e-3, atol = 1e-7;
+  const fs::path own = fs::path(dir) / "tolerances";
+  if (fs::exists(own)) {
+    std::istringstream in(read_file(own.string()));
+    std::string key, value;
+    while (in >> key >> value) {
+      if (key == "rtol") rtol = parse_double(own.string() + ": rtol", value);
+      else if (key == "atol") atol = parse_double(own.string() + ": atol", value);
+      else throw Error(ExitCode::BadData, fmt::format("{}: unknown key '{}' (rtol, atol)", own.string(), key));
+    }
+  }
+  if (!rtol_text.empty()) rtol = parse_double("--rtol", rtol_text);
+  if (!atol_text.empty()) atol = parse_double("--atol", atol_text);
+  const std::string model = (fs::path(dir) / "model.onnx").string();
+  if (!fs::exists(model)) throw Error(ExitCode::Io, fmt::format("{}: cannot read", model));
+  std::vector<fs::path> sets;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0) sets.push_back(e.path());
+  std::sort(sets.begin(), sets.end());
+  if (sets.empty()) throw Error(ExitCode::BadData, fmt::format("{}: no test_data_set_* directories", dir));
+  // Refuses the model itself (ops, input types) before any data is read.
+  const std::vector<std::string> names = model::onnx_input_names(model);
+  int failed = 0, total = 0;
+  for (const fs::path& set : sets) {
+    std::vector<model::Value> values;
+    for (const auto& f : numbered_files(set, "input")) values.push_back(model::read_tensor_file(f));
+    std::vector<std::string> why;
+    Prepared p = prepare(model, names, values, &why);
+    const std::vector<std::string> output_names = p.graph.outputs;
+    const std::vector<Tensor> got = execute(std::move(p), s, &why);
+    if (s.verbose) print_why(why);
+    const auto expected_files = numbered_files(set, "output");
+    if (expected_files.size() != got.size())
+      throw Error(ExitCode::BadData, fmt::format("{}: {} expected outputs, the model has {}", set.string(),
+                                                 expected_files.size(), got.size()));
+    for (size_t i = 0; i < got.size(); ++i) {
+      const Tensor want = model::tensor_of(model::read_tensor_file(expected_files[i]));
+      ++total;
+      double max_error = 0.0;
+      bool ok = want.shape == got[i].shape || want.elements() == got[i].elements();
+      if (ok) {
+        for (size_t j = 0; j < want.data.size(); ++j) {
+          const double g = got[i].data[j], w = want.data[j];
+          if (std::isnan(w) && std::isnan(g)) continue;
+          const double err = std::fabs(g - w);
+          max_error = std::max(max_error, std::isnan(err) ? INFINITY : err);
+          if (!(err <= atol + rtol * std::fabs(w))) ok = false;
+        }
+      }
+      if (!ok) ++failed;
+      fmt::print("{} output {} '{}': max |error| {:.3g} {}\n", set.filename().string(), i, output_names[i],
+                 max_error, ok ? "pass" : (want.shape == got[i].shape ? "FAIL" : "FAIL (shape)"));
+    }
+  }
+  if (failed > 0)
+    throw Error(ExitCode::CheckFailed, fmt::format("{}: {} of {} outputs differ beyond rtol {} atol {}", dir, failed,
+                                                   total, rtol, atol));
+  fmt::print("{}: all {} outputs pass\n", dir, total);
+  return 0;
+}
+
+}  // namespace convgen::cli

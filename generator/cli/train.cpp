@@ -1,0 +1,372 @@
+// convgen train: trains a model in-process with the batch-parallel trainer
+// (runtime/train/trainer.h) on a data source (runtime/data/train_data.h). docs/training.md.
+#include <unistd.h>
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "generator/cli/cli.h"
+#include "generator/onnx/export.h"
+#include "generator/train/trainer_from_model.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/data/train_data.h"
+#include "runtime/train/trainer.h"
+#include "runtime/train/trainer_state.h"
+#include "schedules/errors.h"
+#include "schedules/sha256.h"
+
+namespace convgen::cli {
+
+namespace {
+
+const char* kTrainUsage = R"(usage: convgen train MODEL.onnx --data SOURCE [options]
+
+Trains an ONNX CNN with softmax cross-entropy on its logits (a final Softmax is dropped)
+and SGD with momentum (torch.optim.SGD semantics), batch-parallel: each mini-batch is
+cut into micro-batches of consecutive samples that the threads take whole, and every
+sum over samples is combined in a fixed tree, so the result is bit-identical for every
+--threads value (docs/training.md). The same engine compiled ahead of time into a C++
+program, with the same bits: the training driver of `convgen compile` (its --help).
+
+SOURCE: fashion-mnist (Debian's dataset-fashion-mnist; accuracy on its test split),
+        idx:IMAGES,LABELS (IDX files, raw or gzip), cifar10:DIR (CIFAR-10 binary version),
+        synthetic (pseudo-random images of the model's input shape, random labels).
+
+  --batch B            mini-batch size (default 64)
+  --micro-batch M      samples per micro-batch (default: the largest divisor of B <= B/4)
+  --epochs E           passes over the data (default 1), or
+  --steps S            stop after S steps
+  --lr LR              learning rate (default 0.01)
+  --momentum MU        (default 0.9)
+  --weight-decay WD    L2 penalty added to every trainable tensor's gradient (default 0)
+  --lr-schedule S      constant (default), step:SIZE:GAMMA (StepLR), cosine (CosineAnnealingLR
+                       over the epochs the run spans), stepped per epoch
+  --threads T          (default: all cores)
+  --intra-kernel       micro-batches in sequence, kernels parallel inside (same bits)
+  --conv-impl I        generated (default: convgen's kernels) or im2col-blis (the baseline:
+                       explicit im2col + BLIS SGEMM, one im2col buffer per thread)
+  --profile            per node and pass: milliseconds per step (on stderr, at the end)
+  --seed N             shuffle and dropout seed (default 0)
+  --no-shuffle         samples in file order every epoch
+  --normalize M,S      pixels (x/255 - M) / S (per channel: M1,..,Mc,S1,..,Sc)
+  --synthetic-count N  samples of the synthetic source (default 6000)
+  --log FILE.jsonl     one JSON line per step: step, epoch, loss, lr, images_per_s
+  --dump-order FILE    the sample order of every epoch, one index per line
+  --save OUT.onnx      the trained model: MODEL with its initializers updated
+  --checkpoint DIR     write DIR/checkpoint.cgck (atomically) every --every steps (default:
+                       each epoch's end), at the end and on SIGINT
+  --every S            checkpoint interval in steps
+  --resume DIR         continue from DIR's checkpoint, bit-identically to a run never
+                       stopped; the model and the options that shape training must match
+  --schedules FILE     schedule records for the kernels
+  --target STRING      Halide target of the kernels (default host: the widest this CPU
+                       runs, AVX-512 where present, else
+                       x86-64-linux-avx-avx2-f16c-fma-sse41). Results are bit-identical
+                       for one target; pin it to compare runs across machines
+  --verbose            kernels and schedules chosen, and why
+
+Exit codes: 0 done, 130 stopped by SIGINT (after the running step, checkpointing if
+asked; during set-up at once), 10 a non-finite loss or weights (the step is named),
+others as in docs/exit-codes.md.
+)";
+
+std::atomic<bool> g_interrupted{false};
+std::atomic<bool> g_training{false};  // set once the first step may run
+// Before training starts nothing is at stake (no step, no checkpoint): leave at once.
+// After, let the running step finish (the loop checks the flag).
+void on_sigint(int) {
+  if (!g_training) {
+    static const char message[] = "convgen: interrupted before training started\n";
+    (void)!::write(STDERR_FILENO, message, sizeof message - 1);
+    ::_exit(130);
+  }
+  g_interrupted = true;
+}
+
+struct TrainSetup {
+  std::string model, data, log, dump_order, save, schedules, target, normalize, lr_schedule = "constant";
+  std::string checkpoint, resume;
+  int64_t every = 0;
+  model::TrainerOptions trainer;
+  int64_t epochs = 1, steps = 0, synthetic_count = 6000;
+  int64_t schedule_epochs = 1;  // the epochs the run spans (--epochs, or --steps' worth): cosine's T_max
+  bool shuffle = true, verbose = false;
+};
+
+float parse_float(const std::string& option, const std::string& text) {
+  try {
+    size_t used = 0;
+    const float v = std::stof(text, &used);
+    if (used == text.size() && std::isfinite(v)) return v;
+  } catch (const std::exception&) {
+  }
+  throw Error(ExitCode::Usage, fmt::format("{}: '{}' is not a number", option, text));
+}
+
+TrainSetup parse(const Args& args, bool* help) {
+  TrainSetup s;
+  s.trainer.threads = omp_get_num_procs();
+  OptionReader r(args);
+  while (!r.done()) {
+    if (r.flag("--help") || r.flag("-h")) {
+      *help = true;
+      return s;
+    }
+    std::string v;
+    if (r.value("--data", &s.data) || r.value("--log", &s.log) || r.value("--dump-order", &s.dump_order) ||
+        r.value("--save", &s.save) || r.value("--schedules", &s.schedules) || r.value("--target", &s.target) ||
+        r.value("--normalize", &s.normalize) || r.value("--lr-schedule", &s.lr_schedule) ||
+        r.value("--checkpoint", &s.checkpoint) || r.value("--resume", &s.resume) ||
+        r.value("--conv-impl", &s.trainer.conv_impl))
+      continue;
+    if (r.value("--batch", &v)) { s.trainer.batch = parse_count("--batch", v); continue; }
+    if (r.value("--micro-batch", &v)) { s.trainer.micro_batch = parse_count("--micro-batch", v); continue; }
+    if (r.value("--epochs", &v)) { s.epochs = parse_count("--epochs", v); continue; }
+    if (r.value("--steps", &v)) { s.steps = parse_count("--steps", v); continue; }
+    if (r.value("--every", &v)) { s.every = parse_count("--every", v); continue; }
+    if (r.value("--threads", &v)) { s.trainer.threads = static_cast<int>(parse_count("--threads", v)); continue; }
+    if (r.value("--seed", &v)) {
+      const bool digits = !v.empty() && v.size() <= 20 && std::all_of(v.begin(), v.end(), ::isdigit);
+      errno = 0;
+      const unsigned long long seed = digits ? std::strtoull(v.c_str(), nullptr, 10) : 0;
+      if (!digits || errno == ERANGE)
+        throw Error(ExitCode::Usage, fmt::format("--seed: '{}' is not an integer in [0, 2^64)", v));
+      s.trainer.seed = seed;
+      continue;
+    }
+    if (r.value("--synthetic-count", &v)) { s.synthetic_count = parse_count("--synthetic-count", v); continue; }
+    if (r.value("--lr", &v)) { s.trainer.lr = parse_float("--lr", v); continue; }
+    if (r.value("--momentum", &v)) { s.trainer.momentum = parse_float("--momentum", v); continue; }
+    if (r.value("--weight-decay", &v)) { s.trainer.weight_decay = parse_float("--weight-decay", v); continue; }
+    if (r.flag("--no-shuffle")) { s.shuffle = false; continue; }
+    if (r.flag("--intra-kernel")) { s.trainer.intra_kernel = true; continue; }
+    if (r.flag("--profile")) { s.trainer.profile = true; continue; }
+    if (r.flag("--verbose") || r.flag("-v")) { s.verbose = true; continue; }
+    if (!r.peek().empty() && r.peek()[0] == '-')
+      throw Error(ExitCode::Usage, fmt::format("train: unknown option '{}' (see --help)", r.peek()));
+    if (!s.model.empty()) throw Error(ExitCode::Usage, fmt::format("unexpected argument '{}'", r.peek()));
+    s.model = r.positional();
+  }
+  if (s.model.empty()) throw Error(ExitCode::Usage, "train: missing MODEL.onnx (see --help)");
+  if (s.data.empty()) throw Error(ExitCode::Usage, "train: missing --data SOURCE (see --help)");
+  // Training runs on this machine: by default the widest target it supports ("host").
+  // Resolved once, so the checkpoint key names the actual feature set and a resume on a
+  // CPU with other features is refused rather than silently different.
+  s.target = target_info(s.target.empty() ? "host" : s.target).target;
+  return s;
+}
+
+// The learning rate of an epoch under --lr-schedule (PyTorch's closed forms).
+float learning_rate(const TrainSetup& s, int64_t epoch) {
+  const float base = s.trainer.lr;
+  if (s.lr_schedule == "constant") return base;
+  if (s.lr_schedule == "cosine")
+    return float(0.5 * double(base) *
+                 (1.0 + std::cos(M_PI * double(epoch) / double(std::max<int64_t>(1, s.schedule_epochs)))));
+  int64_t size = 0;
+  float gamma = 0.0f;
+  if (std::sscanf(s.lr_schedule.c_str(), "step:%ld:%f", &size, &gamma) == 2 && size > 0 && gamma > 0.0f)
+    return float(double(base) * std::pow(double(gamma), double(epoch / size)));
+  throw Error(ExitCode::Usage,
+              fmt::format("--lr-schedule: '{}' is not constant, cosine or step:SIZE:GAMMA", s.lr_schedule));
+}
+
+std::string format_seconds(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const int64_t t = int64_t(s + 0.5);
+  return t >= 60 ? fmt::format("{}m{:02}s", t / 60, t % 60) : fmt::format("{}s", t);
+}
+
+// What a resumed run must share with the run that wrote the checkpoint: everything that
+// shapes the sequence of steps (not --threads, --epochs or --steps: those only decide who
+// computes and how far).
+std::string resume_key(const TrainSetup& s, int64_t micro_batch) {
+  return fmt::format("data={} batch={} micro_batch={} lr={:.9g} momentum={:.9g} weight_decay={:.9g} lr_schedule={} "
+                     "seed={} shuffle={} normalize={} synthetic_count={} schedules={} target={} conv_impl={}",
+                     s.data, s.trainer.batch, micro_batch, s.trainer.lr, s.trainer.momentum, s.trainer.weight_decay,
+                     s.lr_schedule, s.trainer.seed, s.shuffle, s.normalize, s.synthetic_count, s.schedules, s.target,
+                     s.trainer.conv_impl) +
+         (s.lr_schedule == "cosine" ? fmt::format(" cosine_epochs={}", s.schedule_epochs) : std::string());
+}
+
+}  // namespace
+
+int train_model(const Args& args) {
+  bool help = false;
+  TrainSetup s = parse(args, &help);
+  if (help) {
+    fmt::print("{}", kTrainUsage);
+    return 0;
+  }
+  learning_rate(s, 0);  // validates --lr-schedule before any work
+  // From the start: a shell's background job inherits SIGINT ignored until a handler is
+  // installed, and set-up (importing, compiling kernels) takes seconds.
+  std::signal(SIGINT, on_sigint);
+  s.trainer.records = s.schedules;
+  const TargetInfo target = target_info(s.target);
+  std::vector<std::string> why;
+  auto trainer_owned = model::make_trainer(s.model, s.trainer, target, s.verbose ? &why : nullptr);
+  model::Trainer& trainer = *trainer_owned;
+  for (const auto& line : why) fmt::print(stderr, "{}\n", line);
+
+  const model::TrainGraph& tg = trainer.graph();
+  data::SampleSpec spec;
+  spec.channels = tg.sample_shape[0], spec.height = tg.sample_shape[1], spec.width = tg.sample_shape[2];
+  spec.classes = tg.classes;
+  spec.synthetic_count = s.synthetic_count;
+  spec.synthetic_seed = s.trainer.seed;
+  const data::Source source = data::load_source(s.data, spec);
+  const data::Normalization norm =
+      s.normalize.empty() ? data::Normalization{} : data::parse_normalization(s.normalize, spec.channels);
+
+  const int64_t batch = s.trainer.batch, count = source.train.count();
+  const int64_t per_epoch = (count + batch - 1) / batch;
+  const int64_t total_steps = s.steps > 0 ? s.steps : per_epoch * s.epochs;
+  const int64_t epochs = (total_steps + per_epoch - 1) / per_epoch;
+  s.schedule_epochs = epochs;
+  if (!s.checkpoint.empty() && s.checkpoint == s.resume) {
+    // Resuming into the same directory is the usual case: the new checkpoints replace it.
+  }
+
+  // Where results go must be writable before any step runs, not after the last.
+  if (!s.save.empty()) {
+    std::vector<std::string> names;
+    for (const model::Parameter& p : trainer.parameters()) names.push_back(p.name);
+    for (const auto& [name, data] : trainer.state_tensors()) names.push_back(name);
+    model::check_initializers(s.model, names);
+  }
+  for (const std::string& path : {s.save}) {
+    if (path.empty()) continue;
+    const std::filesystem::path parent = std::filesystem::path(path).has_parent_path()
+                                             ? std::filesystem::path(path).parent_path()
+                                             : std::filesystem::path(".");
+    if (!std::filesystem::is_directory(parent) || ::access(parent.c_str(), W_OK) != 0 ||
+        std::filesystem::is_directory(path))
+      throw Error(ExitCode::Io, fmt::format("{}: cannot write", path));
+  }
+  std::ofstream log;
+  if (!s.log.empty()) {
+    log.open(s.log, s.resume.empty() ? std::ios::trunc : std::ios::app);  // a resumed run continues its log
+    if (!log) throw Error(ExitCode::Io, fmt::format("{}: cannot write", s.log));
+  }
+  const std::string model_hash = sha256_file_hex(s.model);
+  const std::string key = resume_key(s, trainer.micro_batch());
+  int64_t start_step = 0, start_epoch = 0, start_position = 0;
+  if (!s.resume.empty()) {
+    const train::Checkpoint c = train::load_checkpoint(s.resume);
+    model::restore_checkpoint(c, train::checkpoint_path(s.resume), model_hash, key, trainer);
+    start_step = c.step, start_epoch = c.epoch, start_position = c.position;
+    fmt::print(stderr, "resuming from {} at step {} (epoch {}, sample {})\n", train::checkpoint_path(s.resume),
+               start_step, start_epoch, start_position);
+  }
+  fmt::print(stderr, "training {} on {} ({} samples, {}x{}x{}, {} classes): batch {}, micro-batch {}, {} threads, {} steps\n",
+             s.model, s.data, count, spec.channels, spec.height, spec.width, spec.classes, batch,
+             trainer.micro_batch(), s.trainer.threads, total_steps);
+  const int64_t every = s.every > 0 ? s.every : per_epoch;
+  data::BatchStream stream(source.train, batch, s.shuffle, s.trainer.seed, norm, start_epoch, start_position);
+  if (!s.dump_order.empty()) {
+    std::ofstream order(s.dump_order);
+    if (!order) throw Error(ExitCode::Io, fmt::format("{}: cannot write", s.dump_order));
+    for (int64_t e = 0; e < epochs; ++e) {
+      order << "# epoch " << e << "\n";
+      for (int64_t i : stream.order(e)) order << i << "\n";
+    }
+  }
+
+  trainer.prepare(std::min(batch, count));
+  if (count % batch != 0) trainer.prepare(count % batch);
+  const bool tty = isatty(STDERR_FILENO);
+  const auto start = std::chrono::steady_clock::now();
+  double images = 0.0, last_loss = 0.0;
+  int64_t step = start_step, epoch_next = start_epoch, position_next = start_position;
+  auto checkpoint = [&] {
+    if (s.checkpoint.empty()) return;
+    train::save_checkpoint(s.checkpoint, model::make_checkpoint(trainer, model_hash, key, step, epoch_next, position_next,
+                                                         s.trainer.seed, learning_rate(s, epoch_next)));
+  };
+  int64_t lr_epoch = -1;
+  const int64_t first_step = start_step;
+  g_training = true;
+  for (; step < total_steps && !g_interrupted;) {
+    const int64_t epoch = epoch_next;
+    if (epoch != lr_epoch) trainer.set_learning_rate(learning_rate(s, epoch)), lr_epoch = epoch;
+    const data::Batch& b = stream.next();
+    const auto t0 = std::chrono::steady_clock::now();
+    const model::StepStats st = trainer.train_step(b.pixels.data(), b.labels.data(), b.count);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!std::isfinite(st.loss))
+      throw Error(ExitCode::NonFiniteLoss, fmt::format("step {} (epoch {}): the loss is {}; training stopped", step,
+                                                       epoch, std::isnan(st.loss) ? "NaN" : "infinite"));
+    if (!st.non_finite.empty())
+      throw Error(ExitCode::NonFiniteLoss,
+                  fmt::format("step {} (epoch {}): '{}' holds NaN or infinite values after the update; training "
+                              "stopped", step, epoch, st.non_finite));
+    images += double(b.count);
+    last_loss = st.loss;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (log)
+      log << fmt::format("{{\"step\":{},\"epoch\":{},\"loss\":{:.9g},\"lr\":{:.9g},\"images_per_s\":{:.1f}}}\n", step,
+                         epoch, st.loss, learning_rate(s, epoch), double(b.count) / dt)
+          << std::flush;
+    if (tty && (step % 10 == 0 || step + 1 == total_steps)) {
+      const int64_t in_epoch = b.first / batch + 1;
+      const int width = 24, filled = int(width * in_epoch / per_epoch);
+      const double done = double(step + 1 - first_step);
+      fmt::print(stderr, "\repoch {}/{} [{}{}] {}/{} loss {:.4f} {:.0f} img/s ETA {}   ", epoch + 1, epochs,
+                 std::string(filled, '='), std::string(width - filled, ' '), in_epoch, per_epoch, st.loss,
+                 images / elapsed, format_seconds(elapsed / done * double(total_steps - step - 1)));
+    }
+    ++step;
+    position_next = b.first + b.count, epoch_next = b.epoch;
+    if (position_next == count) position_next = 0, ++epoch_next;
+    if (step % every == 0 || step == total_steps || g_interrupted) checkpoint();
+  }
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (tty) fmt::print(stderr, "\n");
+  fmt::print("steps {} images {:.0f} seconds {:.2f} images_per_s {:.1f} last_loss {:.6f}\n", step - first_step, images, elapsed,
+             images / elapsed, last_loss);
+
+  if (s.trainer.profile) {
+    const double steps_run = double(std::max<int64_t>(1, step - first_step));
+    for (const auto& t : trainer.profile())
+      fmt::print(stderr, "{:<28} {:<20} {:<10} {:8.3f} ms/step (thread time)\n", t.node, t.op, t.pass,
+                 1e3 * t.seconds / steps_run);
+  }
+  if (source.test && !g_interrupted) {
+    const data::Dataset& test = *source.test;
+    std::vector<int64_t> order(static_cast<size_t>(test.count()));
+    for (int64_t i = 0; i < test.count(); ++i) order[i] = i;
+    data::Batch b;
+    double loss = 0.0;
+    int64_t correct = 0;
+    for (int64_t first = 0; first < test.count(); first += batch) {
+      data::decode_batch(test, order, first, std::min(batch, test.count() - first), norm, &b);
+      const model::StepStats st = trainer.evaluate(b.pixels.data(), b.labels.data(), b.count);
+      loss += st.loss * double(st.count);
+      correct += st.correct;
+    }
+    fmt::print("test_accuracy {:.4f} test_loss {:.6f} ({} samples)\n", double(correct) / double(test.count()),
+               loss / double(test.count()), test.count());
+  }
+  if (!s.save.empty()) {
+    std::map<std::string, std::vector<float>> trained;
+    for (const model::Parameter& p : trainer.parameters()) trained[p.name] = p.value;
+    for (const auto& [name, data] : trainer.state_tensors()) trained[name] = data;
+    model::save_onnx_with_initializers(s.model, trained, s.save);
+    fmt::print("saved {}\n", s.save);
+  }
+  return g_interrupted ? 130 : 0;
+}
+
+}  // namespace convgen::cli

@@ -1,0 +1,110 @@
+#include "generator/conv/algorithm.h"
+
+namespace convgen {
+
+using namespace Halide;
+
+namespace {
+
+// Zero padding as a select on an in-bounds test; clamping the index keeps the
+// (discarded) load in bounds, so no boundary buffer is ever allocated.
+void define_in_padded(ConvAlgorithm& a, const ConvDescriptor& d, const Func& input,
+                      const ForwardBuildOptions& options) {
+  const int ih = static_cast<int>(d.ih), iw = static_cast<int>(d.iw);
+  // The deliberately broken kernel treats the row just past the bottom edge as real.
+  const int last_row_allowed = options.inject_padding_bug ? ih : ih - 1;
+  if (d.pt == 0 && d.pb == 0 && d.pl == 0 && d.pr == 0 && !options.inject_padding_bug) {
+    a.in_padded(a.c, a.g, a.x, a.y, a.n) = input(a.c, a.g, a.x, a.y, a.n);
+    return;
+  }
+  Expr inside = a.x >= 0 && a.x < iw && a.y >= 0 && a.y <= last_row_allowed;
+  Expr value = input(a.c, a.g, clamp(a.x, 0, iw - 1), clamp(a.y, 0, ih - 1), a.n);
+  a.in_padded(a.c, a.g, a.x, a.y, a.n) = select(inside, value, 0.0f);
+}
+
+}  // namespace
+
+ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr, int skip_padded_rows,
+                             bool skip_padded_columns, const Func& input, const Func& weights, const Func& bias,
+                             const ForwardBuildOptions& options) {
+  ConvAlgorithm a;
+  a.strategy = strategy;
+  a.mr = mr;
+  const int cg = static_cast<int>(d.icg()), kgn = static_cast<int>(d.ocg());
+  const int q_extent = static_cast<int>(d.ow());
+  define_in_padded(a, d, input, options);
+
+  auto tap_x = [&](Expr pix, Expr s) {
+    return (pix % q_extent) * static_cast<int>(d.sw) + s * static_cast<int>(d.dw) - static_cast<int>(d.pl);
+  };
+  auto tap_y = [&](Expr pix, Expr r) {
+    return (pix / q_extent) * static_cast<int>(d.sh) + r * static_cast<int>(d.dh) - static_cast<int>(d.pt);
+  };
+
+  if (strategy == Strategy::Grouped) {
+    // The reduction runs over the taps only; the input channels are vector lanes, and
+    // each output sums its group's C/g lanes once, after all taps.
+    a.rd = RDom(0, static_cast<int>(d.kw), 0, static_cast<int>(d.kh), "rd");
+    RVar rs = a.rd.x, rr = a.rd.y;
+    Expr c = a.ci % cg, g = a.ci / cg;
+    a.weights_packed(a.ci, a.kg, a.s, a.r) = weights(a.s, a.r, c, a.kg, g);
+    a.accum(a.ci, a.kg, a.pix, a.n) = 0.0f;
+    a.accum(a.ci, a.kg, a.pix, a.n) +=
+        a.weights_packed(a.ci, a.kg, rs, rr) *
+        a.in_padded(c, g, tap_x(a.pix, rs), tap_y(a.pix, rr), a.n);
+    Expr value = a.accum(a.g * cg, a.kg, a.pix, a.n);
+    for (int j = 1; j < cg; ++j) value += a.accum(a.g * cg + j, a.kg, a.pix, a.n);
+    if (d.bias) value += bias(a.g * kgn + a.kg);
+    if (d.relu) value = max(value, 0.0f);
+    a.output(a.kg, a.g, a.pix, a.n) = value;
+    return a;
+  }
+
+  a.rd = RDom(0, cg, 0, static_cast<int>(d.kw), 0, static_cast<int>(d.kh), "rd");
+  RVar rc = a.rd.x, rs = a.rd.y, rr = a.rd.z;
+  if (skip_padded_rows > 0) {
+    // Kernel rows on padding for every pixel of the tile add exact zeros: leave them out.
+    // Rows grow with pix, so the tile's first and last pixels bound the rows it reads.
+    // With tiles inside rows (skip_padded_columns) the tile's row is the pixel's own.
+    const int tile = skip_padded_rows, pq = static_cast<int>(d.oh() * d.ow());
+    const int last_row = options.inject_padding_bug ? int(d.ih) : int(d.ih) - 1;
+    Expr first = skip_padded_columns ? a.pix : (a.pix / tile) * tile;
+    Expr last = skip_padded_columns ? a.pix : min(first + (tile - 1), pq - 1);
+    a.rd.where(tap_y(last, rr) >= 0 && tap_y(first, rr) <= last_row);
+  }
+  if (strategy == Strategy::Gemm) {
+    // Weights blocked by mr output channels, zero-filled past K/g so every block is full
+    // (`likely`: Halide peels the ragged last block off the packing loops).
+    Expr kg_full = a.kb * mr + a.kk;
+    a.weights_packed(a.kk, a.c, a.s, a.r, a.kb, a.g) =
+        select(likely(kg_full < kgn), weights(a.s, a.r, a.c, min(kg_full, kgn - 1), a.g), 0.0f);
+    a.tap_panel(a.c, a.s, a.r, a.pix, a.n, a.g) =
+        a.in_padded(a.c, a.g, tap_x(a.pix, a.s), tap_y(a.pix, a.r), a.n);
+    a.accum(a.kk, a.kb, a.pix, a.n, a.g) = 0.0f;
+    Expr product = a.weights_packed(a.kk, rc, rs, rr, a.kb, a.g) * a.tap_panel(rc, rs, rr, a.pix, a.n, a.g);
+    if (skip_padded_columns) {
+      a.skips_padded_columns = true;
+      Expr x = tap_x(a.pix, rs);
+      product = select(x >= 0 && x < static_cast<int>(d.iw), product, 0.0f);
+    }
+    a.accum(a.kk, a.kb, a.pix, a.n, a.g) += product;
+    Expr value = a.accum(a.kg % mr, a.kg / mr, a.pix, a.n, a.g);
+    if (d.bias) value += bias(a.g * kgn + a.kg);
+    if (d.relu) value = max(value, 0.0f);
+    a.output(a.kg, a.g, a.pix, a.n) = value;
+  } else {
+    // Channel vectors across groups: output channel k reads input group k / (K/g).
+    a.weights_packed(a.k, a.c, a.s, a.r) = weights(a.s, a.r, a.c, a.k % kgn, a.k / kgn);
+    a.accum(a.k, a.pix, a.n) = 0.0f;
+    a.accum(a.k, a.pix, a.n) += a.weights_packed(a.k, rc, rs, rr) *
+                                a.in_padded(rc, a.k / kgn, tap_x(a.pix, rs), tap_y(a.pix, rr), a.n);
+    Expr k = a.g * kgn + a.kg;
+    Expr value = a.accum(k, a.pix, a.n);
+    if (d.bias) value += bias(k);
+    if (d.relu) value = max(value, 0.0f);
+    a.output(a.kg, a.g, a.pix, a.n) = value;
+  }
+  return a;
+}
+
+}  // namespace convgen

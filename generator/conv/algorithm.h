@@ -1,0 +1,75 @@
+// The forward convolution stated once, as Halide Funcs, with no scheduling.
+//
+// Y[k][pix] = sum_{c,s,r} W[k][c][r][s] * Xpad[c][pix -> (x,y) + tap offset]
+// is an implicit GEMM: M = output channels, N = output pixels (flattened p*Q+q per
+// image), K = C/g*R*S. The Funcs below are the operands and stages a schedule places:
+//   in_padded       the input with zero padding (packing stages it, generator/conv/packing.cpp)
+//   tap_panel       the taps of each output pixel, (c, s, r) contiguous (GEMM)
+//   weights_packed  weights in the micro-kernel's order (blocked by MR for GEMM)
+//   accum           the accumulator tile the micro-kernel owns (generator/conv/microkernel.cpp)
+//   output          accum plus the fused epilogue (bias, ReLU) in the caller's layout,
+//                   with output pixels flattened (pix = p*Q + q) so tiles never straddle rows
+#pragma once
+
+#include <Halide.h>
+
+#include "generator/conv/pipeline.h"
+#include "schedules/conv_descriptor.h"
+#include "schedules/conv_schedule.h"
+
+namespace convgen {
+
+struct ConvAlgorithm {
+  Strategy strategy = Strategy::Gemm;
+  int mr = 8;  // GEMM strategy: output channels per packed weight block
+  bool may_shift_pixel_tail = true;  // false: ForwardBuildOptions::output_is_staged
+  bool weights_transposed = false;   // ForwardBuildOptions::weights_transposed
+  // GEMM: each register tile lies in one output row and the kernel-column taps on
+  // left/right padding are left out per pixel (see define_forward). The loop nest then
+  // tiles rows by NR and unrolls a row's tiles, so those taps are known per tile.
+  bool skips_padded_columns = false;
+
+  // Pure variables, shared by every piece of the schedule.
+  Halide::Var c{"c"}, g{"g"}, x{"x"}, y{"y"}, n{"n"};       // input / padded input
+  Halide::Var s{"s"}, r{"r"};                                // kernel taps
+  Halide::Var kk{"kk"}, kb{"kb"}, k{"k"}, pix{"pix"};        // accumulator
+  Halide::Var kg{"kg"};                                      // output
+  Halide::Var ci{"ci"};  // grouped: an input channel across groups, ci = g*(C/g) + c
+
+  Halide::RDom rd;  // (rc, rs, rr): input channel innermost, then kernel column, row;
+                    // grouped: (rs, rr) only, input channels are vector lanes
+  Halide::Func in_padded{"in_padded"};
+  // GEMM only: the im2col panel of one register tile's pixels, (c, s, r) contiguous per
+  // pixel -- BLIS's packed B micro-panel with the im2col fused in. Inlined (no storage)
+  // unless the schedule stages it (pack_input = panel).
+  Halide::Func tap_panel{"tap_panel"};
+  Halide::Func weights_packed{"weights_packed"};
+  Halide::Func accum{"accum"};
+  Halide::Func output{"output"};
+};
+
+// Defines every Func. For Strategy::Gemm the accumulator is accum(kk, kb, pix, n, g) with
+// output channel kg = kb*mr + kk inside group g; for Strategy::Depthwise it is
+// accum(k, pix, n) with k = g*K/g + kg across all groups (vectors span groups); for
+// Strategy::Grouped it is accum(ci, kg, pix, n), the partial sum over the kernel taps of
+// input channel ci (= g*C/g + c, vectors span the channels of adjacent groups) for
+// output channel kg of ci's group, and output sums the C/g lanes of each group.
+// input, weights and bias are the kernel's buffers in the views of generator/conv/pipeline.h.
+// skip_padded_rows > 0 restricts the reduction to kernel rows that land inside the image
+// for at least one pixel of the tile of skip_padded_rows pixels holding pix (the skipped
+// taps would add exact zeros; kept taps that fall on padding for some of the tile's
+// pixels read the packer's zeros). The condition is the same for every pixel of a tile,
+// so Halide folds it into the bounds of the kernel-row loop instead of testing each
+// pixel inside the reduction.
+//
+// skip_padded_columns (GEMM) adds each kernel-column tap only for the pixels whose tap
+// lands inside the image: the product is selected against zero per pixel and column.
+// It costs a blend unless the pixel's column and the tap are constants, which the
+// schedule guarantees (row tiles unrolled, kernel columns unrolled) so that Halide drops
+// the padded taps' FMAs outright -- oneDNN's left/right border code, generated.
+ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr, int skip_padded_rows,
+                             bool skip_padded_columns, const Halide::Func& input,
+                             const Halide::Func& weights, const Halide::Func& bias,
+                             const ForwardBuildOptions& options);
+
+}  // namespace convgen

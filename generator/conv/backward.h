@@ -1,0 +1,55 @@
+// The backward convolutions as Halide pipelines (docs/backward.md).
+//
+// Buffer views (dense, innermost dimension first, every extent a constant):
+//   x        5-D (cg, g, x, y, n)    NHWC input, as the forward's input
+//   dy, y    4-D (kg, g, pix, n)     NHWK output gradient / forward output (ReLU mask)
+//   weights  5-D (s, r, cg, kg, g)   ONNX OIHW weights, as the forward's
+//   dx       4-D (cg, g, pix, n)     NHWC input gradient, pix = y*W + x
+//   dw       5-D (s, r, cg, kg, g)   ONNX OIHW weight gradient
+//   db       1-D (k)                 bias gradient (only when the layer has a bias)
+// When the forward fused a ReLU, dy is masked by y > 0 where the kernels pack dy; y is
+// not read otherwise.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <Halide.h>
+
+#include "generator/conv/pipeline.h"
+#include "schedules/conv_descriptor.h"
+#include "schedules/conv_schedule.h"
+
+namespace convgen {
+
+// Backward-data: one forward convolution per residue class of the strides
+// (schedules/backward_data_classes.h), each over dY with the weights channel-transposed per group
+// and flipped, that transposition fused into the forward's weight packing. Stride 1 is
+// one class written straight into dX; otherwise every class is computed per image and
+// stored into its pixels of dX. No atomics, no col2im buffer.
+struct BackwardDataPipeline {
+  Halide::ImageParam dy, weights, y;
+  Halide::Func dx;
+  std::vector<Halide::Argument> arguments() const { return {dy, weights, y}; }
+};
+BackwardDataPipeline build_backward_data(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
+                                         std::vector<std::string>* why = nullptr,
+                                         const ForwardBuildOptions& options = {});
+
+// Backward-weights: dW = dY^T * im2col(X) per group as a GEMM whose reduction runs over
+// images x output pixels in row bands, with the im2col gather fused into the tile loads
+// of a zero-padded input slab; db = sum of dY in the same pipeline. The reduction order
+// is fixed by the schedule (row bands, then images, then `partitions` partial sums added
+// in index order), never by the thread count.
+struct BackwardWeightsPipeline {
+  Halide::ImageParam x, dy, y;
+  Halide::Func dw;
+  Halide::Func db;  // defined only when the layer has a bias
+  std::vector<Halide::Argument> arguments() const { return {x, dy, y}; }
+  std::vector<Halide::Func> outputs() const;
+};
+BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
+                                               std::vector<std::string>* why = nullptr,
+                                               const ForwardBuildOptions& options = {});
+
+}  // namespace convgen

@@ -1,0 +1,49 @@
+// The forward kernel as a Halide Generator ("convgen_conv_fwd"), for projects that use
+// Halide's own CMake helpers (add_halide_library) or GenGen. Same algorithm and schedule
+// code as `convgen compile-layer`; GeneratorParams are the full layer descriptor.
+#include <Halide.h>
+
+#include "generator/conv/pipeline.h"
+#include "schedules/conv_descriptor.h"
+#include "schedules/schedule_records.h"
+
+namespace convgen {
+
+class ConvForwardGenerator : public Halide::Generator<ConvForwardGenerator> {
+ public:
+  GeneratorParam<int> mb{"mb", 1}, ic{"ic", 1}, ih{"ih", 1}, iw{"iw", 1}, oc{"oc", 1};
+  GeneratorParam<int> kh{"kh", 1}, kw{"kw", 1}, sh{"sh", 1}, sw{"sw", 1};
+  GeneratorParam<int> pt{"pt", 0}, pb{"pb", 0}, pl{"pl", 0}, pr{"pr", 0};
+  GeneratorParam<int> dh{"dh", 1}, dw{"dw", 1}, groups{"groups", 1};
+  GeneratorParam<bool> bias{"bias", false}, relu{"relu", false};
+  // Empty: the analytic default. Otherwise one schedule record line (docs/schedules.md).
+  GeneratorParam<std::string> schedule_record{"schedule_record", ""};
+
+  Input<Buffer<float>> input{"input", 5};
+  Input<Buffer<float>> weights{"weights", 5};
+  Input<Buffer<float>> bias_values{"bias_vector", 1};  // "bias" names the GeneratorParam
+  Output<Buffer<float>> output{"output", 4};
+
+  void generate() {
+    disable_llvm_slp_vectorizer();
+    ConvDescriptor d;
+    d.mb = mb; d.ic = ic; d.ih = ih; d.iw = iw; d.oc = oc; d.kh = kh; d.kw = kw; d.sh = sh; d.sw = sw;
+    d.pt = pt; d.pb = pb; d.pl = pl; d.pr = pr; d.dh = dh; d.dw = dw; d.g = groups;
+    d.bias = bias; d.relu = relu;
+    validate(d);
+    const TargetInfo t = target_info(get_target().to_string());
+    const std::string record = schedule_record;
+    const ConvSchedule s = record.empty() ? analytic_schedule(d, t)
+                                          : parse_record_line(record, "schedule_record").schedule;
+    output = define_scheduled_forward(d, s, t, input, weights, bias_values, nullptr, {});
+    const auto extents = forward_buffer_extents(d);
+    pin_dense([&](int i) { return input.dim(i); }, extents[0]);
+    pin_dense([&](int i) { return weights.dim(i); }, extents[1]);
+    pin_dense([&](int i) { return bias_values.dim(i); }, extents[2]);
+    pin_dense([&](int i) { return output.dim(i); }, extents[3]);
+  }
+};
+
+}  // namespace convgen
+
+HALIDE_REGISTER_GENERATOR(convgen::ConvForwardGenerator, convgen_conv_fwd)

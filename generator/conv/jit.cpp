@@ -1,0 +1,195 @@
+#include "generator/conv/jit.h"
+
+#include "generator/conv/backward.h"
+#include "runtime/parallel/openmp_par_for.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <stdexcept>
+
+namespace convgen {
+
+using namespace Halide;
+
+namespace {
+
+// Heap accounting for the packed panels, through Halide's JIT allocator hooks.
+std::atomic<int64_t> g_live_bytes{0}, g_peak_bytes{0};
+
+struct AllocationHeader {
+  int64_t size;
+  int64_t pad;  // keeps the payload 16-byte aligned
+};
+
+void* counting_malloc(JITUserContext*, size_t size) {
+  const size_t alignment = 64;
+  void* raw = std::aligned_alloc(alignment, ((size + alignment + alignment - 1) / alignment) * alignment);
+  if (!raw) return nullptr;
+  auto* header = static_cast<AllocationHeader*>(raw);
+  header->size = static_cast<int64_t>(size);
+  int64_t live = g_live_bytes.fetch_add(header->size) + header->size;
+  int64_t peak = g_peak_bytes.load();
+  while (live > peak && !g_peak_bytes.compare_exchange_weak(peak, live)) {
+  }
+  return static_cast<char*>(raw) + alignment;
+}
+
+void counting_free(JITUserContext*, void* p) {
+  if (!p) return;
+  auto* header = reinterpret_cast<AllocationHeader*>(static_cast<char*>(p) - 64);
+  g_live_bytes.fetch_sub(header->size);
+  std::free(header);
+}
+
+// Heap and parallel-loop hooks every convgen JIT pipeline uses.
+void install_handlers(Pipeline& pipeline) {
+  JITHandlers handlers;
+  handlers.custom_malloc = counting_malloc;
+  handlers.custom_free = counting_free;
+  // Parallel loops on the process's OpenMP threads, as AOT kernels do through
+  // convgen::runtime: one thread pool per process.
+  handlers.custom_do_par_for = openmp_par_for<JITUserContext>;
+  pipeline.jit_handlers() = handlers;
+}
+
+// Runs `realize` and returns the peak heap bytes it allocated beyond what was live.
+template <typename F>
+int64_t measure_workspace(F&& realize) {
+  g_peak_bytes = g_live_bytes.load();
+  const int64_t base = g_live_bytes.load();
+  realize();
+  return g_peak_bytes.load() - base;
+}
+
+// The forward output's 4-D view (kg, g, pix, n) of an NHWK tensor.
+Halide::Buffer<float> nhwk_view(const ConvDescriptor& d, const float* data) {
+  return Halide::Buffer<float>(const_cast<float*>(data), {int(d.ocg()), int(d.g), int(d.oh() * d.ow()), int(d.mb)});
+}
+
+// A y buffer for kernels that ignore it (no fused ReLU): one element, never read.
+Halide::Buffer<float> unused_mask() {
+  static float storage[1] = {0.0f};
+  return Halide::Buffer<float>(storage, {1, 1, 1, 1});
+}
+
+}  // namespace
+
+struct JitForwardKernel::Impl {
+  ForwardPipeline fp;
+  Pipeline pipeline;
+  Target target;
+  int64_t last_peak = 0;
+};
+
+JitForwardKernel::JitForwardKernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
+                                   const ForwardBuildOptions& options)
+    : d_(d), s_(s), impl_(std::make_unique<Impl>()) {
+  impl_->fp = build_forward(d, s, t, nullptr, options);
+  impl_->pipeline = Pipeline(impl_->fp.output);
+  install_handlers(impl_->pipeline);
+  impl_->target = halide_target(t.target);
+  impl_->pipeline.compile_jit(impl_->target);
+}
+
+JitForwardKernel::~JitForwardKernel() = default;
+
+void JitForwardKernel::run(const float* x, const float* w, const float* bias, float* y) {
+  const ConvDescriptor& d = d_;
+  const int n = int(d.mb), g = int(d.g), cg = int(d.icg()), kg = int(d.ocg());
+  using B = Halide::Buffer<float>;
+  B in(const_cast<float*>(x), {cg, g, int(d.iw), int(d.ih), n});
+  B wt(const_cast<float*>(w), {int(d.kw), int(d.kh), cg, kg, g});
+  static float no_bias_storage[1] = {0.0f};
+  B bs = bias ? B(const_cast<float*>(bias), {int(d.oc)}) : B(no_bias_storage, {1});
+  if (!bias && d.bias) throw std::invalid_argument("JitForwardKernel::run: the layer has a bias but none was given");
+  B out(y, {kg, g, int(d.oh() * d.ow()), n});
+  ParamMap params;
+  params.set(impl_->fp.input, in);
+  params.set(impl_->fp.weights, wt);
+  params.set(impl_->fp.bias, bs);
+  impl_->last_peak = measure_workspace([&] { impl_->pipeline.realize(out, impl_->target, params); });
+}
+
+int64_t JitForwardKernel::last_workspace_bytes() const { return impl_->last_peak; }
+
+// ---- backward-data ------------------------------------------------------------------
+
+struct JitBackwardDataKernel::Impl {
+  BackwardDataPipeline bp;
+  Pipeline pipeline;
+  Target target;
+  int64_t last_peak = 0;
+};
+
+JitBackwardDataKernel::JitBackwardDataKernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
+                                             const ForwardBuildOptions& options)
+    : d_(d), impl_(std::make_unique<Impl>()) {
+  impl_->bp = build_backward_data(d, s, t, nullptr, options);
+  impl_->pipeline = Pipeline(impl_->bp.dx);
+  install_handlers(impl_->pipeline);
+  impl_->target = halide_target(t.target);
+  impl_->pipeline.compile_jit(impl_->target);
+}
+
+JitBackwardDataKernel::~JitBackwardDataKernel() = default;
+
+void JitBackwardDataKernel::run(const float* dy, const float* w, const float* y, float* dx) {
+  const ConvDescriptor& d = d_;
+  if (d.relu && !y) throw std::invalid_argument("JitBackwardDataKernel::run: the layer fused a ReLU but y is null");
+  using B = Halide::Buffer<float>;
+  B wt(const_cast<float*>(w), {int(d.kw), int(d.kh), int(d.icg()), int(d.ocg()), int(d.g)});
+  B out(dx, {int(d.icg()), int(d.g), int(d.ih * d.iw), int(d.mb)});
+  ParamMap params;
+  params.set(impl_->bp.dy, nhwk_view(d, dy));
+  params.set(impl_->bp.weights, wt);
+  params.set(impl_->bp.y, d.relu ? nhwk_view(d, y) : unused_mask());
+  impl_->last_peak = measure_workspace([&] { impl_->pipeline.realize(out, impl_->target, params); });
+}
+
+int64_t JitBackwardDataKernel::last_workspace_bytes() const { return impl_->last_peak; }
+
+// ---- backward-weights ---------------------------------------------------------------
+
+struct JitBackwardWeightsKernel::Impl {
+  BackwardWeightsPipeline bp;
+  Pipeline pipeline;
+  Target target;
+  int64_t last_peak = 0;
+};
+
+JitBackwardWeightsKernel::JitBackwardWeightsKernel(const ConvDescriptor& d, const ConvSchedule& s,
+                                                   const TargetInfo& t, const ForwardBuildOptions& options)
+    : d_(d), impl_(std::make_unique<Impl>()) {
+  impl_->bp = build_backward_weights(d, s, t, nullptr, options);
+  impl_->pipeline = Pipeline(impl_->bp.outputs());
+  install_handlers(impl_->pipeline);
+  impl_->target = halide_target(t.target);
+  impl_->pipeline.compile_jit(impl_->target);
+}
+
+JitBackwardWeightsKernel::~JitBackwardWeightsKernel() = default;
+
+void JitBackwardWeightsKernel::run(const float* x, const float* dy, const float* y, float* dw, float* db) {
+  const ConvDescriptor& d = d_;
+  if (d.relu && !y) throw std::invalid_argument("JitBackwardWeightsKernel::run: the layer fused a ReLU but y is null");
+  if (d.bias && !db) throw std::invalid_argument("JitBackwardWeightsKernel::run: the layer has a bias but db is null");
+  using B = Halide::Buffer<float>;
+  B in(const_cast<float*>(x), {int(d.icg()), int(d.g), int(d.iw), int(d.ih), int(d.mb)});
+  B dw_out(dw, {int(d.kw), int(d.kh), int(d.icg()), int(d.ocg()), int(d.g)});
+  ParamMap params;
+  params.set(impl_->bp.x, in);
+  params.set(impl_->bp.dy, nhwk_view(d, dy));
+  params.set(impl_->bp.y, d.relu ? nhwk_view(d, y) : unused_mask());
+  impl_->last_peak = measure_workspace([&] {
+    if (d.bias) {
+      B db_out(db, {int(d.oc)});
+      impl_->pipeline.realize(Realization({dw_out, db_out}), impl_->target, params);
+    } else {
+      impl_->pipeline.realize(dw_out, impl_->target, params);
+    }
+  });
+}
+
+int64_t JitBackwardWeightsKernel::last_workspace_bytes() const { return impl_->last_peak; }
+
+}  // namespace convgen

@@ -1,0 +1,118 @@
+// build_forward: declares the kernel's buffers with every extent and stride pinned, states
+// the algorithm, then applies the three schedule pieces.
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "generator/conv/algorithm.h"
+#include "generator/conv/pipeline.h"
+#include "generator/conv/schedule_pieces.h"
+
+namespace convgen {
+
+using namespace Halide;
+
+// Skipping the kernel rows that land on top/bottom padding: a tighter bound on the
+// kernel-row loop, per register tile (the predicate is on the tile's first and last
+// pixels, so Halide folds it into the loop bounds; see define_forward). A per-pixel
+// predicate branched per pixel inside the reduction: 5x5/3 on 37x41 0.70x oneDNN,
+// per tile 1.09x. Still off for the fused kernel-row loop: per tile, LeNet conv1
+// 0.93x vs 1.05-1.07x without, cifar10 conv1 level. Earlier figures (nominal GF/s): 4x4
+// image 5x5 pad 2: 100 vs 70; 5x5 pad 2 on 16x16: 90 vs 68-83; 7x1 pad 3 on 17x17:
+// 77-95 vs 60-84; 3x3 at 56x56: neutral. Not with the fused kernel-row loop of
+// few-channel layers (5x5 RGB on 32x32: 26-65 vs 80-86), nor for depthwise, whose taps
+// are unrolled (neutral to worse: 15-23 either way).
+bool skips_padded_rows(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t) {
+  return (d.pt > 0 || d.pb > 0) && s.strategy == Strategy::Gemm && !fuses_kernel_row_taps(d, s, t) &&
+         !stages_tap_panel(s);
+}
+
+// LLVM's SLP vectoriser packs the micro-kernel's NR per-pixel tap addresses into one
+// vector register and extracts them lane by lane, which costs an accumulator register
+// and spills it inside the innermost loop: a 24x4 tile fell from 68-81 to 28-33 GF/s
+// (5x5 stride-3 layer, Zen 3). Halide already vectorises explicitly, so SLP is turned
+// off through Halide's HL_LLVM_ARGS hook, before LLVM is first initialised.
+void disable_llvm_slp_vectorizer() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* existing = std::getenv("HL_LLVM_ARGS");
+    std::string args = existing ? existing : "";
+    if (args.find("slp-threshold") != std::string::npos) return;  // the user's choice wins
+    args += std::string(args.empty() ? "" : " ") + "-slp-threshold=1000000";
+    setenv("HL_LLVM_ARGS", args.c_str(), 1);
+  });
+}
+
+Target halide_target(const std::string& target_string) {
+  disable_llvm_slp_vectorizer();
+  Target t(target_string);
+  return t.with_feature(Target::NoAsserts).with_feature(Target::NoBoundsQuery);
+}
+
+std::vector<Argument> ForwardPipeline::arguments() const { return {input, weights, bias}; }
+
+std::vector<std::vector<int>> forward_buffer_extents(const ConvDescriptor& d) {
+  const int n = int(d.mb), g = int(d.g), cg = int(d.icg()), kg = int(d.ocg());
+  return {{cg, g, int(d.iw), int(d.ih), n},
+          {int(d.kw), int(d.kh), cg, kg, g},
+          {int(d.oc)},
+          {kg, g, int(d.oh() * d.ow()), n}};
+}
+
+Func define_scheduled_forward(const ConvDescriptor& d, const ConvSchedule& schedule, const TargetInfo& t, const Func& input,
+                              const Func& weights, const Func& bias, Why* why, const ForwardBuildOptions& options) {
+  validate(d);
+  validate(schedule, t);
+  ConvSchedule s = schedule;
+  if (s.strategy == Strategy::Grouped && !grouped_strategy_applies(d, t)) {
+    // oneDNN-style: say why the path was refused and take the general one.
+    s.strategy = Strategy::Depthwise;
+    explain(why, t.vector_floats % d.icg() != 0
+                     ? fmt::format("grouped strategy refused: {} input channels per group do not divide the {}-float "
+                                   "vector; using depthwise",
+                                   d.icg(), t.vector_floats)
+                     : fmt::format("grouped strategy refused: {} input channels in all do not fill a {}-float vector; "
+                                   "using depthwise",
+                                   d.ic, t.vector_floats));
+  }
+  const int kg = static_cast<int>(d.ocg());
+  int mr = s.mr;
+  if (s.strategy == Strategy::Gemm) {
+    mr = static_cast<int>(std::min<int64_t>(s.mr, round_up(kg, t.vector_floats)));
+    if (mr != s.mr) explain(why, fmt::format("mr {} clamped to {}: only {} output channels per group", s.mr, mr, kg));
+  }
+  const char* what = s.strategy == Strategy::Gemm        ? "implicit GEMM, vectors along output channels of a group"
+                     : s.strategy == Strategy::Depthwise ? "vectors along output channels across groups"
+                                                         : "vectors along the input channels of adjacent groups";
+  explain(why, fmt::format("strategy {}: {}", to_string(s.strategy), what));
+  const bool skip_rows = skips_padded_rows(d, s, t);
+  if (skip_rows) explain(why, "kernel rows that fall on top/bottom padding left out of each tile's reduction");
+  const bool skip_columns = skips_padded_columns(d, s, t) && !options.output_is_staged;
+  ConvAlgorithm a = define_forward(d, s.strategy, mr, skip_rows ? register_tile_pixels(d, s) : 0, skip_columns, input,
+                                   weights, bias, options);
+  a.may_shift_pixel_tail = !options.output_is_staged;
+  a.weights_transposed = options.weights_transposed;
+  LoopNest nest = apply_loop_nest(a, d, s, t, why);
+  apply_packing(a, nest, d, s, t, why);
+  apply_microkernel(a, nest, d, s, t, why);
+  return a.output;
+}
+
+ForwardPipeline build_forward(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t, Why* why,
+                              const ForwardBuildOptions& options) {
+  ForwardPipeline fp;
+  fp.input = ImageParam(Float(32), 5, "input");
+  fp.weights = ImageParam(Float(32), 5, "weights");
+  fp.bias = ImageParam(Float(32), 1, "bias");
+  fp.output = define_scheduled_forward(d, s, t, fp.input, fp.weights, fp.bias, why, options);
+  const auto extents = forward_buffer_extents(d);
+  pin_dense([&](int i) { return fp.input.dim(i); }, extents[0]);
+  pin_dense([&](int i) { return fp.weights.dim(i); }, extents[1]);
+  pin_dense([&](int i) { return fp.bias.dim(i); }, extents[2]);
+  pin_dense([&](int i) { return fp.output.output_buffer().dim(i); }, extents[3]);
+  return fp;
+}
+
+}  // namespace convgen

@@ -1,0 +1,183 @@
+#include "generator/model/driver_codegen.h"
+
+#include <fmt/format.h>
+
+#include "schedules/errors.h"
+
+namespace convgen::model {
+
+namespace {
+
+std::string ints(const std::vector<int64_t>& v) {
+  std::string s = "{";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "}";
+}
+
+// Exact float literal (hexadecimal: no decimal rounding).
+std::string flt(float f) { return fmt::format("{:a}f", f); }
+
+std::string bool_lit(bool b) { return b ? "true" : "false"; }
+
+class Writer {
+ public:
+  Writer(const Plan& p) : p_(p) {}
+
+  std::string pointer(int id) const {
+    const PlanBuffer& b = p_.buffers[id];
+    return fmt::format("{} + {}", b.constant ? "W" : "A", b.offset);
+  }
+  std::string view(int id, bool writable) const {
+    const PlanBuffer& b = p_.buffers[id];
+    return fmt::format("convgen::{}{{{}, {}, {}}}", writable ? "View" : "ConstView", pointer(id), ints(b.shape),
+                       bool_lit(b.channels_last));
+  }
+  std::string window(const Attributes& a) const {
+    return fmt::format("convgen::ops::Window{{{}, {}, {}, {}, {}}}", ints(a.kernel), ints(a.strides), ints(a.dilations),
+                       ints(a.pads_begin), ints(a.pads_end));
+  }
+
+  std::string step(const PlanStep& s) const {
+    const Attributes& a = s.attributes;
+    const std::string y = view(s.output, true);
+    auto x = [&](size_t i) { return view(s.inputs[i], false); };
+    switch (s.kind) {
+      case StepKind::Conv: {
+        const ConvDescriptor& d = s.descriptor;
+        return fmt::format("convgen::run_forward_kernel({}, convgen::ConvShape{{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}}}, "
+                           "{}, {}, {}, {});",
+                           s.kernel, d.mb, d.ic, d.ih, d.iw, d.oc, d.kh, d.kw, d.oh(), d.ow(), d.g, pointer(s.inputs[0]),
+                           pointer(s.inputs[1]), s.inputs.size() > 2 ? pointer(s.inputs[2]) : "nullptr",
+                           pointer(s.output));
+      }
+      case StepKind::Unary: {
+        const char* op = s.op == Op::Relu        ? "Relu"
+                         : s.op == Op::LeakyRelu ? "LeakyRelu"
+                         : s.op == Op::Clip      ? "Clip"
+                                                 : "Sigmoid";
+        return fmt::format("convgen::ops::unary({}, {}, convgen::ops::Unary::{}, {}, {}, {});", x(0), y, op,
+                           flt(a.alpha), flt(a.clip_min), flt(a.clip_max));
+      }
+      case StepKind::Binary: {
+        const char* op = s.op == Op::Sub   ? "Sub"
+                         : s.op == Op::Mul ? "Mul"
+                         : s.op == Op::Div ? "Div"
+                         : s.op == Op::Pow ? "Pow"
+                                           : "Add";
+        return fmt::format("convgen::ops::binary({}, {}, {}, convgen::ops::Binary::{});", x(0), x(1), y, op);
+      }
+      case StepKind::MaxPool: return fmt::format("convgen::ops::max_pool({}, {}, {});", x(0), window(a), y);
+      case StepKind::AveragePool:
+        return fmt::format("convgen::ops::average_pool({}, {}, {}, {});", x(0), window(a),
+                           bool_lit(a.count_include_pad), y);
+      case StepKind::GlobalPool:
+        return fmt::format("convgen::ops::global_pool({}, {}, {});", x(0), bool_lit(s.op == Op::GlobalMaxPool), y);
+      case StepKind::Gemm:
+        if (s.inputs.size() > 2)
+          return fmt::format("{{ const convgen::ConstView c = {}; convgen::ops::gemm({}, {}, &c, {}, {}, {}, {}, {}); }}",
+                             x(2), x(0), x(1), flt(a.alpha), flt(a.beta), bool_lit(a.trans_a), bool_lit(a.trans_b), y);
+        return fmt::format("convgen::ops::gemm({}, {}, nullptr, {}, {}, {}, {}, {});", x(0), x(1), flt(a.alpha),
+                           flt(a.beta), bool_lit(a.trans_a), bool_lit(a.trans_b), y);
+      case StepKind::MatMul: return fmt::format("convgen::ops::matmul({}, {}, {});", x(0), x(1), y);
+      case StepKind::Concat: {
+        std::string xs;
+        for (size_t i = 0; i < s.inputs.size(); ++i) xs += (i ? ", " : "") + x(i);
+        return fmt::format("convgen::ops::concat({{{}}}, {}, {});", xs, a.axis, y);
+      }
+      case StepKind::Copy: {
+        const PlanBuffer& in = p_.buffers[s.inputs[0]];
+        const PlanBuffer& out = p_.buffers[s.output];
+        return fmt::format("convgen::copy_layout({}, convgen::View{{{}, {}, {}}});", x(0), pointer(s.output),
+                           ints(in.shape), bool_lit(out.channels_last && in.shape == out.shape));
+      }
+      case StepKind::Transpose: return fmt::format("convgen::ops::transpose({}, {}, {});", x(0), ints(a.perm), y);
+      case StepKind::BatchNorm:
+        return fmt::format("convgen::ops::batch_norm({}, {}, {}, {}, {}, {}, {});", x(0), x(1), x(2), x(3), x(4),
+                           flt(a.epsilon), y);
+      case StepKind::LRN:
+        return fmt::format("convgen::ops::lrn({}, {}, {}, {}, {}, {});", x(0), a.size, flt(a.alpha), flt(a.beta),
+                           flt(a.lrn_bias), y);
+      case StepKind::Pad:
+        return fmt::format("convgen::ops::pad({}, {}, {}, {});", x(0), ints(a.pad_amounts), flt(a.pad_value), y);
+      case StepKind::Softmax:
+        return fmt::format("convgen::ops::softmax({}, {}, {}, {}, {});", x(0), a.axis, bool_lit(a.softmax_coerce_2d),
+                           bool_lit(s.op == Op::LogSoftmax), y);
+    }
+    throw Error(ExitCode::Internal, "driver codegen: unknown step");
+  }
+
+ private:
+  const Plan& p_;
+};
+
+std::string elements_list(const Plan& p, const std::vector<int>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(p.buffers[ids[i]].elements());
+  return s;
+}
+
+}  // namespace
+
+std::string driver_declaration(const std::string& name, const Graph& g, const Plan& p, const std::string& ns) {
+  std::string inputs_doc, outputs_doc;
+  for (size_t i = 0; i < g.inputs.size(); ++i)
+    inputs_doc += fmt::format("//   inputs[{}]  '{}' {}\n", i, g.inputs[i], ints(g.value(g.inputs[i]).shape));
+  for (size_t i = 0; i < g.outputs.size(); ++i)
+    outputs_doc += fmt::format("//   outputs[{}] '{}' {}\n", i, g.outputs[i], ints(g.value(g.outputs[i]).shape));
+  return fmt::format(
+      "#include <cstdint>\n#include <string>\n#include <vector>\n\n"
+      "namespace {ns} {{\n\n"
+      "// The model's forward pass over a static plan: {1} steps, an arena of {2} floats and\n"
+      "// {3} floats of weights (read from the weights file `convgen compile` wrote beside\n"
+      "// this header). Data is dense float32 in ONNX order:\n{4}{5}"
+      "// forward() is not reentrant (one arena per Model); use one Model per thread.\n"
+      "class Model {{\n"
+      " public:\n"
+      "  // Throws std::runtime_error naming the file when it is missing, truncated or\n"
+      "  // written by another compile.\n"
+      "  explicit Model(const std::string& weights_path);\n"
+      "  static constexpr int kInputs = {6}, kOutputs = {7};\n"
+      "  static constexpr int64_t kInputElements[kInputs] = {{{8}}};\n"
+      "  static constexpr int64_t kOutputElements[kOutputs] = {{{9}}};\n"
+      "  void forward(const float* const* inputs, float* const* outputs);\n\n"
+      " private:\n"
+      "  std::vector<float> weights_, arena_;\n"
+      "}};\n\n"
+      "}}  // namespace {ns}\n",
+      name, p.steps.size(), p.arena_floats, p.weights_floats, inputs_doc, outputs_doc, g.inputs.size(),
+      g.outputs.size(), elements_list(p, p.inputs), elements_list(p, p.outputs), fmt::arg("ns", ns));
+}
+
+std::string driver_source(const std::string& name, const Graph& g, const Plan& p, const std::string& plan_key,
+                          const std::string& provenance, const std::string& ns) {
+  Writer w(p);
+  std::string body;
+  for (size_t i = 0; i < p.inputs.size(); ++i)
+    body += fmt::format("  std::copy(inputs[{0}], inputs[{0}] + {1}, {2});\n", i, p.buffers[p.inputs[i]].elements(),
+                        w.pointer(p.inputs[i]));
+  for (const PlanStep& s : p.steps) {
+    body += fmt::format("  // {} ({}){}\n", s.node, op_name(s.op), s.kind == StepKind::Conv ? ": " + s.descriptor.normalised() : "");
+    body += "  " + w.step(s) + "\n";
+  }
+  for (size_t i = 0; i < p.outputs.size(); ++i) {
+    const PlanBuffer& b = p.buffers[p.outputs[i]];
+    body += fmt::format("  std::copy({0}, {0} + {1}, outputs[{2}]);\n", w.pointer(p.outputs[i]), b.elements(), i);
+  }
+  (void)g;
+  return fmt::format(
+      "{0}"
+      "#include \"{1}.h\"\n\n#include <algorithm>\n\n#include \"runtime/driver/model_runtime.h\"\n#include \"runtime/parallel/parallel_runtime.h\"\n\n"
+      "namespace {ns} {{\n\n"
+      "namespace {{\nconstexpr char kPlanKey[] = \"{2}\";\n}}  // namespace\n\n"
+      "constexpr int64_t Model::kInputElements[];\nconstexpr int64_t Model::kOutputElements[];\n\n"
+      "Model::Model(const std::string& weights_path)\n"
+      "    : weights_(convgen::read_weights_file(weights_path, {3}, kPlanKey)), arena_({4}) {{\n"
+      "  convgen::install_openmp_parallel_runtime();\n}}\n\n"
+      "void Model::forward(const float* const* inputs, float* const* outputs) {{\n"
+      "  float* const A = arena_.data();\n  const float* const W = weights_.data();\n"
+      "  (void)W;\n{5}}}\n\n"
+      "}}  // namespace {ns}\n",
+      provenance, name, plan_key, p.weights_floats, p.arena_floats, body, fmt::arg("ns", ns));
+}
+
+}  // namespace convgen::model

@@ -1,0 +1,22 @@
+// The generated model driver: a model's static plan (generator/model/plan.h) written out as C++ --
+// one call per step, in order, over one arena and one weights blob whose sizes and
+// offsets are constants -- for `convgen compile` to emit beside the kernels.
+#pragma once
+
+#include <string>
+
+#include "generator/model/plan.h"
+#include "runtime/graph/model_graph.h"
+
+namespace convgen::model {
+
+// The declaration of the driver class, for NAME.h: namespace `ns` (convgen compile's
+// default: convgen_model_<name>), class Model { Model(weights path); forward(inputs,
+// outputs); sizes }.
+std::string driver_declaration(const std::string& name, const Graph& g, const Plan& p, const std::string& ns);
+
+// NAME.cpp: `provenance` (comment lines) first; `plan_key` ties it to its weights file.
+std::string driver_source(const std::string& name, const Graph& g, const Plan& p, const std::string& plan_key,
+                          const std::string& provenance, const std::string& ns);
+
+}  // namespace convgen::model

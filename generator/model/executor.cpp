@@ -1,0 +1,142 @@
+#include "generator/model/executor.h"
+
+#include <fmt/format.h>
+
+#include <omp.h>
+
+#include <chrono>
+#include <functional>
+
+#include "generator/conv/jit.h"
+#include "generator/model/kernels.h"
+#include "runtime/graph/operators.h"
+#include "runtime/ops/ops.h"
+#include "schedules/errors.h"
+
+namespace convgen::model {
+
+struct ModelExecutor::Kernels {
+  std::vector<std::unique_ptr<JitForwardKernel>> owned;
+  std::map<std::string, JitForwardKernel*> by_layer;  // Conv node name -> its kernel
+};
+
+Tensor tensor_of(const Value& v) {
+  Tensor t(v.shape, false);
+  if (v.is_int64) {
+    for (size_t i = 0; i < v.int64_data.size(); ++i) t.data[i] = static_cast<float>(v.int64_data[i]);
+  } else {
+    t.data = v.data;
+  }
+  return t;
+}
+
+ModelExecutor::ModelExecutor(Graph graph, const TargetInfo& t, const std::string& records,
+                             std::vector<std::string>* why, int threads)
+    : g_(std::move(graph)), kernels_(std::make_unique<Kernels>()) {
+  const std::vector<PlannedKernel> planned = plan_kernels(g_, t, records, why);
+  if (threads > 1) omp_set_num_threads(threads);
+  for (const PlannedKernel& k : planned) {
+    ConvSchedule s = k.selection.schedule;
+    if (threads > 1) s.parallel = k.descriptor.mb >= 2 * threads ? Parallel::Images : Parallel::Pixels;
+    kernels_->owned.push_back(std::make_unique<JitForwardKernel>(k.descriptor, s, t));
+    for (const auto& layer : k.layers) kernels_->by_layer[layer] = kernels_->owned.back().get();
+  }
+  plan_ = make_plan(g_, planned);
+  weights_ = weights_blob(g_, plan_);
+  arena_.assign(static_cast<size_t>(plan_.arena_floats), 0.0f);
+  // The blob now holds every constant the plan reads: drop the graph's copies (half
+  // the resident weights of AlexNet or VGG otherwise). Shapes and names stay.
+  for (auto& [name, v] : g_.values) {
+    if (!v.is_constant) continue;
+    std::vector<float>().swap(v.data);
+    std::vector<int64_t>().swap(v.int64_data);
+  }
+}
+
+ModelExecutor::~ModelExecutor() = default;
+
+void run_plan_step(const PlanStep& s, const Plan& p, float* arena, const float* weights,
+                   const std::function<void(const PlanStep&, const float*, const float*, const float*, float*)>& conv) {
+  auto view = [&](int id) -> View {
+    const PlanBuffer& b = p.buffers[id];
+    return {b.constant ? const_cast<float*>(weights) + b.offset : arena + b.offset, b.shape, b.channels_last};
+  };
+  const Attributes& a = s.attributes;
+  const View y = view(s.output);
+  auto x = [&](size_t i) -> ConstView { return view(s.inputs[i]); };
+  switch (s.kind) {
+    case StepKind::Conv:
+      conv(s, x(0).data, x(1).data, s.inputs.size() > 2 ? x(2).data : nullptr, y.data);
+      return;
+    case StepKind::Unary: ops::unary(x(0), y, unary_of(s.op), a.alpha, a.clip_min, a.clip_max); return;
+    case StepKind::Binary: ops::binary(x(0), x(1), y, binary_of(s.op)); return;
+    case StepKind::MaxPool: ops::max_pool(x(0), window_of(a), y); return;
+    case StepKind::AveragePool: ops::average_pool(x(0), window_of(a), a.count_include_pad, y); return;
+    case StepKind::GlobalPool: ops::global_pool(x(0), s.op == Op::GlobalMaxPool, y); return;
+    case StepKind::Gemm: {
+      const ConstView c = s.inputs.size() > 2 ? x(2) : ConstView{};
+      ops::gemm(x(0), x(1), s.inputs.size() > 2 ? &c : nullptr, a.alpha, a.beta, a.trans_a, a.trans_b, y);
+      return;
+    }
+    case StepKind::MatMul: ops::matmul(x(0), x(1), y); return;
+    case StepKind::Concat: {
+      std::vector<ConstView> xs;
+      for (size_t i = 0; i < s.inputs.size(); ++i) xs.push_back(x(i));
+      ops::concat(xs, a.axis, y);
+      return;
+    }
+    case StepKind::Copy: {
+      // A layout conversion, or a relabelling of the same values (Flatten, Reshape,
+      // Identity): copy in the input's shape, into the output's layout.
+      const ConstView in = x(0);
+      copy_layout(in, View{y.data, in.shape, y.channels_last && in.shape == y.shape});
+      return;
+    }
+    case StepKind::Transpose: ops::transpose(x(0), a.perm, y); return;
+    case StepKind::BatchNorm: ops::batch_norm(x(0), x(1), x(2), x(3), x(4), a.epsilon, y); return;
+    case StepKind::LRN: ops::lrn(x(0), a.size, a.alpha, a.beta, a.lrn_bias, y); return;
+    case StepKind::Pad: ops::pad(x(0), a.pad_amounts, a.pad_value, y); return;
+    case StepKind::Softmax: ops::softmax(x(0), a.axis, a.softmax_coerce_2d, s.op == Op::LogSoftmax, y); return;
+  }
+}
+
+std::vector<Tensor> ModelExecutor::run(const std::map<std::string, Tensor>& inputs) {
+  for (size_t i = 0; i < g_.inputs.size(); ++i) {
+    const std::string& name = g_.inputs[i];
+    auto it = inputs.find(name);
+    if (it == inputs.end()) throw Error(ExitCode::BadData, fmt::format("{}: no data for input '{}'", g_.source, name));
+    if (it->second.shape != g_.value(name).shape)
+      throw Error(ExitCode::BadData, fmt::format("{}: input '{}' has the wrong shape", g_.source, name));
+    const PlanBuffer& b = plan_.buffers[plan_.inputs[i]];
+    copy_layout(view_of(it->second), View{arena_.data() + b.offset, b.shape, false});
+  }
+  auto conv = [&](const PlanStep& s, const float* x, const float* w, const float* bias, float* y) {
+    kernels_->by_layer.at(s.node)->run(x, w, bias, y);
+  };
+  profile_.clear();
+  for (const PlanStep& s : plan_.steps) {
+    const auto start = std::chrono::steady_clock::now();
+    run_plan_step(s, plan_, arena_.data(), weights_.data(), conv);
+    if (!profiling_) continue;
+    StepTiming t;
+    t.node = s.node;
+    t.op = s.op;
+    t.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (s.kind == StepKind::Conv) {
+      t.flops = s.descriptor.flops();
+      t.workspace_bytes = kernels_->by_layer.at(s.node)->last_workspace_bytes();
+    }
+    profile_.push_back(t);
+  }
+  std::vector<Tensor> outputs;
+  for (int id : plan_.outputs) {
+    const PlanBuffer& b = plan_.buffers[id];
+    Tensor t(b.shape, false);
+    const float* src = b.constant ? weights_.data() + b.offset : arena_.data() + b.offset;
+    std::copy(src, src + b.elements(), t.data.begin());
+    outputs.push_back(std::move(t));
+  }
+  return outputs;
+}
+
+}  // namespace convgen::model

@@ -1,0 +1,106 @@
+#include "generator/model/fusion.h"
+
+#include <cmath>
+#include <map>
+
+#include <fmt/format.h>
+
+namespace convgen::model {
+
+namespace {
+
+std::map<std::string, int> consumer_counts(const Graph& g) {
+  std::map<std::string, int> uses;
+  for (const auto& n : g.nodes)
+    for (const auto& in : n.inputs)
+      if (!in.empty()) ++uses[in];
+  for (const auto& out : g.outputs) ++uses[out];
+  return uses;
+}
+
+// The node index reading `value` as its first input, or -1.
+int sole_reader(const Graph& g, const std::string& value, Op op) {
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.nodes[i].op == op && !g.nodes[i].inputs.empty() && g.nodes[i].inputs[0] == value) return static_cast<int>(i);
+  return -1;
+}
+
+void fold_batchnorm(Graph& g, Node& conv, const Node& bn) {
+  const Value& w = g.value(conv.inputs[1]);
+  const Value& scale = g.value(bn.inputs[1]);
+  const Value& shift = g.value(bn.inputs[2]);
+  const Value& mean = g.value(bn.inputs[3]);
+  const Value& var = g.value(bn.inputs[4]);
+  const bool has_bias = conv.inputs.size() > 2 && !conv.inputs[2].empty();
+  const int64_t k = w.shape[0], per_k = w.elements() / k;
+  Value folded_w = w, folded_b;
+  folded_w.name = conv.name + ".bn_folded_weights";
+  folded_b.name = conv.name + ".bn_folded_bias";
+  folded_b.is_constant = true;
+  folded_b.shape = {k};
+  folded_b.data.resize(k);
+  for (int64_t o = 0; o < k; ++o) {
+    const double factor = double(scale.data[o]) / std::sqrt(double(var.data[o]) + double(bn.attributes.epsilon));
+    for (int64_t i = 0; i < per_k; ++i) folded_w.data[o * per_k + i] = float(double(w.data[o * per_k + i]) * factor);
+    const double b = has_bias ? double(g.value(conv.inputs[2]).data[o]) : 0.0;
+    folded_b.data[o] = float((b - double(mean.data[o])) * factor + double(shift.data[o]));
+  }
+  g.values[folded_w.name] = folded_w;
+  g.values[folded_b.name] = folded_b;
+  conv.inputs.resize(3);
+  conv.inputs[1] = folded_w.name;
+  conv.inputs[2] = folded_b.name;
+  conv.outputs[0] = bn.outputs[0];
+}
+
+}  // namespace
+
+namespace {
+
+void fuse(Graph& g, const std::vector<Op>& followers, std::vector<std::string>* why) {
+  auto say = [&](const std::string& line) {
+    if (why) why->push_back(line);
+  };
+  for (size_t c = 0; c < g.nodes.size(); ++c) {
+    if (g.nodes[c].op != Op::Conv) continue;
+    for (Op next : followers) {
+      Node& conv = g.nodes[c];
+      const std::string out = conv.outputs[0];
+      const int reader = sole_reader(g, out, next);
+      if (reader < 0) continue;
+      const Node& n = g.nodes[reader];
+      if (consumer_counts(g)[out] != 1) {
+        say(fmt::format("{} not fused into {}: its input '{}' has other readers", n.name, conv.name, out));
+        continue;
+      }
+      if (next == Op::BatchNormalization) {
+        bool constants = g.is_float_constant(conv.inputs[1]);
+        for (int i = 1; i <= 4; ++i) constants = constants && g.is_float_constant(n.inputs[i]);
+        if (conv.inputs.size() > 2 && !conv.inputs[2].empty()) constants = constants && g.is_float_constant(conv.inputs[2]);
+        if (!constants) {
+          say(fmt::format("{} not folded into {}: weights or statistics are not constants", n.name, conv.name));
+          continue;
+        }
+        fold_batchnorm(g, conv, n);
+        say(fmt::format("{} folded into {}'s weights and bias", n.name, conv.name));
+      } else {
+        conv.attributes.fused_relu = true;
+        conv.outputs[0] = n.outputs[0];
+        say(fmt::format("{} fused into {}'s epilogue", n.name, conv.name));
+      }
+      g.values.erase(out);
+      g.nodes.erase(g.nodes.begin() + reader);
+      if (static_cast<size_t>(reader) < c) --c;
+    }
+  }
+}
+
+}  // namespace
+
+void fuse_for_inference(Graph& g, std::vector<std::string>* why) {
+  fuse(g, {Op::BatchNormalization, Op::Relu}, why);
+}
+
+void fuse_for_training(Graph& g, std::vector<std::string>* why) { fuse(g, {Op::Relu}, why); }
+
+}  // namespace convgen::model

@@ -1,0 +1,22 @@
+// Inference fusions on the model graph, before kernels are planned:
+//  - BatchNormalization after a Conv folds into the Conv's weights and bias (constant
+//    folding in double: w' = w * s / sqrt(v + eps), b' = (b - m) * s / sqrt(v + eps) + B);
+//  - Relu after a Conv becomes the Conv kernel's fused epilogue.
+// Each applies only when the Conv's output feeds nothing else and is not a graph output.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/graph/model_graph.h"
+
+namespace convgen::model {
+
+// `why` (optional) receives one line per fusion made or refused.
+void fuse_for_inference(Graph& g, std::vector<std::string>* why = nullptr);
+
+// Training keeps BatchNormalization (its statistics are the mini-batch's); only the
+// Relu fusion applies, and the backward kernels apply its mask.
+void fuse_for_training(Graph& g, std::vector<std::string>* why = nullptr);
+
+}  // namespace convgen::model

@@ -1,0 +1,47 @@
+#include "generator/model/kernels.h"
+
+#include <map>
+
+#include <fmt/format.h>
+
+#include "schedules/build_info.h"
+#include "schedules/sha256.h"
+
+namespace convgen::model {
+
+std::vector<PlannedKernel> plan_kernels(const Graph& g, const TargetInfo& t, const std::string& records,
+                                        std::vector<std::string>* why) {
+  std::vector<PlannedKernel> kernels;
+  std::map<std::string, size_t> by_key;
+  for (const Node& n : g.nodes) {
+    if (n.op != Op::Conv) continue;
+    ConvDescriptor d = conv_descriptor(g, n);
+    d.name.clear();
+    validate(d);
+    std::vector<std::string> lines;
+    SelectedSchedule sel = select_schedule(d, "fwd", t, records, &lines);
+    const std::string key = fmt::format("{}|fwd|{}|{}|{}", d.normalised(), describe(sel.schedule), t.target,
+                                        CONVGEN_GENERATOR_HASH);
+    auto it = by_key.find(key);
+    if (it != by_key.end()) {
+      kernels[it->second].layers.push_back(n.name);
+      if (why) why->push_back(fmt::format("{}: shares kernel {}", n.name, kernels[it->second].name));
+      continue;
+    }
+    PlannedKernel k;
+    k.name = "convgen_fwd_" + sha256_hex(key).substr(0, 16);
+    k.descriptor = d;
+    k.selection = sel;
+    k.key = key;
+    k.layers.push_back(n.name);
+    if (why) {
+      why->push_back(fmt::format("{}: kernel {} for {} (schedule: {})", n.name, k.name, d.normalised(), sel.source));
+      for (const auto& l : lines) why->push_back("  " + l);
+    }
+    by_key[key] = kernels.size();
+    kernels.push_back(std::move(k));
+  }
+  return kernels;
+}
+
+}  // namespace convgen::model

@@ -1,0 +1,33 @@
+// Which kernels a model needs: one forward kernel per distinct (layer, schedule,
+// target) among its Conv nodes -- identical layer shapes share one kernel. Each kernel's
+// function name is derived from a content hash of that key, so the same kernel has the
+// same name (and bytes) in every model and in the kernel cache.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/graph/model_graph.h"
+#include "schedules/conv_descriptor.h"
+#include "schedules/conv_schedule.h"
+#include "schedules/schedule_selection.h"
+
+namespace convgen::model {
+
+struct PlannedKernel {
+  std::string name;                 // C function name: "convgen_fwd_" + 16 hex digits of the key's SHA-256
+  std::string pass = "fwd";
+  ConvDescriptor descriptor;        // the layer, without a name
+  SelectedSchedule selection;       // schedule and where it came from
+  std::string key;                  // descriptor | pass | schedule | target | generator hash
+  std::vector<std::string> layers;  // the Conv nodes it serves, in graph order
+  // compile-layer --schedule words applied after selection (training kernels: the
+  // parallel variant, runtime/train/train_conv.h's training_schedule); part of the key.
+  std::string schedule_overrides;
+};
+
+// `records` may be empty (analytic defaults). `why` gets the schedule decisions.
+std::vector<PlannedKernel> plan_kernels(const Graph& g, const TargetInfo& t, const std::string& records,
+                                        std::vector<std::string>* why = nullptr);
+
+}  // namespace convgen::model

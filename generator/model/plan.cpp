@@ -1,0 +1,273 @@
+#include "generator/model/plan.h"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "schedules/errors.h"
+
+namespace convgen::model {
+
+int64_t PlanBuffer::elements() const {
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  return n;
+}
+
+namespace {
+
+constexpr int64_t kAlign = 16;  // floats: 64-byte aligned places
+
+int64_t aligned(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+bool can_be_channels_last(const std::vector<int64_t>& shape) { return shape.size() == 3 || shape.size() == 4; }
+
+class Planner {
+ public:
+  Planner(const Graph& g, const std::vector<PlannedKernel>& kernels) : g_(g) {
+    for (const auto& k : kernels)
+      for (const auto& layer : k.layers) kernel_of_[layer] = &k;
+  }
+
+  Plan run() {
+    for (const auto& name : g_.inputs) plan_.inputs.push_back(define(name, g_.value(name).shape, false));
+    for (const Node& n : g_.nodes) plan_node(n);
+    for (const auto& name : g_.outputs) plan_.outputs.push_back(in_layout(buffer_of(name), false, "output layout"));
+    place();
+    return plan_;
+  }
+
+ private:
+  int define(const std::string& value, const std::vector<int64_t>& shape, bool channels_last) {
+    PlanBuffer b;
+    b.value = value;
+    b.shape = shape;
+    b.channels_last = channels_last && can_be_channels_last(shape);
+    plan_.buffers.push_back(b);
+    const int id = static_cast<int>(plan_.buffers.size()) - 1;
+    by_value_[value] = id;
+    return id;
+  }
+
+  int buffer_of(const std::string& value) {
+    auto it = by_value_.find(value);
+    if (it != by_value_.end()) return it->second;
+    const Value& v = g_.value(value);
+    if (!v.is_constant) throw Error(ExitCode::Internal, fmt::format("plan: value '{}' used before it is computed", value));
+    const int id = define(value, v.shape, false);
+    plan_.buffers[id].constant = true;
+    return id;
+  }
+
+  int step(StepKind kind, const Node& n, std::vector<int> inputs, int output) {
+    PlanStep s;
+    s.kind = kind;
+    s.node = n.name;
+    s.op = n.op;
+    s.attributes = n.attributes;
+    s.inputs = std::move(inputs);
+    s.output = output;
+    plan_.steps.push_back(s);
+    return output;
+  }
+
+  // The buffer holding `id`'s values in the wanted layout: itself, or a copy converted
+  // by an Identity step named after the node that needs it.
+  int in_layout(int id, bool channels_last, const std::string& for_node) {
+    const PlanBuffer b = plan_.buffers[id];
+    const bool want = channels_last && can_be_channels_last(b.shape);
+    if (b.channels_last == want) return id;
+    const std::string name = b.value + (want ? ".channels_last" : ".dense");
+    auto it = by_value_.find(name);
+    if (it != by_value_.end()) return it->second;
+    const int out = define(name, b.shape, want);
+    Node copy;
+    copy.name = for_node;
+    step(StepKind::Copy, copy, {id}, out);
+    return out;
+  }
+
+  void plan_node(const Node& n) {
+    const std::vector<int64_t>& out_shape = g_.value(n.outputs[0]).shape;
+    auto in = [&](size_t i) { return buffer_of(n.inputs[i]); };
+    auto layout_of = [&](int id) { return plan_.buffers[id].channels_last; };
+    switch (n.op) {
+      case Op::Conv: {
+        const int x = in_layout(in(0), true, n.name);
+        std::vector<int> ins = {x, in_layout(in(1), false, n.name)};
+        if (n.inputs.size() > 2 && !n.inputs[2].empty()) ins.push_back(in(2));
+        step(StepKind::Conv, n, ins, define(n.outputs[0], out_shape, true));
+        PlanStep& s = plan_.steps.back();
+        const PlannedKernel* k = kernel_of_.at(n.name);
+        s.kernel = k->name;
+        s.descriptor = k->descriptor;
+        return;
+      }
+      case Op::Relu:
+      case Op::LeakyRelu:
+      case Op::Clip:
+      case Op::Sigmoid: {
+        const int x = in(0);
+        step(StepKind::Unary, n, {x}, define(n.outputs[0], out_shape, layout_of(x)));
+        return;
+      }
+      case Op::Identity:
+      case Op::Dropout: {
+        const int x = in(0);
+        step(StepKind::Copy, n, {x}, define(n.outputs[0], out_shape, layout_of(x)));
+        return;
+      }
+      case Op::Add:
+      case Op::Sub:
+      case Op::Mul:
+      case Op::Div:
+      case Op::Pow: {
+        const int a = in(0), b = in(1);
+        step(StepKind::Binary, n, {a, b}, define(n.outputs[0], out_shape, binary_layout(a, b, out_shape)));
+        return;
+      }
+      case Op::Sum: {
+        int acc = in(0);
+        if (n.inputs.size() == 1) {
+          step(StepKind::Copy, n, {acc}, define(n.outputs[0], out_shape, layout_of(acc)));
+          return;
+        }
+        Node add = n;
+        add.op = Op::Add;
+        for (size_t i = 1; i < n.inputs.size(); ++i) {
+          const int b = in(i);
+          const std::string name = i + 1 == n.inputs.size() ? n.outputs[0] : fmt::format("{}.partial{}", n.outputs[0], i);
+          acc = step(StepKind::Binary, add, {acc, b}, define(name, out_shape, binary_layout(acc, b, out_shape)));
+        }
+        return;
+      }
+      case Op::MaxPool:
+      case Op::AveragePool:
+      case Op::GlobalAveragePool:
+      case Op::GlobalMaxPool:
+      case Op::BatchNormalization:
+      case Op::LRN:
+      case Op::Pad: {
+        const int x = in(0);
+        std::vector<int> ins = {x};
+        for (size_t i = 1; i < n.inputs.size(); ++i) ins.push_back(in(i));
+        const StepKind kind = n.op == Op::MaxPool             ? StepKind::MaxPool
+                              : n.op == Op::AveragePool       ? StepKind::AveragePool
+                              : n.op == Op::BatchNormalization ? StepKind::BatchNorm
+                              : n.op == Op::LRN               ? StepKind::LRN
+                              : n.op == Op::Pad               ? StepKind::Pad
+                                                              : StepKind::GlobalPool;
+        step(kind, n, ins, define(n.outputs[0], out_shape, layout_of(x)));
+        return;
+      }
+      case Op::Concat: {
+        std::vector<int> ins;
+        bool all_cl = true;
+        for (size_t i = 0; i < n.inputs.size(); ++i) {
+          ins.push_back(in(i));
+          all_cl = all_cl && layout_of(ins.back());
+        }
+        step(StepKind::Concat, n, ins, define(n.outputs[0], out_shape, all_cl));
+        return;
+      }
+      case Op::Flatten:
+      case Op::Reshape:
+        step(StepKind::Copy, n, {in(0)}, define(n.outputs[0], out_shape, false));
+        return;
+      case Op::Transpose:
+        step(StepKind::Transpose, n, {in(0)}, define(n.outputs[0], out_shape, false));
+        return;
+      case Op::Gemm: {
+        std::vector<int> ins = {in_layout(in(0), false, n.name), in_layout(in(1), false, n.name)};
+        if (n.inputs.size() > 2 && !n.inputs[2].empty()) ins.push_back(in_layout(in(2), false, n.name));
+        step(StepKind::Gemm, n, ins, define(n.outputs[0], out_shape, false));
+        return;
+      }
+      case Op::MatMul:
+        step(StepKind::MatMul, n, {in_layout(in(0), false, n.name), in_layout(in(1), false, n.name)},
+             define(n.outputs[0], out_shape, false));
+        return;
+      case Op::Softmax:
+      case Op::LogSoftmax:
+        step(StepKind::Softmax, n, {in_layout(in(0), false, n.name)}, define(n.outputs[0], out_shape, false));
+        return;
+      case Op::WithinChannelLRN:
+        throw Error(ExitCode::Internal, fmt::format("node '{}': a training-only fused op reached the inference plan",
+                                                    n.name));
+    }
+  }
+
+  bool binary_layout(int a, int b, const std::vector<int64_t>& out_shape) const {
+    const PlanBuffer& x = plan_.buffers[a];
+    const PlanBuffer& y = plan_.buffers[b];
+    return can_be_channels_last(out_shape) &&
+           ((x.channels_last && x.shape == out_shape) || (y.channels_last && y.shape == out_shape));
+  }
+
+  // Offsets: constants packed in order; activations by lifetime, first fit.
+  void place() {
+    const int nb = static_cast<int>(plan_.buffers.size());
+    const int end = static_cast<int>(plan_.steps.size());
+    std::vector<int> first(nb, -1), last(nb, -1);
+    for (int id : plan_.inputs) first[id] = last[id] = -1;
+    for (int s = 0; s < end; ++s) {
+      const PlanStep& st = plan_.steps[s];
+      for (int i : st.inputs)
+        if (i >= 0) last[i] = std::max(last[i], s);
+      first[st.output] = s;
+      last[st.output] = std::max(last[st.output], s);
+    }
+    for (int id : plan_.outputs) last[id] = end;
+    for (int id : plan_.inputs) first[id] = -1;
+    std::vector<int> placed;
+    for (int id = 0; id < nb; ++id) {
+      PlanBuffer& b = plan_.buffers[id];
+      if (b.constant) {
+        b.offset = plan_.weights_floats;
+        plan_.weights_floats += aligned(b.elements());
+        continue;
+      }
+      // Lowest offset free over [first, last] among placed buffers alive then.
+      std::vector<std::pair<int64_t, int64_t>> busy;
+      for (int o : placed)
+        if (!(last[o] < first[id] || last[id] < first[o]))
+          busy.emplace_back(plan_.buffers[o].offset, plan_.buffers[o].offset + aligned(plan_.buffers[o].elements()));
+      std::sort(busy.begin(), busy.end());
+      int64_t at = 0;
+      const int64_t size = aligned(b.elements());
+      for (const auto& [lo, hi] : busy) {
+        if (at + size <= lo) break;
+        at = std::max(at, hi);
+      }
+      b.offset = at;
+      plan_.arena_floats = std::max(plan_.arena_floats, at + size);
+      placed.push_back(id);
+    }
+  }
+
+  const Graph& g_;
+  std::map<std::string, const PlannedKernel*> kernel_of_;
+  std::map<std::string, int> by_value_;
+  Plan plan_;
+};
+
+}  // namespace
+
+Plan make_plan(const Graph& g, const std::vector<PlannedKernel>& kernels) { return Planner(g, kernels).run(); }
+
+std::vector<float> weights_blob(const Graph& g, const Plan& p) {
+  std::vector<float> blob(static_cast<size_t>(p.weights_floats), 0.0f);
+  for (const PlanBuffer& b : p.buffers) {
+    if (!b.constant) continue;
+    const Value& v = g.value(b.value);
+    if (v.is_int64) {
+      for (size_t i = 0; i < v.int64_data.size(); ++i) blob[b.offset + i] = static_cast<float>(v.int64_data[i]);
+    } else {
+      std::copy(v.data.begin(), v.data.end(), blob.begin() + b.offset);
+    }
+  }
+  return blob;
+}
+
+}  // namespace convgen::model

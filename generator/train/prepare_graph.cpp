@@ -1,0 +1,223 @@
+#include "generator/train/prepare_graph.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "generator/model/fusion.h"
+#include "generator/onnx/import.h"
+#include "schedules/errors.h"
+
+namespace convgen::model {
+
+bool op_trains(Op op) {
+  switch (op) {
+    case Op::Conv: case Op::Gemm: case Op::MatMul: case Op::Relu: case Op::LeakyRelu: case Op::Clip:
+    case Op::Sigmoid: case Op::MaxPool: case Op::AveragePool: case Op::GlobalAveragePool: case Op::Add:
+    case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::Concat: case Op::Flatten: case Op::Reshape:
+    case Op::Pad: case Op::LRN: case Op::Dropout: case Op::Identity: case Op::BatchNormalization:
+    case Op::WithinChannelLRN:
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace {
+
+Error unsupported(const Graph& g, const Node& n, const std::string& what) {
+  return Error(ExitCode::Unsupported,
+               fmt::format("{}: node '{}' ({}): not supported in training: {}", g.source, n.name, op_name(n.op), what));
+}
+
+// Drops a final Softmax / LogSoftmax over the class axis: its input is the logits.
+std::string strip_softmax(Graph& g) {
+  const std::string out = g.outputs.at(0);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.outputs.empty() || n.outputs[0] != out) continue;
+    if (n.op != Op::Softmax && n.op != Op::LogSoftmax) return out;
+    const std::string logits = n.inputs[0];
+    if (g.value(logits).shape.size() != 2 || n.attributes.axis != 1)
+      throw unsupported(g, n, "the training loss needs a softmax over axis 1 of [N, classes] logits");
+    g.values.erase(out);
+    g.outputs[0] = logits;
+    g.nodes.erase(g.nodes.begin() + static_cast<long>(i));
+    return logits;
+  }
+  return out;
+}
+
+// The node indices reading `value`.
+std::vector<size_t> readers_of(const Graph& g, const std::string& value) {
+  std::vector<size_t> r;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const std::string& in : g.nodes[i].inputs)
+      if (in == value) {
+        r.push_back(i);
+        break;
+      }
+  return r;
+}
+
+// The value of a one-element float constant, if `name` is one.
+bool scalar_constant(const Graph& g, const std::string& name, float* v) {
+  if (!g.is_float_constant(name) || g.value(name).data.size() != 1) return false;
+  *v = g.value(name).data[0];
+  return true;
+}
+
+// Caffe's WITHIN_CHANNEL LRN as PyTorch and scripts/make-bundled-models write it --
+// Mul(x, x) -> AveragePool(k x k, stride 1, "same" pads, count_include_pad) -> Mul(alpha)
+// -> Add(bias) -> Pow(exponent) -> Mul(x, .), every intermediate read once -- becomes one
+// WithinChannelLRN node: one pass forward and one backward instead of six of each, and
+// five activations and gradients fewer to store.
+int fuse_within_channel_lrn(Graph& g, std::vector<std::string>* why) {
+  int fused = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node square = g.nodes[i];
+    if (square.op != Op::Mul || square.inputs[0] != square.inputs[1] || g.value(square.inputs[0]).is_constant) continue;
+    const std::string x = square.inputs[0];
+    if (g.value(x).shape.size() != 4) continue;
+    std::vector<size_t> chain = {i};
+    auto next = [&](Op op) -> const Node* {
+      const auto r = readers_of(g, g.nodes[chain.back()].outputs[0]);
+      if (r.size() != 1 || g.nodes[r[0]].op != op) return nullptr;
+      chain.push_back(r[0]);
+      return &g.nodes[r[0]];
+    };
+    const Node* pool = next(Op::AveragePool);
+    if (!pool) continue;
+    const Attributes& pa = pool->attributes;
+    const int64_t k = pa.kernel.size() == 2 ? pa.kernel[0] : 0;
+    const int64_t half = (k - 1) / 2;
+    if (k % 2 != 1 || pa.kernel[1] != k || pa.strides != std::vector<int64_t>{1, 1} || !pa.count_include_pad ||
+        pa.pads_begin != std::vector<int64_t>{half, half} || pa.pads_end != std::vector<int64_t>{half, half} ||
+        (!pa.dilations.empty() && pa.dilations != std::vector<int64_t>{1, 1}))
+      continue;
+    float alpha = 0, bias = 0, exponent = 0;
+    auto other = [&](const Node& n, const std::string& mine) { return n.inputs[0] == mine ? n.inputs[1] : n.inputs[0]; };
+    const Node* scale = next(Op::Mul);
+    if (!scale || !scalar_constant(g, other(*scale, pool->outputs[0]), &alpha)) continue;
+    const Node* shift = next(Op::Add);
+    if (!shift || !scalar_constant(g, other(*shift, scale->outputs[0]), &bias)) continue;
+    const Node* power = next(Op::Pow);
+    if (!power || power->inputs[0] != shift->outputs[0] || !scalar_constant(g, power->inputs[1], &exponent)) continue;
+    const Node* product = next(Op::Mul);
+    if (!product || other(*product, power->outputs[0]) != x) continue;
+    Node fused_node;
+    fused_node.name = product->name;
+    fused_node.op = Op::WithinChannelLRN;
+    fused_node.inputs = {x};
+    fused_node.outputs = product->outputs;
+    fused_node.attributes.size = k;
+    fused_node.attributes.alpha = alpha;
+    fused_node.attributes.lrn_bias = bias;
+    fused_node.attributes.beta = exponent;
+    if (why)
+      why->push_back(fmt::format("{}: {} ... {} fused into one within-channel LRN ({}x{}, alpha {:g}, bias {:g}, "
+                                 "exponent {:g})", fused_node.name, square.name, product->name, k, k, alpha, bias,
+                                 exponent));
+    for (size_t c = 0; c + 1 < chain.size(); ++c) g.values.erase(g.nodes[chain[c]].outputs[0]);
+    const size_t last = chain.back();
+    g.nodes[last] = fused_node;
+    std::sort(chain.begin(), chain.end());
+    for (size_t c = chain.size() - 1; c-- > 0;) g.nodes.erase(g.nodes.begin() + static_cast<long>(chain[c]));
+    ++fused;
+    i = static_cast<size_t>(-1);  // indices moved: start over at node 0 (graphs are small)
+  }
+  return fused;
+}
+
+// A Relu that is a MaxPool's only reader runs inside the pooling: max(0, pool(x)), and
+// the backward's scatter skips the outputs ReLU zeroed -- one pass and one stored
+// activation fewer (cifar10_full's pool1 -> relu1).
+void fuse_relu_into_max_pool(Graph& g, std::vector<std::string>* why) {
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (g.nodes[i].op != Op::MaxPool || g.nodes[i].attributes.fused_relu) continue;
+    const std::string out = g.nodes[i].outputs[0];
+    const auto r = readers_of(g, out);
+    if (r.size() != 1 || g.nodes[r[0]].op != Op::Relu ||
+        std::find(g.outputs.begin(), g.outputs.end(), out) != g.outputs.end())
+      continue;
+    const size_t relu = r[0];
+    g.nodes[i].attributes.fused_relu = true;
+    g.nodes[i].outputs[0] = g.nodes[relu].outputs[0];
+    if (why) why->push_back(fmt::format("{} fused into {} (max(0, pool))", g.nodes[relu].name, g.nodes[i].name));
+    g.values.erase(out);
+    g.nodes.erase(g.nodes.begin() + static_cast<long>(relu));
+  }
+}
+
+}  // namespace
+
+TrainGraph prepare_training_graph(const std::string& model_path, int64_t micro_batch, std::vector<std::string>* why) {
+  ImportOptions options;
+  options.batch = micro_batch;
+  options.training = true;
+  TrainGraph t;
+  t.graph = import_onnx(model_path, options);
+  Graph& g = t.graph;
+  if (g.inputs.size() != 1 || g.outputs.size() != 1)
+    throw Error(ExitCode::Unsupported, fmt::format("{}: not supported in training: the model has {} inputs and {} "
+                                                   "outputs; training needs one image input and one logits output",
+                                                   g.source, g.inputs.size(), g.outputs.size()));
+  t.input = g.inputs[0];
+  const Value& in = g.value(t.input);
+  if (in.shape.size() != 4 || in.shape[0] != micro_batch)
+    throw Error(ExitCode::Unsupported,
+                fmt::format("{}: not supported in training: input '{}' is not [N, C, H, W] with a batch dimension "
+                            "(training binds N to the micro-batch size {})",
+                            g.source, t.input, micro_batch));
+  t.sample_shape = {in.shape[1], in.shape[2], in.shape[3]};
+  for (const Node& n : g.nodes)
+    if (!op_trains(n.op) && !(n.op == Op::Softmax || n.op == Op::LogSoftmax))
+      throw unsupported(g, n, "the op has no backward in convgen");
+  t.logits = strip_softmax(g);
+  const Value& logits = g.value(t.logits);
+  if (logits.shape.size() != 2 || logits.shape[0] != micro_batch)
+    throw Error(ExitCode::Unsupported,
+                fmt::format("{}: not supported in training: output '{}' is not [N, classes] logits", g.source, t.logits));
+  t.classes = logits.shape[1];
+  for (const Node& n : g.nodes) {
+    if (!op_trains(n.op)) throw unsupported(g, n, "the op has no backward in convgen");
+    for (const std::string& out : n.outputs)
+      if (!g.value(out).shape.empty() && g.value(out).shape[0] != micro_batch)
+        throw unsupported(g, n, fmt::format("output '{}' does not keep the batch in dimension 0", out));
+    if (n.op == Op::Reshape && (n.attributes.shape.empty() || n.attributes.shape[0] != micro_batch))
+      throw unsupported(g, n, "a Reshape that moves the batch dimension");
+    if (n.op == Op::Concat && n.attributes.axis == 0) throw unsupported(g, n, "concatenation along the batch");
+    if (n.op == Op::Pad && (n.attributes.pad_amounts.at(0) != 0 || n.attributes.pad_amounts.at(n.attributes.pad_amounts.size() / 2) != 0))
+      throw unsupported(g, n, "padding of the batch dimension");
+    if (n.op == Op::MatMul && (g.value(n.inputs[0]).shape.size() != 2 || g.value(n.inputs[1]).shape.size() != 2))
+      throw unsupported(g, n, "MatMul of other than 2-D operands");
+  }
+  fuse_within_channel_lrn(g, why);
+  fuse_for_training(g, why);
+  fuse_relu_into_max_pool(g, why);
+
+  // Trainable parameters, in graph order, each once.
+  std::set<std::string> seen;
+  auto train = [&](const Node& n, size_t input) {
+    if (input >= n.inputs.size() || n.inputs[input].empty() || !g.is_float_constant(n.inputs[input])) return;
+    if (seen.insert(n.inputs[input]).second) t.trainable.push_back(n.inputs[input]);
+  };
+  for (const Node& n : g.nodes) {
+    if (n.op == Op::Conv) {
+      if (!g.is_float_constant(n.inputs[1])) throw unsupported(g, n, "weights that are not an initializer");
+      train(n, 1), train(n, 2);
+    } else if (n.op == Op::Gemm || n.op == Op::MatMul) {
+      train(n, 1), train(n, 2);
+    } else if (n.op == Op::BatchNormalization) {
+      train(n, 1), train(n, 2);
+    }
+  }
+  if (why)
+    why->push_back(fmt::format("training graph: {} nodes, {} trainable tensors, logits '{}' ({} classes), micro-batch {}",
+                               g.nodes.size(), t.trainable.size(), t.logits, t.classes, micro_batch));
+  return t;
+}
+
+}  // namespace convgen::model

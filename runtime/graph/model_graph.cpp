@@ -1,0 +1,89 @@
+#include "runtime/graph/model_graph.h"
+
+#include <fmt/format.h>
+
+#include "schedules/errors.h"
+
+namespace convgen::model {
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::Conv: return "Conv";
+    case Op::Relu: return "Relu";
+    case Op::LeakyRelu: return "LeakyRelu";
+    case Op::Clip: return "Clip";
+    case Op::Sigmoid: return "Sigmoid";
+    case Op::MaxPool: return "MaxPool";
+    case Op::AveragePool: return "AveragePool";
+    case Op::GlobalAveragePool: return "GlobalAveragePool";
+    case Op::GlobalMaxPool: return "GlobalMaxPool";
+    case Op::Gemm: return "Gemm";
+    case Op::MatMul: return "MatMul";
+    case Op::Add: return "Add";
+    case Op::Sub: return "Sub";
+    case Op::Mul: return "Mul";
+    case Op::Div: return "Div";
+    case Op::Pow: return "Pow";
+    case Op::Sum: return "Sum";
+    case Op::Concat: return "Concat";
+    case Op::Flatten: return "Flatten";
+    case Op::Reshape: return "Reshape";
+    case Op::Transpose: return "Transpose";
+    case Op::BatchNormalization: return "BatchNormalization";
+    case Op::LRN: return "LRN";
+    case Op::WithinChannelLRN: return "WithinChannelLRN";
+    case Op::Pad: return "Pad";
+    case Op::Dropout: return "Dropout";
+    case Op::Identity: return "Identity";
+    case Op::Softmax: return "Softmax";
+    case Op::LogSoftmax: return "LogSoftmax";
+  }
+  throw Error(ExitCode::Internal, "op_name: unknown Op");
+}
+
+int64_t Value::elements() const {
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  return n;
+}
+
+const Value& Graph::value(const std::string& name) const {
+  auto it = values.find(name);
+  if (it == values.end()) throw Error(ExitCode::Internal, fmt::format("{}: no value named '{}'", source, name));
+  return it->second;
+}
+
+bool Graph::is_float_constant(const std::string& name) const {
+  auto it = values.find(name);
+  return it != values.end() && it->second.is_float_constant();
+}
+
+ConvDescriptor conv_descriptor(const Graph& g, const Node& conv) {
+  const Value& x = g.value(conv.inputs.at(0));
+  const Value& w = g.value(conv.inputs.at(1));
+  const Attributes& a = conv.attributes;
+  const bool one_d = x.shape.size() == 3;
+  ConvDescriptor d;
+  d.name = conv.name;
+  d.mb = x.shape[0];
+  d.ic = x.shape[1];
+  d.ih = one_d ? 1 : x.shape[2];
+  d.iw = x.shape.back();
+  d.oc = w.shape[0];
+  d.kh = one_d ? 1 : a.kernel[0];
+  d.kw = a.kernel.back();
+  d.sh = one_d ? 1 : a.strides[0];
+  d.sw = a.strides.back();
+  d.dh = one_d ? 1 : a.dilations[0];
+  d.dw = a.dilations.back();
+  d.pt = one_d ? 0 : a.pads_begin[0];
+  d.pb = one_d ? 0 : a.pads_end[0];
+  d.pl = a.pads_begin.back();
+  d.pr = a.pads_end.back();
+  d.g = a.group;
+  d.bias = conv.inputs.size() > 2 && !conv.inputs[2].empty();
+  d.relu = a.fused_relu;
+  return d;
+}
+
+}  // namespace convgen::model

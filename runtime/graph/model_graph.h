@@ -1,0 +1,108 @@
+// A model as convgen sees it after import (generator/onnx/import.h): one semantics for
+// every supported operator whatever the ONNX opset it came in, every shape static and
+// known, constant sub-graphs folded away. Later stages (kernel generation, the model
+// driver, the in-process executor) read only this, never ONNX protobufs.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "schedules/conv_descriptor.h"
+
+namespace convgen::model {
+
+enum class Op {
+  Conv, Relu, LeakyRelu, Clip, Sigmoid, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Gemm, MatMul,
+  Add, Sub, Mul, Div, Pow, Sum, Concat, Flatten, Reshape, Transpose, BatchNormalization, LRN, Pad, Dropout,
+  Identity, Softmax, LogSoftmax,
+  // Training only, never imported: Caffe's WITHIN_CHANNEL LRN written with standard ops
+  // (x * (bias + alpha * AveragePool_k(x*x))^exponent), fused into one node by
+  // prepare_training_graph (generator/train/prepare_graph.h). Attributes: size k, alpha, lrn_bias, beta =
+  // the exponent.
+  WithinChannelLRN
+};
+
+// The ONNX op type an Op stands for ("Conv", ...).
+const char* op_name(Op op);
+
+// A tensor of the graph: float32 activations and weights; int64 only for constants that
+// feed shape inputs (Reshape's shape, Pad's pads), which lowering reads into attributes.
+struct Value {
+  std::string name;
+  std::vector<int64_t> shape;
+  bool is_constant = false;
+  bool is_int64 = false;
+  std::vector<float> data;         // float32 constants (initializers, folded Constant nodes)
+  std::vector<int64_t> int64_data; // int64 constants
+  int64_t elements() const;
+  // A float32 constant (an initializer or a folded Constant): weights, biases, frozen data.
+  bool is_float_constant() const { return is_constant && !is_int64; }
+};
+
+// Every attribute an Op uses, already normalised (defaults filled in, per-opset forms
+// unified, auto_pad resolved into explicit pads). Fields an Op does not use keep their
+// defaults. Spatial lists are per spatial axis, rows first; Conv1d has one axis.
+struct Attributes {
+  // Conv, MaxPool, AveragePool
+  std::vector<int64_t> kernel, strides, dilations;
+  std::vector<int64_t> pads_begin, pads_end;
+  int64_t group = 1;
+  bool ceil_mode = false;
+  bool count_include_pad = false;
+  // Gemm: Y = alpha * A' * B' + beta * C
+  float alpha = 1.0f, beta = 1.0f;
+  bool trans_a = false, trans_b = false;
+  // LeakyRelu slope (alpha above); Clip bounds (inputs or attributes per opset)
+  float clip_min = -3.4028235e38f, clip_max = 3.4028235e38f;
+  // Concat, Flatten, Softmax, LogSoftmax: the axis, made non-negative
+  int64_t axis = 1;
+  // Softmax/LogSoftmax before opset 13: flatten to 2-D at axis, then normalise rows
+  bool softmax_coerce_2d = false;
+  // Transpose
+  std::vector<int64_t> perm;
+  // Reshape: the output shape (0 and -1 resolved)
+  std::vector<int64_t> shape;
+  // BatchNormalization
+  float epsilon = 1e-5f, momentum = 0.9f;
+  // LRN: size, alpha, beta (above) and bias
+  int64_t size = 0;
+  float lrn_bias = 1.0f;
+  // Pad: constant mode only; pads per axis of the tensor, begin then end
+  std::vector<int64_t> pad_amounts;
+  float pad_value = 0.0f;
+  // Dropout ratio (identity at inference)
+  float ratio = 0.5f;
+  // Conv: a following Relu fused into the kernel's epilogue (generator/model/fusion.h); MaxPool
+  // (training graphs only, generator/train/prepare_graph.h): a following Relu fused into the pooling
+  bool fused_relu = false;
+};
+
+struct Node {
+  std::string name;     // the ONNX node's name, or "<op>_<index>" when it has none
+  Op op = Op::Identity;
+  std::vector<std::string> inputs;   // value names; "" for an absent optional input
+  std::vector<std::string> outputs;
+  Attributes attributes;
+};
+
+struct Graph {
+  std::string source;          // the model file, for messages
+  int64_t opset = 0;           // the opset the model was written for
+  int64_t batch = 1;           // the bound batch size
+  std::vector<std::string> inputs, outputs;  // graph inputs (not initializers), outputs
+  std::map<std::string, Value> values;
+  std::vector<Node> nodes;     // in a valid execution order
+
+  const Value& value(const std::string& name) const;
+  // A value of that name exists and is a float32 constant.
+  bool is_float_constant(const std::string& name) const;
+};
+
+// The convolution descriptor of a Conv node (forward pass): N, C, H, W from its input,
+// K, R, S from its weights, its attributes; the epilogue from its bias input and
+// fused_relu. Conv1d is H = 1.
+ConvDescriptor conv_descriptor(const Graph& g, const Node& conv);
+
+}  // namespace convgen::model

@@ -1,0 +1,36 @@
+// A model Op's runtime operator variant (runtime/ops/ops.h), shared by the in-process
+// executor and the trainer so both map ops to operators the same way.
+#pragma once
+
+#include "runtime/graph/model_graph.h"
+#include "runtime/ops/ops.h"
+
+namespace convgen::model {
+
+inline ops::Window window_of(const Attributes& a) {
+  return {a.kernel, a.strides, a.dilations, a.pads_begin, a.pads_end};
+}
+
+// Relu, LeakyRelu, Clip, Sigmoid; anything else is the identity.
+inline ops::Unary unary_of(Op op) {
+  switch (op) {
+    case Op::Relu: return ops::Unary::Relu;
+    case Op::LeakyRelu: return ops::Unary::LeakyRelu;
+    case Op::Clip: return ops::Unary::Clip;
+    case Op::Sigmoid: return ops::Unary::Sigmoid;
+    default: return ops::Unary::Identity;
+  }
+}
+
+// Sub, Mul, Div, Pow; anything else is Add.
+inline ops::Binary binary_of(Op op) {
+  switch (op) {
+    case Op::Sub: return ops::Binary::Sub;
+    case Op::Mul: return ops::Binary::Mul;
+    case Op::Div: return ops::Binary::Div;
+    case Op::Pow: return ops::Binary::Pow;
+    default: return ops::Binary::Add;
+  }
+}
+
+}  // namespace convgen::model

@@ -1,0 +1,80 @@
+// Index arithmetic shared by the operators (runtime/ops/ops.cpp, runtime/train/train_ops.cpp): row-major walks
+// over logical shapes, strided offsets, numpy broadcasting and pooling windows.
+// Internal to convgen's runtime; not an installed header.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/ops/ops.h"
+#include "runtime/ops/tensor.h"
+
+namespace convgen::ops::detail {
+
+// Calls f(logical index) for every index of `shape`, in row-major order.
+template <typename F>
+inline void for_each_index(const std::vector<int64_t>& shape, F f) {
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (int64_t e = 0; e < n; ++e) {
+    f(idx);
+    for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0 && ++idx[d] == shape[d]; --d) idx[d] = 0;
+  }
+}
+
+inline int64_t offset(const std::vector<int64_t>& idx, const std::vector<int64_t>& strides) {
+  int64_t o = 0;
+  for (size_t d = 0; d < idx.size(); ++d) o += idx[d] * strides[d];
+  return o;
+}
+
+// Strides of `t` for indexing with an index of out_rank dimensions under numpy
+// broadcasting: right-aligned, size-1 dimensions stride 0.
+inline std::vector<int64_t> broadcast_strides(const ConstView& t, size_t out_rank) {
+  const auto s = t.strides();
+  std::vector<int64_t> out(out_rank, 0);
+  const size_t lead = out_rank - t.shape.size();
+  for (size_t d = 0; d < t.shape.size(); ++d) out[lead + d] = t.shape[d] == 1 ? 0 : s[d];
+  return out;
+}
+
+// Calls f(input index, inside the input, inside the explicit padding) for every tap of
+// the pooling window at output index out_idx, taps in row-major order.
+template <typename F>
+inline void for_each_window(const ConstView& x, const Window& w, const std::vector<int64_t>& out_idx, F f) {
+  const size_t spatial = x.shape.size() - 2;
+  std::vector<int64_t> tap(spatial, 0);
+  int64_t taps = 1;
+  for (int64_t k : w.kernel) taps *= k;
+  for (int64_t t = 0; t < taps; ++t) {
+    bool inside = true, in_padding_extent = true;
+    std::vector<int64_t> in_idx = {out_idx[0], out_idx[1]};
+    for (size_t d = 0; d < spatial; ++d) {
+      const int64_t i = out_idx[2 + d] * w.strides[d] + tap[d] * w.dilations[d] - w.pads_begin[d];
+      inside = inside && i >= 0 && i < x.shape[2 + d];
+      in_padding_extent = in_padding_extent && i < x.shape[2 + d] + w.pads_end[d];
+      in_idx.push_back(i);
+    }
+    f(in_idx, inside, in_padding_extent);
+    for (int64_t d = static_cast<int64_t>(spatial) - 1; d >= 0 && ++tap[d] == w.kernel[d]; --d) tap[d] = 0;
+  }
+}
+
+// The divisor of a 2-D AveragePool at output (p, q) of an H x W input: the window's taps
+// inside the input, or (count_include_pad) inside the explicitly padded input -- never
+// the ceil_mode overhang past it.
+inline int64_t pool_window_count(const Window& w, int64_t p, int64_t q, int64_t H, int64_t W, bool count_include_pad) {
+  int64_t count = 0;
+  for (int64_t r = 0; r < w.kernel[0]; ++r) {
+    const int64_t i = p * w.strides[0] + r * w.dilations[0] - w.pads_begin[0];
+    for (int64_t s = 0; s < w.kernel[1]; ++s) {
+      const int64_t j = q * w.strides[1] + s * w.dilations[1] - w.pads_begin[1];
+      const bool inside = i >= 0 && i < H && j >= 0 && j < W;
+      if (count_include_pad ? (i < H + w.pads_end[0] && j < W + w.pads_end[1]) : inside) ++count;
+    }
+  }
+  return count;
+}
+
+}  // namespace convgen::ops::detail

@@ -1,0 +1,331 @@
+#include "runtime/ops/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include <blis.h>
+
+#include "runtime/ops/index_util.h"
+
+namespace convgen::ops {
+
+using detail::broadcast_strides;
+using detail::for_each_index;
+using detail::for_each_window;
+using detail::offset;
+using detail::pool_window_count;
+
+namespace {
+
+float apply(Binary op, float a, float b) {
+  switch (op) {
+    case Binary::Add: return a + b;
+    case Binary::Sub: return a - b;
+    case Binary::Mul: return a * b;
+    case Binary::Div: return a / b;
+    case Binary::Pow: return std::pow(a, b);
+  }
+  return 0.0f;
+}
+
+}  // namespace
+
+// Element-wise loops and channels-last pooling split over OpenMP threads: each output
+// element is computed by one thread in a fixed way, so the bits never depend on T.
+namespace {
+
+// One element-wise loop per op, the op outside the loop so that each vectorises.
+template <typename F>
+void map_elements(const float* x, float* y, int64_t n, F f) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+}
+
+}  // namespace
+
+void unary(const ConstView& x, const View& y, Unary op, float alpha, float lo, float hi) {
+  const int64_t n = x.elements();
+  switch (op) {
+    case Unary::Relu: return map_elements(x.data, y.data, n, [](float v) { return v > 0.0f ? v : 0.0f; });
+    case Unary::LeakyRelu:
+      return map_elements(x.data, y.data, n, [alpha](float v) { return v >= 0.0f ? v : alpha * v; });
+    case Unary::Clip: return map_elements(x.data, y.data, n, [lo, hi](float v) { return std::min(std::max(v, lo), hi); });
+    case Unary::Sigmoid: return map_elements(x.data, y.data, n, [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
+    case Unary::Identity: return map_elements(x.data, y.data, n, [](float v) { return v; });
+  }
+}
+
+void binary(const ConstView& a, const ConstView& b, const View& y, Binary op) {
+  // Fast paths, same arithmetic: operands of y's shape and layout, or a scalar.
+  const int64_t n = y.elements();
+  const bool a_flat = a.shape == y.shape && a.channels_last == y.channels_last;
+  const bool b_flat = b.shape == y.shape && b.channels_last == y.channels_last;
+  if ((a_flat || a.elements() == 1) && (b_flat || b.elements() == 1)) {
+    const int64_t ia = a_flat ? 1 : 0, ib = b_flat ? 1 : 0;
+    auto run = [&](auto f) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+      for (int64_t i = 0; i < n; ++i) y.data[i] = f(a.data[i * ia], b.data[i * ib]);
+    };
+    switch (op) {
+      case Binary::Add: return run([](float u, float v) { return u + v; });
+      case Binary::Sub: return run([](float u, float v) { return u - v; });
+      case Binary::Mul: return run([](float u, float v) { return u * v; });
+      case Binary::Div: return run([](float u, float v) { return u / v; });
+      case Binary::Pow: return run([](float u, float v) { return std::pow(u, v); });
+    }
+    return;
+  }
+  const auto sa = broadcast_strides(a, y.shape.size()), sb = broadcast_strides(b, y.shape.size());
+  const auto sy = y.strides();
+  for_each_index(y.shape, [&](const std::vector<int64_t>& i) {
+    y.data[offset(i, sy)] = apply(op, a.data[offset(i, sa)], b.data[offset(i, sb)]);
+  });
+}
+
+// Channels-last 2-D pooling: the window loops outside, channels contiguous inside.
+template <bool Max>
+void pool_channels_last(const ConstView& x, const Window& w, bool count_include_pad, const View& y) {
+  const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], Wd = x.shape[3];
+  const int64_t P = y.shape[2], Q = y.shape[3];
+#pragma omp parallel for collapse(2) schedule(static) if (N * P * Q * C > 65536)
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t p = 0; p < P; ++p) {
+      std::vector<double> acc(static_cast<size_t>(C));
+      for (int64_t q = 0; q < Q; ++q) {
+        std::fill(acc.begin(), acc.end(), Max ? -std::numeric_limits<double>::infinity() : 0.0);
+        const int64_t count = Max ? 0 : pool_window_count(w, p, q, H, Wd, count_include_pad);
+        for (int64_t r = 0; r < w.kernel[0]; ++r) {
+          const int64_t i = p * w.strides[0] + r * w.dilations[0] - w.pads_begin[0];
+          for (int64_t s = 0; s < w.kernel[1]; ++s) {
+            const int64_t j = q * w.strides[1] + s * w.dilations[1] - w.pads_begin[1];
+            if (i < 0 || i >= H || j < 0 || j >= Wd) continue;
+            const float* px = x.data + ((n * H + i) * Wd + j) * C;
+            for (int64_t c = 0; c < C; ++c) acc[c] = Max ? std::max(acc[c], double(px[c])) : acc[c] + px[c];
+          }
+        }
+        float* py = y.data + ((n * P + p) * Q + q) * C;
+        for (int64_t c = 0; c < C; ++c)
+          py[c] = Max ? static_cast<float>(acc[c]) : (count > 0 ? static_cast<float>(acc[c] / double(count)) : 0.0f);
+      }
+    }
+}
+
+void max_pool(const ConstView& x, const Window& w, const View& y) {
+  if (x.channels_last && y.channels_last && x.rank() == 4) return pool_channels_last<true>(x, w, false, y);
+  const auto sx = x.strides(), sy = y.strides();
+  for_each_index(y.shape, [&](const std::vector<int64_t>& o) {
+    float m = -std::numeric_limits<float>::infinity();
+    for_each_window(x, w, o, [&](const std::vector<int64_t>& i, bool inside, bool) {
+      if (inside) m = std::max(m, x.data[offset(i, sx)]);
+    });
+    y.data[offset(o, sy)] = m;
+  });
+}
+
+void average_pool(const ConstView& x, const Window& w, bool count_include_pad, const View& y) {
+  if (x.channels_last && y.channels_last && x.rank() == 4) return pool_channels_last<false>(x, w, count_include_pad, y);
+  const auto sx = x.strides(), sy = y.strides();
+  for_each_index(y.shape, [&](const std::vector<int64_t>& o) {
+    double sum = 0.0;
+    int64_t count = 0;
+    for_each_window(x, w, o, [&](const std::vector<int64_t>& i, bool inside, bool in_padding_extent) {
+      if (inside) sum += x.data[offset(i, sx)];
+      if (count_include_pad ? in_padding_extent : inside) ++count;
+    });
+    y.data[offset(o, sy)] = count > 0 ? static_cast<float>(sum / static_cast<double>(count)) : 0.0f;
+  });
+}
+
+void global_pool(const ConstView& x, bool max, const View& y) {
+  const auto sx = x.strides(), sy = y.strides();
+  std::vector<int64_t> spatial(x.shape.begin() + 2, x.shape.end());
+  for (int64_t n = 0; n < x.shape[0]; ++n) {
+    for (int64_t c = 0; c < x.shape[1]; ++c) {
+      double acc = max ? -std::numeric_limits<double>::infinity() : 0.0;
+      int64_t count = 0;
+      for_each_index(spatial, [&](const std::vector<int64_t>& s) {
+        std::vector<int64_t> i = {n, c};
+        i.insert(i.end(), s.begin(), s.end());
+        const double v = x.data[offset(i, sx)];
+        acc = max ? std::max(acc, v) : acc + v;
+        ++count;
+      });
+      std::vector<int64_t> o(y.shape.size(), 0);
+      o[0] = n, o[1] = c;
+      y.data[offset(o, sy)] = static_cast<float>(max ? acc : acc / static_cast<double>(count));
+    }
+  }
+}
+
+void gemm(const ConstView& A, const ConstView& B, const ConstView* c, float alpha, float beta, bool trans_a,
+          bool trans_b, const View& y) {
+  if (A.channels_last || B.channels_last) throw std::logic_error("gemm: operands must be dense");
+  const int64_t m = trans_a ? A.shape[1] : A.shape[0], k = trans_a ? A.shape[0] : A.shape[1];
+  const int64_t n = trans_b ? B.shape[0] : B.shape[1];
+  const auto sc = c ? broadcast_strides(*c, 2) : std::vector<int64_t>{0, 0};
+  // y = beta*C first, then BLIS sgemm adds alpha*A'*B' (its K loop is never split
+  // across threads, so the bits do not depend on the thread count).
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) y.data[i * n + j] = c ? beta * c->data[i * sc[0] + j * sc[1]] : 0.0f;
+  if (m == 0 || n == 0 || k == 0) return;
+  float one = 1.0f, a_scale = alpha;
+  bli_sgemm(trans_a ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, trans_b ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, m, n, k,
+            &a_scale, const_cast<float*>(A.data), A.shape[1], 1, const_cast<float*>(B.data), B.shape[1], 1, &one,
+            y.data, n, 1);
+}
+
+void matmul(const ConstView& a_in, const ConstView& b_in, const View& y) {
+  if (a_in.channels_last || b_in.channels_last) throw std::logic_error("matmul: operands must be dense");
+  ConstView a = a_in, b = b_in;
+  // Promote 1-D operands: a [K] -> [1, K], b [K] -> [K, 1]; ONNX drops the extra
+  // dimension from the output, whose dense data is the same.
+  if (a.shape.size() == 1) a.shape.insert(a.shape.begin(), 1);
+  if (b.shape.size() == 1) b.shape.push_back(1);
+  const int64_t m = a.shape[a.shape.size() - 2], k = a.shape.back(), n = b.shape.back();
+  std::vector<int64_t> batch;  // broadcast batch shape
+  const size_t ra = a.shape.size() - 2, rb = b.shape.size() - 2, r = std::max(ra, rb);
+  for (size_t d = 0; d < r; ++d) {
+    const int64_t ea = d + ra >= r ? a.shape[d + ra - r] : 1, eb = d + rb >= r ? b.shape[d + rb - r] : 1;
+    batch.push_back(std::max(ea, eb));
+  }
+  auto batch_offset = [&](const std::vector<int64_t>& idx, const ConstView& t, size_t rt) {
+    int64_t off = 0, stride = t.shape[rt] * t.shape[rt + 1];
+    for (int64_t d = static_cast<int64_t>(rt) - 1; d >= 0; --d) {
+      const int64_t e = t.shape[d];
+      const int64_t i = idx[d + (r - rt)];
+      off += (e == 1 ? 0 : i) * stride;
+      stride *= e;
+    }
+    return off;
+  };
+  int64_t block = 0;
+  for_each_index(batch, [&](const std::vector<int64_t>& bi) {
+    const float* pa = a.data + batch_offset(bi, a, ra);
+    const float* pb = b.data + batch_offset(bi, b, rb);
+    float* py = y.data + block * m * n;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0.0;
+        for (int64_t p = 0; p < k; ++p) acc += static_cast<double>(pa[i * k + p]) * pb[p * n + j];
+        py[i * n + j] = static_cast<float>(acc);
+      }
+    ++block;
+  });
+}
+
+void concat(const std::vector<ConstView>& xs, int64_t axis, const View& y) {
+  bool channels_last = y.channels_last && axis == 1;
+  for (const ConstView& t : xs) channels_last = channels_last && t.channels_last;
+  if (channels_last) {
+    // Channel concatenation in channels-last storage: per pixel, each input's channels.
+    const int64_t pixels = y.elements() / y.shape[1], C = y.shape[1];
+    int64_t start = 0;
+    for (const ConstView& t : xs) {
+      const int64_t c = t.shape[1];
+      for (int64_t p = 0; p < pixels; ++p) std::copy(t.data + p * c, t.data + (p + 1) * c, y.data + p * C + start);
+      start += c;
+    }
+    return;
+  }
+  const auto sy = y.strides();
+  int64_t start = 0;
+  for (const ConstView& t : xs) {
+    const auto st = t.strides();
+    for_each_index(t.shape, [&](const std::vector<int64_t>& i) {
+      std::vector<int64_t> o = i;
+      o[axis] += start;
+      y.data[offset(o, sy)] = t.data[offset(i, st)];
+    });
+    start += t.shape[axis];
+  }
+}
+
+void transpose(const ConstView& x, const std::vector<int64_t>& perm, const View& y) {
+  const auto sx = x.strides(), sy = y.strides();
+  for_each_index(y.shape, [&](const std::vector<int64_t>& o) {
+    int64_t from = 0;
+    for (size_t d = 0; d < perm.size(); ++d) from += o[d] * sx[perm[d]];
+    y.data[offset(o, sy)] = x.data[from];
+  });
+}
+
+void batch_norm(const ConstView& x, const ConstView& scale, const ConstView& bias, const ConstView& mean,
+                const ConstView& var, float epsilon, const View& y) {
+  if (x.channels_last != y.channels_last) throw std::logic_error("batch_norm: x and y must share a layout");
+  // Per-channel scale and shift over the flat data, channel from the element's place.
+  const int64_t C = x.shape[1], n = x.elements();
+  int64_t inner = 1;  // dense: elements per (n, c) block
+  for (size_t d = 2; d < x.shape.size(); ++d) inner *= x.shape[d];
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = x.channels_last ? i % C : (i / inner) % C;
+    const double z = (static_cast<double>(x.data[i]) - mean.data[c]) / std::sqrt(static_cast<double>(var.data[c]) + epsilon);
+    y.data[i] = static_cast<float>(scale.data[c] * z + bias.data[c]);
+  }
+}
+
+void lrn(const ConstView& x, int64_t size, float alpha, float beta, float bias, const View& y) {
+  const auto sx = x.strides(), sy = y.strides();
+  const int64_t channels = x.shape[1], below = (size - 1) / 2, above = size - 1 - below;
+  for_each_index(x.shape, [&](const std::vector<int64_t>& i) {
+    std::vector<int64_t> j = i;
+    double sum = 0.0;
+    for (int64_t c = std::max<int64_t>(0, i[1] - below); c <= std::min(channels - 1, i[1] + above); ++c) {
+      j[1] = c;
+      const double v = x.data[offset(j, sx)];
+      sum += v * v;
+    }
+    const double v = x.data[offset(i, sx)];
+    y.data[offset(i, sy)] = static_cast<float>(v / std::pow(bias + alpha / static_cast<double>(size) * sum, beta));
+  });
+}
+
+void pad(const ConstView& x, const std::vector<int64_t>& pads, float value, const View& y) {
+  const size_t r = x.shape.size();
+  std::fill(y.data, y.data + y.elements(), value);
+  if (x.channels_last && y.channels_last && r == 4 && pads[0] == 0 && pads[1] == 0 && pads[4] == 0 && pads[5] == 0) {
+    // Spatial padding of channels-last data: each input row of pixels is one copy.
+    const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3], YH = y.shape[2], YW = y.shape[3];
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t h = 0; h < H; ++h)
+        std::copy(x.data + ((n * H + h) * W) * C, x.data + ((n * H + h) * W + W) * C,
+                  y.data + ((n * YH + h + pads[2]) * YW + pads[3]) * C);
+    return;
+  }
+  const auto sx = x.strides(), sy = y.strides();
+  for_each_index(x.shape, [&](const std::vector<int64_t>& i) {
+    std::vector<int64_t> o = i;
+    for (size_t d = 0; d < r; ++d) o[d] += pads[d];
+    y.data[offset(o, sy)] = x.data[offset(i, sx)];
+  });
+}
+
+void softmax(const ConstView& x, int64_t axis, bool coerce_2d, bool log, const View& y) {
+  if (x.channels_last || y.channels_last) throw std::logic_error("softmax: operands must be dense");
+  const int64_t total = x.elements();
+  std::copy(x.data, x.data + total, y.data);
+  int64_t outer = 1, inner = 1, n = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= y.shape[d];
+  if (coerce_2d) {
+    for (size_t d = axis; d < y.shape.size(); ++d) n *= y.shape[d];
+  } else {
+    n = y.shape[axis];
+    for (size_t d = axis + 1; d < y.shape.size(); ++d) inner *= y.shape[d];
+  }
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t in = 0; in < inner; ++in) {
+      float* p = y.data + o * n * inner + in;
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < n; ++i) m = std::max(m, p[i * inner]);
+      double sum = 0.0;
+      for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(p[i * inner]) - m);
+      for (int64_t i = 0; i < n; ++i) {
+        const double z = static_cast<double>(p[i * inner]) - m;
+        p[i * inner] = static_cast<float>(log ? z - std::log(sum) : std::exp(z) / sum);
+      }
+    }
+  }
+}
+
+}  // namespace convgen::ops

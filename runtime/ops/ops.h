@@ -1,0 +1,50 @@
+// The model's operators other than convolution, with ONNX semantics, over tensor views
+// in either layout (runtime/ops/tensor.h). The caller owns every buffer -- a static memory plan's
+// arena in the generated driver and in the in-process executor alike, so both run the
+// same code on the same layouts and give the same bits. Output views come with their
+// shape and layout decided by the caller (generator/model/plan.h); plain, readable loops.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/ops/tensor.h"
+
+namespace convgen::ops {
+
+enum class Unary { Relu, LeakyRelu, Clip, Sigmoid, Identity };
+// y has x's shape and layout. alpha: LeakyRelu's slope; lo/hi: Clip's bounds.
+void unary(const ConstView& x, const View& y, Unary op, float alpha = 0.0f, float lo = 0.0f, float hi = 0.0f);
+
+enum class Binary { Add, Sub, Mul, Div, Pow };
+// Numpy broadcasting of a and b to y's shape.
+void binary(const ConstView& a, const ConstView& b, const View& y, Binary op);
+
+struct Window {
+  std::vector<int64_t> kernel, strides, dilations, pads_begin, pads_end;
+};
+// MaxPool / AveragePool to y's shape (count_include_pad counts window positions inside
+// the explicit padding, not past it); GlobalAveragePool / GlobalMaxPool.
+void max_pool(const ConstView& x, const Window& w, const View& y);
+void average_pool(const ConstView& x, const Window& w, bool count_include_pad, const View& y);
+void global_pool(const ConstView& x, bool max, const View& y);
+
+// Y = alpha * A' * B' + beta * C (c optional), dense 2-D operands.
+void gemm(const ConstView& a, const ConstView& b, const ConstView* c, float alpha, float beta, bool trans_a,
+          bool trans_b, const View& y);
+// Numpy matmul (batch dimensions broadcast, 1-D operands promoted), dense operands.
+void matmul(const ConstView& a, const ConstView& b, const View& y);
+
+void concat(const std::vector<ConstView>& xs, int64_t axis, const View& y);
+void transpose(const ConstView& x, const std::vector<int64_t>& perm, const View& y);
+// y in x's layout.
+void batch_norm(const ConstView& x, const ConstView& scale, const ConstView& bias, const ConstView& mean,
+                const ConstView& var, float epsilon, const View& y);
+void lrn(const ConstView& x, int64_t size, float alpha, float beta, float bias, const View& y);
+// Constant padding; pads = begins of every axis, then ends.
+void pad(const ConstView& x, const std::vector<int64_t>& pads, float value, const View& y);
+// Softmax / LogSoftmax along axis, or (coerce_2d, before opset 13) over the flattened
+// dimensions from axis on; dense x and y.
+void softmax(const ConstView& x, int64_t axis, bool coerce_2d, bool log, const View& y);
+
+}  // namespace convgen::ops

@@ -1,0 +1,108 @@
+// The training driver's operators besides convolution: backward passes of the model
+// operators (runtime/ops/ops.h), softmax cross-entropy, single-threaded BLIS GEMMs, and the
+// optimizer. Each is a plain loop in a fixed order over caller-owned views, with no
+// thread of its own: the batch-parallel driver calls them from its threads, one
+// micro-batch each, so every result depends only on its inputs (docs/training.md).
+//
+// `accumulate` selects dx += contribution (a value read by several nodes receives the
+// sum of their gradients, added in the driver's fixed node order) or dx = contribution.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/ops/ops.h"
+#include "runtime/ops/tensor.h"
+
+namespace convgen::ops {
+
+// y = f(x) backward: dx = dy * f'(.) -- Relu from y (y > 0, PyTorch's rule at 0),
+// LeakyRelu from x (x > 0 ? 1 : alpha), Clip from x (lo <= x <= hi, torch.clamp),
+// Sigmoid from y (y * (1 - y)), Identity 1. Views share one shape and layout.
+void unary_backward(const ConstView& x, const ConstView& y, const ConstView& dy, const View& dx, Unary op,
+                    float alpha, float lo, float hi, bool accumulate);
+
+// y = a op b (numpy broadcasting) backward for operand `which` (0: a, 1: b): the
+// element-wise partial times dy, summed over the dimensions that operand was broadcast
+// along, in y's row-major order. y is the forward output (Pow's exponent gradient).
+void binary_backward(const ConstView& a, const ConstView& b, const ConstView& y, const ConstView& dy, Binary op,
+                     int which, const View& d_operand, bool accumulate);
+
+// Pooling. Training's MaxPool: ops::max_pool's output (the same bits) and, per output element, the
+// flat offset in x of its window's first maximum (-1 for a window with no tap inside),
+// so the backward is one scatter.
+// With `relu`, y = max(0, pool(x)) and outputs that are not positive get no source
+// (ReLU's gradient is 0 there, as PyTorch's is at 0): Relu fused into the pooling.
+void max_pool_forward_argmax(const ConstView& x, const Window& w, const View& y, int32_t* argmax, bool relu = false);
+// Its backward: dy to each output's recorded source (the window's first maximum).
+void max_pool_backward_argmax(const ConstView& dy, const int32_t* argmax, const View& dx, bool accumulate);
+// Average: dy / count to every tap inside the input, count as the forward's divisor.
+void average_pool_backward(const Window& w, bool count_include_pad, const ConstView& dy, const View& dx,
+                           bool accumulate);
+void global_average_pool_backward(const ConstView& dy, const View& dx, bool accumulate);
+
+// BLIS sgemm on one thread, whatever BLIS's own threading setting: C = alpha * op(A) *
+// op(B) + beta * C over row-major operands given with their leading dimensions.
+void sgemm_1t(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// Y = alpha * A' * B' + beta * C (ops::gemm's semantics) on one thread.
+void gemm_1t(const ConstView& a, const ConstView& b, const ConstView* c, float alpha, float beta, bool trans_a,
+             bool trans_b, const View& y);
+// Its backward: dA, dB (either may be null: not needed) and dC (C's shape, the sum of
+// beta * dY over the broadcast rows/columns; may be null).
+void gemm_backward(const ConstView& a, const ConstView& b, const ConstView& dy, float alpha, float beta,
+                   bool trans_a, bool trans_b, const View* da, bool accumulate_a, const View* db, bool accumulate_b,
+                   const View* dc, bool accumulate_c);
+
+// Concat backward for input `index`: its slice of dy.
+void concat_backward(const ConstView& dy, int64_t axis, const std::vector<std::vector<int64_t>>& input_shapes,
+                     int index, const View& dx, bool accumulate);
+// Constant Pad backward: the unpadded window of dy.
+void pad_backward(const ConstView& dy, const std::vector<int64_t>& pads, const View& dx, bool accumulate);
+// A relabelling (Flatten, Reshape, Identity, layout copy) backward: dy's values, in x's
+// shape, into dx's layout.
+void relabel_backward(const ConstView& dy, const View& dx, bool accumulate);
+// ONNX LRN (across channels) backward.
+void lrn_backward(const ConstView& x, const ConstView& dy, int64_t size, float alpha, float beta, float bias,
+                  const View& dx, bool accumulate);
+
+// Caffe's WITHIN_CHANNEL LRN, fused: y = x * q, q = s^exponent, s = bias + alpha / k^2 *
+// (sum of x^2 over the k x k window around the pixel, zero outside: AveragePool with
+// count_include_pad and "same" padding). Channels-last 4-D x; s (x's size) is kept for
+// the backward, which recomputes q from it (the same formula) and needs scratch of one
+// image.
+void within_channel_lrn_forward(const ConstView& x, int64_t k, float alpha, float bias, float exponent,
+                                const View& y, float* s);
+void within_channel_lrn_backward(const ConstView& x, const float* s, const ConstView& dy, int64_t k, float alpha,
+                                 float exponent, const View& dx, bool accumulate, float* scratch);
+
+// Dropout in training mode: y = x * keep / (1 - ratio), keep drawn per element from a
+// counter-based generator keyed by (seed, stream, step, sample index, element) -- the
+// same mask whatever thread or micro-batch computes it; `stream` tells the model's
+// Dropout nodes apart (the node's index), so each draws its own mask. `first_sample` is the index in the
+// mini-batch of x's first sample. mask (x's size) receives keep / (1 - ratio).
+void dropout_forward(const ConstView& x, float ratio, uint64_t seed, uint64_t stream, int64_t step, int64_t first_sample,
+                     const View& y, float* mask);
+void dropout_backward(const ConstView& dy, const float* mask, const View& dx, bool accumulate);
+
+// Softmax cross-entropy on dense logits [n, classes]: returns the sum over the n samples
+// of logsumexp(z) - z[label] (in double, samples in order), writes dlogits =
+// (softmax(z) - onehot(label)) * scale (scale = 1 / mini-batch size) and counts the
+// samples whose first maximal logit is the label.
+double softmax_cross_entropy(const ConstView& logits, const int32_t* labels, double scale, float* dlogits,
+                             int64_t* correct);
+// Forward only (evaluation): the loss sum and the correct count.
+double softmax_cross_entropy_loss(const ConstView& logits, const int32_t* labels, int64_t* correct);
+
+// Sums slots[0..count) of n floats into slots[0] by a fixed pairwise tree over the slot
+// index (level l adds slot i + 2^l into slot i, i a multiple of 2^(l+1)); elements
+// [begin, end) only, so threads can split the elements without changing any sum.
+void tree_sum(float* const* slots, int64_t count, int64_t begin, int64_t end);
+
+// torch.optim.SGD(momentum, dampening=0, nesterov=False, weight_decay) on elements
+// [begin, end): g' = g + wd * w; v = first ? g' : momentum * v + g'; w = w - lr * v.
+void sgd_update(float* w, float* v, const float* g, int64_t begin, int64_t end, float lr, float momentum,
+                float weight_decay, bool first_step);
+
+}  // namespace convgen::ops

@@ -1,0 +1,162 @@
+
+#include "runtime/train/trainer.h"
+#include "runtime/train/trainer_impl.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "runtime/ops/tensor.h"
+#include "runtime/train/train_conv.h"
+#include "runtime/train/train_ops.h"
+#include "schedules/errors.h"
+
+namespace convgen::model {
+
+int64_t default_micro_batch(int64_t batch) {
+  // Four micro-batches or more per mini-batch, as large as that allows: large enough for
+  // efficient kernels and few private gradient copies, enough to share among threads.
+  for (int64_t m = std::max<int64_t>(1, batch / 4); m >= 1; --m)
+    if (batch % m == 0) return m;
+  return 1;
+}
+
+int64_t checked_micro_batch(const TrainerOptions& options) {
+  if (options.batch < 1) throw Error(ExitCode::Usage, "--batch must be at least 1");
+  if (options.threads < 1) throw Error(ExitCode::Usage, "--threads must be at least 1");
+  const int64_t m = options.micro_batch > 0 ? options.micro_batch : default_micro_batch(options.batch);
+  if (m > options.batch)
+    throw Error(ExitCode::Usage, fmt::format("--micro-batch {} is larger than --batch {}", m, options.batch));
+  return m;
+}
+
+Trainer::Trainer(TrainGraph graph, const TrainerOptions& options, const TargetInfo& t, TrainConvFactory make_conv,
+                 std::vector<std::string>* why)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  s.options = options;
+  s.m = checked_micro_batch(s.options);
+  s.options.micro_batch = s.m;
+  if (graph.graph.batch != s.m)
+    throw Error(ExitCode::Internal, fmt::format("trainer: graph bound to batch {}, micro-batch {}", graph.graph.batch, s.m));
+  if (!make_conv) throw Error(ExitCode::Internal, "trainer: no convolution factory");
+  s.target = t;
+  s.why = why;
+  s.make_conv = std::move(make_conv);
+  s.tg = std::move(graph);
+  s.index_values();
+  s.choose_deferred_gradients();
+  s.gemm_seconds.assign(3 * s.tg.graph.nodes.size() + 3, 0.0);
+  // Every map the threads read is complete before any step: no insertion under threads.
+  for (size_t i = 0; i < s.tg.graph.nodes.size(); ++i)
+    if (s.tg.graph.nodes[i].op == Op::BatchNormalization) s.batch_stats[i];
+  s.train_phases = s.make_phases(s.tg.graph, true);
+  s.eval_phases = s.make_phases(s.tg.graph, false);
+  const int64_t full_micro = (s.options.batch + s.m - 1) / s.m;
+  s.intra = s.options.threads > 1 && (s.options.intra_kernel || full_micro < s.options.threads);
+}
+
+Trainer::~Trainer() = default;
+
+std::vector<NodeTime> Trainer::profile() const {
+  const Impl& s = *impl_;
+  const size_t nodes = s.tg.graph.nodes.size();
+  std::vector<double> total = s.gemm_seconds;
+  for (const Impl::Slot& slot : s.slots)
+    for (size_t i = 0; i < slot.seconds.size(); ++i) total[i] += slot.seconds[i];
+  std::vector<NodeTime> out;
+  const char* passes[] = {"forward", "backward", "statistics"};
+  for (size_t n = 0; n <= nodes; ++n)
+    for (int p = 0; p < 3; ++p) {
+      if (total[3 * n + p] == 0.0) continue;
+      const bool loss = n == nodes;
+      out.push_back({loss ? "loss" : s.tg.graph.nodes[n].name, loss ? "SoftmaxCrossEntropy" : op_name(s.tg.graph.nodes[n].op),
+                     passes[p], total[3 * n + p]});
+    }
+  return out;
+}
+
+void Trainer::prepare(int64_t count) {
+  Impl& s = *impl_;
+  if (count < 1 || count > s.options.batch)
+    throw Error(ExitCode::Internal, fmt::format("trainer: prepare({}) with batch size {}", count, s.options.batch));
+  s.ensure_batch_kernels(count);
+}
+
+StepStats Trainer::train_step(const float* pixels, const int32_t* labels, int64_t count) {
+  return impl_->run_batch(pixels, labels, count, true);
+}
+
+StepStats Trainer::evaluate(const float* pixels, const int32_t* labels, int64_t count) {
+  return impl_->run_batch(pixels, labels, count, false);
+}
+
+void Trainer::forward(const float* pixels, int64_t count, float* logits) {
+  Impl& s = *impl_;
+  const std::vector<int32_t> no_labels(static_cast<size_t>(std::max<int64_t>(count, 0)), 0);
+  s.run_batch(pixels, no_labels.data(), count, false);
+  // Each micro-batch's rows, in sample order ([N, classes] logits are dense).
+  float* out = logits;
+  for (int64_t i = 0; i < s.active; ++i) {
+    Impl::Slot& slot = s.slots[i];
+    const size_t floats = static_cast<size_t>(slot.size * s.tg.classes);
+    std::copy(s.data_of(slot, s.logits), s.data_of(slot, s.logits) + floats, out);
+    out += floats;
+  }
+}
+
+std::vector<std::vector<float>> Trainer::last_gradients() const {
+  const Impl& s = *impl_;
+  std::vector<std::vector<float>> out;
+  for (size_t p = 0; p < s.parameters.size(); ++p)
+    out.push_back(s.deferred_param[p] ? s.deferred_grad[p] : s.slots.at(0).param_grad[p]);  // the tree's root
+  return out;
+}
+
+const std::vector<Parameter>& Trainer::parameters() const { return impl_->parameters; }
+std::vector<Parameter>& Trainer::parameters() { return impl_->parameters; }
+std::vector<std::pair<std::string, std::vector<float>>> Trainer::state_tensors() const {
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  for (const std::string& name : impl_->state_names)
+    out.emplace_back(name, impl_->frozen[impl_->values[impl_->value_id.at(name)].frozen]);
+  return out;
+}
+
+void Trainer::set_state_tensor(const std::string& name, const std::vector<float>& data) {
+  auto it = impl_->value_id.find(name);
+  if (it == impl_->value_id.end() || !impl_->values[it->second].state)
+    throw Error(ExitCode::Internal, fmt::format("trainer: no state tensor '{}'", name));
+  std::vector<float>& to = impl_->frozen[impl_->values[it->second].frozen];
+  if (to.size() != data.size()) throw Error(ExitCode::Internal, fmt::format("trainer: state tensor '{}' size", name));
+  to = data;
+}
+
+int64_t Trainer::steps_taken() const { return impl_->steps; }
+void Trainer::set_steps_taken(int64_t steps) { impl_->steps = steps; }
+void Trainer::set_learning_rate(float lr) { impl_->options.lr = lr; }
+const TrainGraph& Trainer::graph() const { return impl_->tg; }
+const TrainerOptions& Trainer::options() const { return impl_->options; }
+int64_t Trainer::micro_batch() const { return impl_->m; }
+
+double Trainer::step_flops(int64_t count) const {
+  const Impl& s = *impl_;
+  double flops = 0.0;
+  for (const Node& n : s.tg.graph.nodes) {
+    if (n.op == Op::Conv) {
+      ConvDescriptor d = conv_descriptor(s.tg.graph, n);
+      d.mb = count;
+      const bool data_pass = s.values[s.value_id.at(n.inputs[0])].requires_grad;
+      flops += d.flops() * (data_pass ? 3.0 : 2.0);
+    } else if (n.op == Op::Gemm || n.op == Op::MatMul) {
+      const auto& a = s.tg.graph.value(n.inputs[0]).shape;
+      const auto& b = s.tg.graph.value(n.inputs[1]).shape;
+      const bool ta = n.op == Op::Gemm && n.attributes.trans_a, tb = n.op == Op::Gemm && n.attributes.trans_b;
+      const double k = double(ta ? a[0] : a[1]), cols = double(tb ? b[0] : b[1]);
+      const bool data_pass = s.values[s.value_id.at(n.inputs[0])].requires_grad;
+      flops += 2.0 * double(count) * k * cols * (data_pass ? 3.0 : 2.0);
+    }
+  }
+  return flops;
+}
+
+}  // namespace convgen::model

@@ -1,0 +1,134 @@
+// The batch-parallel trainer behind `convgen train` (docs/training.md): forward, softmax
+// cross-entropy, backward and SGD with momentum over a training graph (generator/train/prepare_graph.h),
+// with convgen's generated forward, backward-data and backward-weights kernels
+// (JIT-compiled from the code `convgen compile` uses) and the runtime's operators.
+//
+// Parallel design, after González (PPoPP 2016), made exact: a mini-batch of B samples is
+// cut into micro-batches of m consecutive samples (m fixed per trainer; a shorter last
+// one gets kernels of its own size). Threads take whole micro-batches (micro-batch i on
+// thread i mod T, the same in every step) and run forward and backward for them with
+// single-threaded kernels into private buffers. Every reduction over samples -- the
+// weight and bias gradients, the loss -- is computed per micro-batch in a fixed order
+// and combined by a fixed pairwise tree over the micro-batch index. The thread count
+// only decides who computes what, so weights, momentum and losses are bit-identical for
+// every T, and with intra-kernel parallelism (micro-batches in sequence, kernels
+// splitting their non-reduction loops) too.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/graph/train_graph.h"
+#include "runtime/train/train_conv.h"
+#include "schedules/conv_schedule.h"
+
+namespace convgen::model {
+
+struct TrainerOptions {
+  int64_t batch = 64;        // mini-batch size B
+  int64_t micro_batch = 0;   // m; 0: the largest divisor of B that is at most B / 4
+  float lr = 0.01f, momentum = 0.9f, weight_decay = 0.0f;
+  int threads = 1;
+  // Micro-batches run one after another with intra-kernel parallel kernels. Chosen
+  // automatically when a mini-batch has fewer micro-batches than threads.
+  bool intra_kernel = false;
+  uint64_t seed = 0;         // dropout masks
+  std::string records;       // schedule records ("" = analytic defaults)
+  // The layers' convolutions: "generated" (convgen's kernels) or "im2col-blis" (explicit
+  // im2col + BLIS SGEMM, the baseline; runtime/train/train_conv.h).
+  std::string conv_impl = "generated";
+  // Times every node's forward and backward per micro-batch (Trainer::profile()).
+  bool profile = false;
+};
+
+// Time spent in one node's pass, summed over micro-batches and steps (thread time).
+struct NodeTime {
+  std::string node, op, pass;  // pass: "forward", "backward", "statistics" (BatchNormalization's sums)
+  double seconds = 0.0;
+};
+
+// The micro-batch size TrainerOptions::micro_batch = 0 stands for.
+int64_t default_micro_batch(int64_t batch);
+// m for these options (micro_batch, or its default); Usage error for a batch or thread
+// count below 1 or m > batch.
+int64_t checked_micro_batch(const TrainerOptions& options);
+
+struct StepStats {
+  double loss = 0.0;     // mean softmax cross-entropy over the samples
+  int64_t correct = 0;   // samples whose arg-max logit is the label
+  int64_t count = 0;
+  // The first trainable tensor holding a NaN or an infinity after the step's update
+  // ("" when all are finite): a diverged run, even when the loss still looks finite.
+  std::string non_finite;
+};
+
+// A trainable tensor and its optimizer state.
+struct Parameter {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> value, momentum;
+};
+
+class Trainer {
+ public:
+  // The engine: a training graph bound to the micro-batch size
+  // (checked_micro_batch(options)) and where its convolutions come from. Kernels are
+  // asked of `make_conv` when a batch first needs them (for each micro-batch size), or
+  // up front by prepare(). options.conv_impl is not read. `why` gets decisions.
+  // `convgen train` builds one from a model file with make_trainer
+  // (generator/train/trainer_from_model.h: ONNX import and the Halide JIT).
+  // Needs no Halide compiler and no ONNX: a generated training driver (`convgen compile
+  // --train`) calls this with its graph and its ahead-of-time kernels (runtime/train/train_conv_aot.h).
+  Trainer(TrainGraph graph, const TrainerOptions& options, const TargetInfo& t, TrainConvFactory make_conv,
+          std::vector<std::string>* why = nullptr);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Compiles the kernels a mini-batch of `count` samples needs (train_step and evaluate
+  // do it when first needed; this lets a caller do it up front, e.g. before timing).
+  void prepare(int64_t count);
+
+  // One SGD step on `count` samples (1 <= count <= batch): pixels dense NCHW floats,
+  // labels in [0, classes). The loss is the mean over the count samples.
+  StepStats train_step(const float* pixels, const int32_t* labels, int64_t count);
+  // Forward only (test accuracy): no state changes.
+  StepStats evaluate(const float* pixels, const int32_t* labels, int64_t count);
+  // Forward only, the logits out: count x classes floats, row per sample (inference with
+  // the training graph as evaluate runs it: BatchNorm on running statistics, Dropout off).
+  void forward(const float* pixels, int64_t count, float* logits);
+
+  // The mini-batch gradient of every parameter in the last train_step (before weight
+  // decay), in parameters() order: for gradient checks.
+  std::vector<std::vector<float>> last_gradients() const;
+
+  const std::vector<Parameter>& parameters() const;
+  std::vector<Parameter>& parameters();
+  // Training state that is not trained: BatchNormalization running mean and variance,
+  // updated every step (ONNX momentum semantics). By name, in graph order.
+  std::vector<std::pair<std::string, std::vector<float>>> state_tensors() const;
+  // Restores one (resuming); Internal error for an unknown name or size.
+  void set_state_tensor(const std::string& name, const std::vector<float>& data);
+  int64_t steps_taken() const;
+  void set_steps_taken(int64_t steps);   // resuming
+  void set_learning_rate(float lr);
+
+  // With TrainerOptions::profile: per node and pass, in graph order, since the start.
+  std::vector<NodeTime> profile() const;
+
+  const TrainGraph& graph() const;
+  const TrainerOptions& options() const;
+  int64_t micro_batch() const;
+  // Sum of the nominal flops (2*N*K*(C/g)*R*S*P*Q per conv pass, 2*M*N*K per GEMM) of the
+  // passes one training step on `count` samples executes.
+  double step_flops(int64_t count) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace convgen::model

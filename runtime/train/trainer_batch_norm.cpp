@@ -1,0 +1,141 @@
+// BatchNormalization in training mode: per-micro-batch sums, combined by the pairwise tree.
+#include "runtime/train/trainer_impl.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/ops/tensor.h"
+#include "runtime/train/train_conv.h"
+#include "runtime/train/train_ops.h"
+#include "schedules/errors.h"
+
+namespace convgen::model {
+
+auto Trainer::Impl::walk(Slot& slot, int v) -> ChannelWalk {
+  const View x = view(slot, v);
+  if (!x.channels_last && x.rank() > 2)
+    throw Error(ExitCode::Internal, "trainer: BatchNormalization expects channels-last or 2-D activations");
+  return {x.shape[1], x.elements() / x.shape[1]};
+}
+
+void Trainer::Impl::bn_partial_sums(Slot& slot, size_t node_index, Action a) {
+  const Node& n = tg.graph.nodes[node_index];
+  const int xv = id(n.inputs[0]);
+  const ChannelWalk w = walk(slot, xv);
+  const float* x = view(slot, xv).data;
+  std::vector<double>& acc = slot.bn_partial[node_index];
+  acc.assign(static_cast<size_t>(2 * w.channels), 0.0);
+  const BatchStats& st = batch_stats.at(node_index);
+  if (a == Action::BnSums) {
+    for (int64_t p = 0; p < w.pixels; ++p)
+      for (int64_t c = 0; c < w.channels; ++c) acc[c] += x[p * w.channels + c];
+  } else if (a == Action::BnSquares) {
+    for (int64_t p = 0; p < w.pixels; ++p)
+      for (int64_t c = 0; c < w.channels; ++c) {
+        const double d = double(x[p * w.channels + c]) - st.mean[c];
+        acc[c] += d * d;
+      }
+  } else {
+    const int out = id(n.outputs[0]);
+    if (!slot.grad_written[out]) std::fill(slot.grad[out].begin(), slot.grad[out].end(), 0.0f), slot.grad_written[out] = 1;
+    const float* dy = slot.grad[out].data();
+    for (int64_t p = 0; p < w.pixels; ++p)
+      for (int64_t c = 0; c < w.channels; ++c) {
+        const int64_t i = p * w.channels + c;
+        const double xhat = (double(x[i]) - st.mean[c]) * double(st.invstd[c]);
+        acc[c] += dy[i];
+        acc[w.channels + c] += double(dy[i]) * xhat;
+      }
+    // This micro-batch's scale and bias gradients; the parameter tree adds them up.
+    for (int input : {1, 2}) {
+      const int v = id(n.inputs[input]);
+      if (values[v].parameter < 0) continue;
+      const Target t = target_for(slot, v);
+      for (int64_t c = 0; c < w.channels; ++c) {
+        const float g = float(acc[input == 1 ? w.channels + c : c]);
+        t.view.data[c] = t.accumulate ? t.view.data[c] + g : g;
+      }
+    }
+  }
+}
+
+std::vector<double> Trainer::Impl::combined(size_t node_index) {
+  std::vector<std::vector<double>*> parts;
+  for (int64_t i = 0; i < active; ++i) parts.push_back(&slots[i].bn_partial[node_index]);
+  for (size_t stride = 1; stride < parts.size(); stride *= 2)
+    for (size_t i = 0; i + stride < parts.size(); i += 2 * stride)
+      for (size_t c = 0; c < parts[i]->size(); ++c) (*parts[i])[c] += (*parts[i + stride])[c];
+  return *parts[0];
+}
+
+void Trainer::Impl::combine(Action a, size_t node_index) {
+  const Node& n = tg.graph.nodes[node_index];
+  BatchStats& st = batch_stats.at(node_index);
+  const std::vector<double> total = combined(node_index);
+  const int64_t channels = int64_t(total.size() / 2);
+  const double elements = double(batch_count) * double(values[id(n.inputs[0])].sample_elements / channels);
+  if (a == Action::BnSums) {
+    st.mean.assign(total.begin(), total.begin() + channels);
+    for (double& v : st.mean) v /= elements;
+  } else if (a == Action::BnSquares) {
+    st.var.assign(total.begin(), total.begin() + channels);
+    st.invstd.resize(static_cast<size_t>(channels));
+    float* running_mean = frozen[values[id(n.inputs[3])].frozen].data();
+    float* running_var = frozen[values[id(n.inputs[4])].frozen].data();
+    const float momentum = n.attributes.momentum;  // ONNX: running = momentum * running + (1 - momentum) * batch
+    for (int64_t c = 0; c < channels; ++c) {
+      const double sum_sq = st.var[c];
+      st.var[c] = sum_sq / elements;
+      st.invstd[c] = float(1.0 / std::sqrt(st.var[c] + double(n.attributes.epsilon)));
+      const double unbiased = elements > 1 ? sum_sq / (elements - 1) : st.var[c];
+      running_mean[c] = momentum * running_mean[c] + (1.0f - momentum) * float(st.mean[c]);
+      running_var[c] = momentum * running_var[c] + (1.0f - momentum) * float(unbiased);
+    }
+  } else {
+    st.dy_sum.assign(total.begin(), total.begin() + channels);
+    st.dy_xhat_sum.assign(total.begin() + channels, total.end());
+  }
+}
+
+void Trainer::Impl::batch_norm_forward(Slot& slot, size_t node_index) {
+  const Node& n = tg.graph.nodes[node_index];
+  const int xv = id(n.inputs[0]);
+  const ChannelWalk w = walk(slot, xv);
+  const float* x = view(slot, xv).data;
+  float* y = view(slot, id(n.outputs[0])).data;
+  const float* scale = view(slot, id(n.inputs[1])).data;
+  const float* bias = view(slot, id(n.inputs[2])).data;
+  const BatchStats& st = batch_stats.at(node_index);
+  // y = x * alpha + beta per channel, PyTorch's CPU form.
+  std::vector<float> alpha(static_cast<size_t>(w.channels)), beta(alpha.size());
+  for (int64_t c = 0; c < w.channels; ++c) {
+    alpha[c] = st.invstd[c] * scale[c];
+    beta[c] = bias[c] - float(st.mean[c]) * alpha[c];
+  }
+  for (int64_t p = 0; p < w.pixels; ++p)
+    for (int64_t c = 0; c < w.channels; ++c) y[p * w.channels + c] = x[p * w.channels + c] * alpha[c] + beta[c];
+}
+
+void Trainer::Impl::batch_norm_backward(Slot& slot, size_t node_index) {
+  const Node& n = tg.graph.nodes[node_index];
+  const int xv = id(n.inputs[0]);
+  if (!values[xv].requires_grad) return;
+  const ChannelWalk w = walk(slot, xv);
+  const float* x = view(slot, xv).data;
+  const float* dy = slot.grad[id(n.outputs[0])].data();
+  const float* scale = view(slot, id(n.inputs[1])).data;
+  const BatchStats& st = batch_stats.at(node_index);
+  const double elements = double(batch_count) * double(w.pixels / slot.size);
+  const Target t = target_for(slot, xv);
+  // dx = scale * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)), means over the mini-batch.
+  for (int64_t p = 0; p < w.pixels; ++p)
+    for (int64_t c = 0; c < w.channels; ++c) {
+      const int64_t i = p * w.channels + c;
+      const double xhat = (double(x[i]) - st.mean[c]) * double(st.invstd[c]);
+      const double g = double(scale[c]) * double(st.invstd[c]) *
+                       (double(dy[i]) - st.dy_sum[c] / elements - xhat * st.dy_xhat_sum[c] / elements);
+      t.view.data[i] = t.accumulate ? t.view.data[i] + float(g) : float(g);
+    }
+}
+
+}  // namespace convgen::model

@@ -1,0 +1,260 @@
+// The training engine's state and its jobs (runtime/train/trainer.h is the interface):
+// private to the trainer_*.cpp files, one job each --
+//   trainer_setup.cpp       values, parameters, kernels and per-micro-batch buffers
+//   trainer_phases.cpp      phases between barriers and their scheduling over threads
+//   trainer_ops.cpp         the per-operator forward and backward dispatch
+//   trainer_batch_norm.cpp  BatchNormalization's mini-batch statistics
+//   trainer_gemm.cpp        Gemm / MatMul layers over the whole mini-batch
+//   trainer_update.cpp      gradients summed by the fixed tree, then the SGD update
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/graph/train_graph.h"
+#include "runtime/ops/tensor.h"
+#include "runtime/train/train_conv.h"
+#include "runtime/train/trainer.h"
+#include "schedules/conv_schedule.h"
+
+namespace convgen::model {
+
+struct Trainer::Impl {
+  // Runs a piece of work, recording the first exception instead of throwing (work on the
+  // threads of a parallel region must not throw out of it).
+  using Guard = std::function<void(const std::function<void()>&)>;
+
+  // What the trainer knows of each graph value.
+  struct ValueInfo {
+    std::string name;
+    std::vector<int64_t> shape;   // at the micro-batch size m (constants: as they are)
+    bool constant = false;
+    int parameter = -1;           // index into the parameters, or -1 (frozen / activation)
+    int frozen = -1;              // index into the frozen constants
+    bool state = false;           // frozen but updated by training (BatchNormalization running statistics)
+    bool channels_last = false;   // activations of rank 3 and 4: the kernels' layout
+    bool requires_grad = false;   // depends on a parameter: backward reaches it
+    int64_t sample_elements = 0;  // activations: elements per sample
+  };
+
+  // The buffers of one micro-batch: first allocated (and first touched) by the thread that
+  // always runs that micro-batch.
+  struct Slot {
+    int64_t size = 0;
+    std::vector<std::vector<float>> act, grad;   // per value (activations; gradients where required)
+    std::vector<std::vector<float>> param_grad;  // per parameter
+    std::vector<std::vector<float>> masks;       // per node (Dropout)
+    std::vector<std::vector<int32_t>> argmax;    // per node (MaxPool): each output's source
+    std::vector<std::vector<double>> bn_partial;  // per node (BatchNormalization): per-channel sums
+    std::vector<char> grad_written, param_written;
+    std::vector<float> scratch;
+    double loss = 0.0;
+    int64_t correct = 0;
+    std::vector<double> seconds;  // profiling: per node, [3 * node + pass]
+    // This micro-batch's part of the mini-batch.
+    int64_t first_sample = 0;
+    const float* pixels = nullptr;
+    const int32_t* labels = nullptr;
+  };
+
+  // Mini-batch statistics of one BatchNormalization node, combined over micro-batches.
+  struct BatchStats {
+    std::vector<double> mean, var;       // biased variance
+    std::vector<float> invstd;           // 1 / sqrt(var + epsilon)
+    std::vector<double> dy_sum, dy_xhat_sum;
+  };
+
+  // Per-micro-batch work between two barriers (docs/training.md): a phase runs its actions
+  // for every micro-batch, then `combine` (if any) runs once, on one thread.
+  enum class Action { Forward, Loss, Backward, BnSums, BnSquares, BnBackwardSums, GemmForward, GemmBackward };
+  struct Step {
+    Action action;
+    size_t node = 0;
+  };
+  struct Phase {
+    std::vector<Step> steps;
+    Action combine = Action::Forward;  // Forward: nothing to combine
+    size_t combine_node = 0;
+  };
+
+  TrainerOptions options;
+  TargetInfo target;
+  TrainGraph tg;
+  int64_t m = 1;
+  std::vector<ValueInfo> values;
+  std::map<std::string, int> value_id;
+  std::vector<Parameter> parameters;
+  std::vector<std::vector<float>> frozen;
+  int input = -1, logits = -1;
+  std::vector<Slot> slots;
+  // Identical layers (the same descriptor and needs) share one implementation.
+  std::map<std::string, std::unique_ptr<TrainConv>> convs;
+  std::map<std::pair<size_t, int64_t>, TrainConv*> kernels;  // (node index, micro-batch size)
+  std::vector<std::string>* why = nullptr;
+  int64_t steps = 0;
+  // Builds a layer's convolutions (generated kernels unless TrainerOptions says otherwise).
+  TrainConvFactory make_conv;
+  // Micro-batches in sequence with intra-kernel parallel kernels: asked for, or a full
+  // mini-batch has fewer micro-batches than threads. Fixed per trainer.
+  bool intra = false;
+  std::vector<Phase> train_phases, eval_phases;
+  // Gemm / MatMul weight gradients computed once per mini-batch, after the backward pass,
+  // as one GEMM over all its samples (below): by node, and the parameters they fill.
+  std::vector<char> deferred_node, deferred_param;
+  std::vector<std::vector<float>> deferred_grad;   // per parameter (deferred ones only)
+  std::map<size_t, BatchStats> batch_stats;  // by node index
+  std::vector<std::string> state_names;      // running statistics, in graph order
+  int64_t active = 0;                        // micro-batches of the running mini-batch
+  int64_t batch_count = 0;                   // samples of the running mini-batch
+
+  // ---- views -------------------------------------------------------------------
+  std::vector<int64_t> shape_at(int id, int64_t n) const {
+    std::vector<int64_t> s = values[id].shape;
+    if (!values[id].constant && !s.empty()) s[0] = n;
+    return s;
+  }
+  float* data_of(Slot& slot, int id) {
+    const ValueInfo& v = values[id];
+    if (v.parameter >= 0) return parameters[v.parameter].value.data();
+    if (v.frozen >= 0) return frozen[v.frozen].data();
+    return slot.act[id].data();
+  }
+  View view(Slot& slot, int id) { return {data_of(slot, id), shape_at(id, slot.size), values[id].channels_last}; }
+  View grad_view(Slot& slot, int id) {
+    return {slot.grad[id].data(), shape_at(id, slot.size), values[id].channels_last};
+  }
+  int id(const std::string& name) const { return name.empty() ? -1 : value_id.at(name); }
+
+  // ---- setup -------------------------------------------------------------------
+  // Batched GEMM layers. A Gemm (or MatMul) whose weight is a parameter read by it alone
+  // and whose A operand has the samples in its rows runs over the whole mini-batch at a
+  // barrier instead of per micro-batch: Y = A W' for all samples at once, and backward
+  // dA = dY W'^T, dW = A^T dY (the mini-batch as the reduction) and db in one go. One
+  // GEMM packs the weight once instead of once per micro-batch, and the weight gradient
+  // needs no private copies and no tree (LeNet's 500x800 ip1). Threads share fixed
+  // blocks of the output's columns (dW: rows), so every element is BLIS's fixed-order sum,
+  // the same for every thread count.
+  struct BatchedGemm {
+    std::vector<float> a;  // A of the whole mini-batch, [B x K], kept from forward to backward
+    int bias_param = -1;
+    bool as_conv = false;  // Y = A W^T + b: runs as a 1x1 convolution (gemm_conv)
+    std::map<int64_t, std::unique_ptr<TrainConv>> convs;  // by mini-batch rows
+  };
+  std::map<size_t, BatchedGemm> batched;  // by node index
+  std::vector<float> gemm_y, gemm_dy, gemm_da;
+  std::vector<double> gemm_seconds;  // profiling, as Slot::seconds
+  static constexpr int64_t kGemmBlock = 128;  // columns (rows of dW) per work item
+
+  void choose_deferred_gradients();
+
+  // The convolution kernels of a Gemm that is a 1x1 convolution of a 1 x rows image:
+  // input NHWC [1][1][rows][K] = A, weights OIHW [N][K][1][1] = W (transB), output
+  // [1][1][rows][N] = Y, bias [N]. Compiled for each mini-batch size when first needed,
+  // with the intra-kernel parallel variant: they run between phases, on all threads.
+  TrainConv* gemm_conv(size_t node, int64_t rows);
+
+  struct GemmShape {
+    int a, w, c, y;
+    int64_t k, n;  // A's columns, Y's columns
+    bool trans_b;
+    float alpha, beta;
+  };
+  GemmShape gemm_shape(size_t node) const;
+
+  // Runs between phases, outside any parallel region: its loops open their own teams
+  // (fixed blocks, so the bits do not depend on T), and its generated kernels run their
+  // intra-kernel parallel variant.
+  void batched_gemm(Action a, size_t node, const Guard& guarded);
+
+  // The whole-mini-batch results back into the micro-batches: Y rows (forward), dA rows
+  // (backward, added when the value already has a gradient).
+  void scatter_gemm(Action a, const GemmShape& sh, int64_t micro, const Guard& guarded);
+
+
+  void index_values();
+
+  // Kernels of every Conv layer at micro-batch size n (compiled once per size).
+  void ensure_kernels(int64_t n);
+
+  // Every kernel a mini-batch of `count` samples needs: its micro-batch sizes' and its
+  // whole-mini-batch Gemm layers'.
+  void ensure_batch_kernels(int64_t count);
+
+  void prepare_slot(Slot& slot, int64_t n);
+
+  // ---- forward -------------------------------------------------------------------
+  void forward(Slot& slot, size_t node_index, bool train);
+
+  // ---- backward ------------------------------------------------------------------
+  // The gradient buffer of value `v` for a contribution: dx = c the first time, dx += c
+  // after (returned flag). Constants that are parameters get their slot's gradient.
+  struct Target {
+    View view;
+    bool accumulate = false;
+  };
+  Target target_for(Slot& slot, int v);
+  bool wants_grad(int v) const { return v >= 0 && (values[v].requires_grad || values[v].parameter >= 0); }
+
+  // Runs a kernel that writes (never adds) into t: straight in, or through scratch.
+  template <typename F>
+  void write_or_add(Slot& slot, const Target& t, F write) {
+    if (!t.accumulate) return write(t.view.data);
+    slot.scratch.resize(static_cast<size_t>(t.view.elements()));
+    write(slot.scratch.data());
+    for (int64_t i = 0, i_end = t.view.elements(); i < i_end; ++i) t.view.data[i] += slot.scratch[i];
+  }
+
+  void backward(Slot& slot, size_t node_index);
+
+  // ---- one micro-batch -------------------------------------------------------------
+  void load_input(Slot& slot, const float* pixels);
+
+  // ---- BatchNormalization in training mode -------------------------------------
+  // Mini-batch statistics need every micro-batch: each computes per-channel sums in a
+  // fixed order (BnSums, BnSquares, BnBackwardSums), a barrier, and one thread combines
+  // them by the pairwise tree (combine_*). Then each micro-batch normalises (forward) or
+  // computes dx (backward) with the mini-batch's numbers.
+  struct ChannelWalk {
+    int64_t channels, pixels;
+  };
+  ChannelWalk walk(Slot& slot, int v);
+
+  void bn_partial_sums(Slot& slot, size_t node_index, Action a);
+
+  // The pairwise tree over micro-batches of one node's partial sums.
+  std::vector<double> combined(size_t node_index);
+
+  void combine(Action a, size_t node_index);
+
+  void batch_norm_forward(Slot& slot, size_t node_index);
+
+  void batch_norm_backward(Slot& slot, size_t node_index);
+
+  // ---- phases ------------------------------------------------------------------------
+  std::vector<Phase> make_phases(const Graph& g, bool train) const;
+
+  void run_steps(Slot& slot, const Phase& phase, bool train, double scale);
+
+  void run_step(Slot& slot, const Step& st, bool train, double scale);
+
+  void begin_micro_batch(Slot& slot, int64_t n);
+
+  void end_micro_batch(Slot& slot);
+
+  // Runs a mini-batch's phases over its micro-batches: on the threads (micro-batch i on
+  // thread i mod T in every phase, a barrier between phases), or in order with
+  // intra-kernel parallel kernels.
+  StepStats run_batch(const float* pixels, const int32_t* labels, int64_t count, bool train);
+
+  // Gradients summed over micro-batches by the tree, then the SGD update; threads split
+  // the elements (each element's sum and update are the same whoever computes them).
+  void reduce_and_update(int64_t micro);
+};
+
+}  // namespace convgen::model

@@ -1,0 +1,246 @@
+// The per-operator forward and backward dispatch of one micro-batch.
+#include "runtime/train/trainer_impl.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "runtime/graph/operators.h"
+#include "runtime/ops/ops.h"
+#include "runtime/ops/tensor.h"
+#include "runtime/train/train_conv.h"
+#include "runtime/train/train_ops.h"
+#include "schedules/errors.h"
+
+namespace convgen::model {
+
+void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
+  const int64_t first_sample = slot.first_sample;
+  const Node& n = tg.graph.nodes[node_index];
+  const Attributes& a = n.attributes;
+  auto x = [&](size_t i) -> ConstView { return view(slot, id(n.inputs[i])); };
+  const View y = view(slot, id(n.outputs[0]));
+  switch (n.op) {
+    case Op::Conv: {
+      TrainConv& k = *kernels.at({node_index, slot.size});
+      const float* bias = n.inputs.size() > 2 && !n.inputs[2].empty() ? x(2).data : nullptr;
+      k.forward(x(0).data, x(1).data, bias, y.data);
+      return;
+    }
+    case Op::Relu: case Op::LeakyRelu: case Op::Clip: case Op::Sigmoid:
+      ops::unary(x(0), y, unary_of(n.op), a.alpha, a.clip_min, a.clip_max);
+      return;
+    case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow:
+      ops::binary(x(0), x(1), y, binary_of(n.op));
+      return;
+    case Op::MaxPool:
+      if (!train) {
+        ops::max_pool(x(0), window_of(a), y);
+        if (a.fused_relu) ops::unary(y, y, ops::Unary::Relu);
+        return;
+      }
+      slot.argmax[node_index].resize(static_cast<size_t>(y.elements()));
+      ops::max_pool_forward_argmax(x(0), window_of(a), y, slot.argmax[node_index].data(), a.fused_relu);
+      return;
+    case Op::AveragePool: ops::average_pool(x(0), window_of(a), a.count_include_pad, y); return;
+    case Op::GlobalAveragePool: ops::global_pool(x(0), false, y); return;
+    case Op::Gemm: {
+      const ConstView c = n.inputs.size() > 2 && !n.inputs[2].empty() ? x(2) : ConstView{};
+      ops::gemm_1t(x(0), x(1), c.data ? &c : nullptr, a.alpha, a.beta, a.trans_a, a.trans_b, y);
+      return;
+    }
+    case Op::MatMul: ops::gemm_1t(x(0), x(1), nullptr, 1.0f, 0.0f, false, false, y); return;
+    case Op::Concat: {
+      std::vector<ConstView> xs;
+      for (size_t i = 0; i < n.inputs.size(); ++i) xs.push_back(x(i));
+      ops::concat(xs, a.axis, y);
+      return;
+    }
+    case Op::Pad: ops::pad(x(0), a.pad_amounts, a.pad_value, y); return;
+    case Op::LRN: ops::lrn(x(0), a.size, a.alpha, a.beta, a.lrn_bias, y); return;
+    case Op::WithinChannelLRN: {
+      // s (x's size) in the node's mask buffer, for the backward.
+      std::vector<float>& kept = slot.masks[node_index];
+      kept.resize(static_cast<size_t>(y.elements()));
+      ops::within_channel_lrn_forward(x(0), a.size, a.alpha, a.lrn_bias, a.beta, y, kept.data());
+      return;
+    }
+    case Op::Dropout: {
+      if (!train) return copy_layout(x(0), y);
+      std::vector<float>& mask = slot.masks[node_index];
+      mask.resize(static_cast<size_t>(y.elements()));
+      ops::dropout_forward(x(0), a.ratio, options.seed, node_index, steps, first_sample, y, mask.data());
+      return;
+    }
+    case Op::BatchNormalization:
+      if (!train) return ops::batch_norm(x(0), x(1), x(2), x(3), x(4), a.epsilon, y);
+      return batch_norm_forward(slot, node_index);
+    case Op::Flatten: case Op::Reshape: case Op::Identity: {
+      // The same values in ONNX order: x's dense order, relaid into y's layout.
+      const ConstView in = x(0);
+      if (in.shape == y.shape) return copy_layout(in, y);
+      if (!y.channels_last) return copy_layout(in, View{y.data, in.shape, false});
+      slot.scratch.resize(static_cast<size_t>(y.elements()));
+      copy_layout(in, View{slot.scratch.data(), in.shape, false});
+      copy_layout(ConstView{slot.scratch.data(), y.shape, false}, y);
+      return;
+    }
+    default:
+      throw Error(ExitCode::Internal, fmt::format("trainer: no forward for node '{}' ({})", n.name, op_name(n.op)));
+  }
+}
+
+auto Trainer::Impl::target_for(Slot& slot, int v) -> Target {
+  const ValueInfo& info = values[v];
+  if (info.parameter >= 0) {
+    const int p = info.parameter;
+    const bool acc = slot.param_written[p] != 0;
+    slot.param_written[p] = 1;
+    return {View{slot.param_grad[p].data(), info.shape, false}, acc};
+  }
+  const bool acc = slot.grad_written[v] != 0;
+  slot.grad_written[v] = 1;
+  return {grad_view(slot, v), acc};
+}
+
+void Trainer::Impl::backward(Slot& slot, size_t node_index) {
+  const Node& n = tg.graph.nodes[node_index];
+  const Attributes& a = n.attributes;
+  const int out = id(n.outputs[0]);
+  if (!values[out].requires_grad) return;
+  if (!slot.grad_written[out]) {
+    // Nothing downstream reached this value: its gradient is zero.
+    std::fill(slot.grad[out].begin(), slot.grad[out].end(), 0.0f);
+    slot.grad_written[out] = 1;
+  }
+  auto x = [&](size_t i) -> ConstView { return view(slot, id(n.inputs[i])); };
+  const ConstView y = view(slot, out);
+  const ConstView dy = grad_view(slot, out);
+  auto in_id = [&](size_t i) { return i < n.inputs.size() ? id(n.inputs[i]) : -1; };
+  switch (n.op) {
+    case Op::Conv: {
+      TrainConv& k = *kernels.at({node_index, slot.size});
+      const float* yp = n.attributes.fused_relu ? y.data : nullptr;
+      const int w = in_id(1), b = in_id(2);
+      if (wants_grad(w)) {
+        const Target tw = target_for(slot, w);
+        Target tb{};
+        const bool has_bias = b >= 0;
+        if (has_bias) tb = target_for(slot, b);
+        if (!tw.accumulate && (!has_bias || !tb.accumulate)) {
+          k.backward_weights(x(0).data, dy.data, yp, tw.view.data, has_bias ? tb.view.data : nullptr);
+        } else {
+          std::vector<float> dw(static_cast<size_t>(tw.view.elements())), db(has_bias ? tb.view.elements() : 0);
+          k.backward_weights(x(0).data, dy.data, yp, dw.data(), has_bias ? db.data() : nullptr);
+          for (size_t i = 0; i < dw.size(); ++i) tw.view.data[i] = tw.accumulate ? tw.view.data[i] + dw[i] : dw[i];
+          for (size_t i = 0; i < db.size(); ++i) tb.view.data[i] = tb.accumulate ? tb.view.data[i] + db[i] : db[i];
+        }
+      }
+      if (values[in_id(0)].requires_grad) {
+        const Target tx = target_for(slot, in_id(0));
+        write_or_add(slot, tx, [&](float* dx) { k.backward_data(dy.data, x(1).data, yp, dx); });
+      }
+      return;
+    }
+    case Op::Relu: case Op::LeakyRelu: case Op::Clip: case Op::Sigmoid: case Op::Identity: {
+      if (!wants_grad(in_id(0))) return;
+      const Target t = target_for(slot, in_id(0));
+      if (n.op == Op::Identity) return ops::relabel_backward(dy, t.view, t.accumulate);
+      ops::unary_backward(x(0), y, dy, t.view, unary_of(n.op), a.alpha, a.clip_min, a.clip_max, t.accumulate);
+      return;
+    }
+    case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow:
+      for (int which = 0; which < 2; ++which) {
+        if (!wants_grad(in_id(which))) continue;
+        const Target t = target_for(slot, in_id(which));
+        ops::binary_backward(x(0), x(1), y, dy, binary_of(n.op), which, t.view, t.accumulate);
+      }
+      return;
+    case Op::MaxPool: {
+      if (!wants_grad(in_id(0))) return;
+      const Target t = target_for(slot, in_id(0));
+      ops::max_pool_backward_argmax(dy, slot.argmax[node_index].data(), t.view, t.accumulate);
+      return;
+    }
+    case Op::AveragePool: {
+      if (!wants_grad(in_id(0))) return;
+      const Target t = target_for(slot, in_id(0));
+      ops::average_pool_backward(window_of(a), a.count_include_pad, dy, t.view, t.accumulate);
+      return;
+    }
+    case Op::GlobalAveragePool: {
+      if (!wants_grad(in_id(0))) return;
+      const Target t = target_for(slot, in_id(0));
+      ops::global_average_pool_backward(dy, t.view, t.accumulate);
+      return;
+    }
+    case Op::Gemm: case Op::MatMul: {
+      const bool gemm = n.op == Op::Gemm;
+      const float alpha = gemm ? a.alpha : 1.0f, beta = gemm ? a.beta : 0.0f;
+      const bool ta = gemm && a.trans_a, tb = gemm && a.trans_b;
+      Target t0{}, t1{}, t2{};
+      const bool g0 = wants_grad(in_id(0)), g2 = gemm && wants_grad(in_id(2));
+      const bool g1 = wants_grad(in_id(1)) && !deferred_node[node_index];
+      if (g0) t0 = target_for(slot, in_id(0));
+      if (g1) t1 = target_for(slot, in_id(1));
+      if (g2) t2 = target_for(slot, in_id(2));
+      ops::gemm_backward(x(0), x(1), dy, alpha, beta, ta, tb, g0 ? &t0.view : nullptr, t0.accumulate,
+                         g1 ? &t1.view : nullptr, t1.accumulate, g2 ? &t2.view : nullptr, t2.accumulate);
+      return;
+    }
+    case Op::Concat: {
+      std::vector<std::vector<int64_t>> shapes;
+      for (size_t i = 0; i < n.inputs.size(); ++i) shapes.push_back(shape_at(in_id(i), slot.size));
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        if (!wants_grad(in_id(i))) continue;
+        const Target t = target_for(slot, in_id(i));
+        ops::concat_backward(dy, a.axis, shapes, static_cast<int>(i), t.view, t.accumulate);
+      }
+      return;
+    }
+    case Op::Pad: {
+      if (!wants_grad(in_id(0))) return;
+      const Target t = target_for(slot, in_id(0));
+      ops::pad_backward(dy, a.pad_amounts, t.view, t.accumulate);
+      return;
+    }
+    case Op::LRN: {
+      if (!wants_grad(in_id(0))) return;
+      const Target t = target_for(slot, in_id(0));
+      ops::lrn_backward(x(0), dy, a.size, a.alpha, a.beta, a.lrn_bias, t.view, t.accumulate);
+      return;
+    }
+    case Op::WithinChannelLRN: {
+      if (!wants_grad(in_id(0))) return;
+      const Target t = target_for(slot, in_id(0));
+      const std::vector<float>& kept = slot.masks[node_index];
+      slot.scratch.resize(static_cast<size_t>(y.elements() / y.shape[0]));  // one image
+      ops::within_channel_lrn_backward(x(0), kept.data(), dy, a.size, a.alpha, a.beta, t.view, t.accumulate,
+                                       slot.scratch.data());
+      return;
+    }
+    case Op::Dropout: {
+      if (!wants_grad(in_id(0))) return;
+      const Target t = target_for(slot, in_id(0));
+      ops::dropout_backward(dy, slot.masks[node_index].data(), t.view, t.accumulate);
+      return;
+    }
+    case Op::BatchNormalization: return batch_norm_backward(slot, node_index);
+    case Op::Flatten: case Op::Reshape: {
+      if (!wants_grad(in_id(0))) return;
+      const Target t = target_for(slot, in_id(0));
+      // The forward's mirror: dy in ONNX order (y's dense order) read in x's shape.
+      if (y.shape == t.view.shape) return ops::relabel_backward(dy, t.view, t.accumulate);
+      if (!y.channels_last)
+        return ops::relabel_backward(ConstView{dy.data, t.view.shape, false}, t.view, t.accumulate);
+      slot.scratch.resize(static_cast<size_t>(dy.elements()));
+      copy_layout(dy, View{slot.scratch.data(), dy.shape, false});
+      ops::relabel_backward(ConstView{slot.scratch.data(), t.view.shape, false}, t.view, t.accumulate);
+      return;
+    }
+    default:
+      throw Error(ExitCode::Internal, fmt::format("trainer: no backward for node '{}' ({})", n.name, op_name(n.op)));
+  }
+}
+
+}  // namespace convgen::model

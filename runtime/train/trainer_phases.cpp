@@ -1,0 +1,185 @@
+// Phases between barriers and their scheduling over threads (docs/training.md).
+#include "runtime/train/trainer_impl.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <mutex>
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include "runtime/ops/ops.h"
+#include "runtime/ops/tensor.h"
+#include "runtime/train/train_conv.h"
+#include "runtime/train/train_ops.h"
+#include "schedules/errors.h"
+
+namespace convgen::model {
+
+auto Trainer::Impl::make_phases(const Graph& g, bool train) const -> std::vector<Phase> {
+  std::vector<Phase> phases(1);
+  auto barrier = [&](Action a, size_t node) {
+    phases.back().combine = a;
+    phases.back().combine_node = node;
+    phases.emplace_back();
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (train && g.nodes[i].op == Op::BatchNormalization) {
+      phases.back().steps.push_back({Action::BnSums, i});
+      barrier(Action::BnSums, i);
+      phases.back().steps.push_back({Action::BnSquares, i});
+      barrier(Action::BnSquares, i);
+    }
+    if (deferred_node[i]) {
+      barrier(Action::GemmForward, i);  // the whole mini-batch at once, at the barrier
+      continue;
+    }
+    phases.back().steps.push_back({Action::Forward, i});
+  }
+  phases.back().steps.push_back({Action::Loss, 0});
+  if (!train) return phases;
+  for (size_t i = g.nodes.size(); i-- > 0;) {
+    if (g.nodes[i].op == Op::BatchNormalization) {
+      phases.back().steps.push_back({Action::BnBackwardSums, i});
+      barrier(Action::BnBackwardSums, i);
+    }
+    if (deferred_node[i]) {
+      barrier(Action::GemmBackward, i);
+      continue;
+    }
+    phases.back().steps.push_back({Action::Backward, i});
+  }
+  return phases;
+}
+
+void Trainer::Impl::run_steps(Slot& slot, const Phase& phase, bool train, double scale) {
+  if (options.profile) slot.seconds.resize(3 * tg.graph.nodes.size() + 3, 0.0);
+  for (const Step& st : phase.steps) {
+    const auto start = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    run_step(slot, st, train, scale);
+    if (!options.profile) continue;
+    const int pass = st.action == Action::Forward || st.action == Action::Loss ? 0 : st.action == Action::Backward ? 1 : 2;
+    const size_t node = st.action == Action::Loss ? tg.graph.nodes.size() : st.node;
+    slot.seconds[3 * node + pass] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+}
+
+void Trainer::Impl::run_step(Slot& slot, const Step& st, bool train, double scale) {
+  {
+    switch (st.action) {
+      case Action::Forward: forward(slot, st.node, train); break;
+      case Action::Backward: backward(slot, st.node); break;
+      case Action::BnSums: case Action::BnSquares: case Action::BnBackwardSums:
+        bn_partial_sums(slot, st.node, st.action);
+        break;
+      case Action::Loss:
+        if (!train) {
+          slot.loss = ops::softmax_cross_entropy_loss(view(slot, logits), slot.labels, &slot.correct);
+          break;
+        }
+        slot.loss = ops::softmax_cross_entropy(view(slot, logits), slot.labels, scale, slot.grad[logits].data(),
+                                               &slot.correct);
+        slot.grad_written[logits] = 1;
+        break;
+      case Action::GemmForward: case Action::GemmBackward:
+        break;  // phase combines, never per-micro-batch steps
+    }
+  }
+}
+
+void Trainer::Impl::begin_micro_batch(Slot& slot, int64_t n) {
+  prepare_slot(slot, n);
+  load_input(slot, slot.pixels);
+  std::fill(slot.grad_written.begin(), slot.grad_written.end(), 0);
+  std::fill(slot.param_written.begin(), slot.param_written.end(), 0);
+}
+
+void Trainer::Impl::end_micro_batch(Slot& slot) {
+  for (size_t p = 0; p < parameters.size(); ++p)
+    if (!slot.param_written[p]) std::fill(slot.param_grad[p].begin(), slot.param_grad[p].end(), 0.0f);
+}
+
+StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, int64_t count, bool train) {
+  if (count < 1 || count > options.batch)
+    throw Error(ExitCode::Internal, fmt::format("trainer: a batch of {} samples (batch size {})", count, options.batch));
+  const int64_t micro = (count + m - 1) / m, last = count - (micro - 1) * m;
+  ensure_batch_kernels(count);
+  if (static_cast<int64_t>(slots.size()) < micro) slots.resize(static_cast<size_t>(micro));
+  const int64_t sample_floats = values[input].sample_elements;
+  for (int64_t i = 0; i < micro; ++i) {
+    slots[i].first_sample = i * m;
+    slots[i].pixels = pixels + i * m * sample_floats;
+    slots[i].labels = labels + i * m;
+  }
+  active = micro;
+  batch_count = count;
+  const double scale = 1.0 / double(count);
+  const std::vector<Phase>& phases = train ? train_phases : eval_phases;
+  auto run = [&](size_t phase, int64_t i) {
+    Slot& slot = slots[i];
+    if (phase == 0) begin_micro_batch(slot, i + 1 == micro ? last : m);
+    run_steps(slot, phases[phase], train, scale);
+    if (phase + 1 == phases.size()) end_micro_batch(slot);
+  };
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  std::atomic<bool> failed{false};
+  auto guarded = [&](auto&& f) {
+    try {
+      f();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+      failed = true;
+    }
+  };
+  // A phase's combine, between phases and outside any parallel region: batched GEMMs
+  // open their own teams (or run intra-kernel parallel kernels), BatchNormalization's
+  // statistics are combined on this thread.
+  auto combine_phase = [&](const Phase& p) {
+    if (p.combine == Action::GemmForward || p.combine == Action::GemmBackward) {
+      const auto start = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+      batched_gemm(p.combine, p.combine_node, guarded);
+      if (options.profile)
+        gemm_seconds[3 * p.combine_node + (p.combine == Action::GemmForward ? 0 : 1)] +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * options.threads;
+    } else if (p.combine != Action::Forward) {
+      guarded([&] { combine(p.combine, p.combine_node); });
+    }
+  };
+  omp_set_num_threads(options.threads);  // the kernels' own parallel loops
+  for (size_t ph = 0; ph < phases.size() && !failed; ++ph) {
+    if (intra) {
+      for (int64_t i = 0; i < micro && !failed; ++i) guarded([&] { run(ph, i); });
+    } else {
+      // Micro-batch i on thread i mod T in every phase: the same static schedule over
+      // the same team size gives every phase the same mapping.
+#pragma omp parallel for schedule(static, 1) num_threads(options.threads)
+      for (int64_t i = 0; i < micro; ++i) guarded([&] { run(ph, i); });
+    }
+    if (!failed) combine_phase(phases[ph]);
+  }
+  if (failure) std::rethrow_exception(failure);
+
+  // The loss and the correct count: a pairwise tree over the micro-batch index.
+  std::vector<double> losses(static_cast<size_t>(micro));
+  StepStats stats;
+  for (int64_t i = 0; i < micro; ++i) losses[i] = slots[i].loss, stats.correct += slots[i].correct;
+  for (int64_t stride = 1; stride < micro; stride *= 2)
+    for (int64_t i = 0; i + stride < micro; i += 2 * stride) losses[i] += losses[i + stride];
+  stats.loss = losses[0] / double(count);
+  stats.count = count;
+  if (train) {
+    reduce_and_update(micro);
+    for (const Parameter& p : parameters)
+      if (!std::all_of(p.value.begin(), p.value.end(), [](float v) { return std::isfinite(v); })) {
+        stats.non_finite = p.name;
+        break;
+      }
+  }
+  return stats;
+}
+
+}  // namespace convgen::model

@@ -1,0 +1,61 @@
+// ConvDescriptor: one convolution layer, every bound a number, in ONNX conventions.
+// This is the key that specialises a generated kernel. Parsing and printing live in
+// schedules/conv_descriptor.cpp; docs/descriptor.md is the grammar.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace convgen {
+
+struct ConvDescriptor {
+  std::string name;  // free-form label ("res2a"); not part of the normalised key
+  int64_t mb = 1;    // minibatch N
+  int64_t ic = 0;    // input channels C (all groups)
+  int64_t ih = 0, iw = 0;
+  int64_t oc = 0;    // output channels K (all groups)
+  int64_t kh = 1, kw = 1;
+  int64_t sh = 1, sw = 1;
+  int64_t pt = 0, pb = 0, pl = 0, pr = 0;  // zero padding top/bottom/left/right
+  int64_t dh = 1, dw = 1;                  // ONNX dilation (1 = dense)
+  int64_t g = 1;                           // groups
+  // Fused epilogue of the forward pass.
+  bool bias = false;
+  bool relu = false;
+
+  int64_t oh() const { return (ih + pt + pb - dh * (kh - 1) - 1) / sh + 1; }
+  int64_t ow() const { return (iw + pl + pr - dw * (kw - 1) - 1) / sw + 1; }
+  int64_t icg() const { return ic / g; }  // input channels per group
+  int64_t ocg() const { return oc / g; }  // output channels per group
+  bool depthwise() const { return g > 1 && icg() == 1; }
+
+  // Nominal flop count of one pass: 2*N*K*(C/g)*R*S*P*Q, padded taps counted.
+  double flops() const;
+  // Size in bytes of the im2col matrix an explicit im2col+GEMM would build.
+  int64_t im2col_bytes() const;
+
+  // Canonical text form, parseable again (docs/descriptor.md). Excludes the name.
+  std::string normalised() const;
+  // Canonical form plus n"name" when a name is set.
+  std::string to_string() const;
+
+  bool operator==(const ConvDescriptor& o) const { return normalised() == o.normalised(); }
+};
+
+// Parses the benchdnn-style grammar (plus pt/pb/pl/pr, bias, relu keys). Throws
+// convgen::Error(ExitCode::BadDescriptor) with a message naming the offending field.
+ConvDescriptor parse_descriptor(const std::string& text);
+
+// Parses one data row of a shared/layers TSV file (ONNX conventions):
+// name mb ic ih iw oc kh kw sh sw ph pw dh dw g
+ConvDescriptor parse_tsv_row(const std::string& line, const std::string& where);
+
+// Reads a whole TSV layer set, skipping '#' comments and blank lines.
+std::vector<ConvDescriptor> read_layer_set(const std::string& path);
+
+// Throws convgen::Error(BadDescriptor) naming the field if the descriptor is not a
+// valid convolution or would overflow 32-bit indexing in generated code.
+void validate(const ConvDescriptor& d);
+
+}  // namespace convgen

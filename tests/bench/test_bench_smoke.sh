@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# convgen-bench end to end on one small layer (no timing is judged): every pass runs for
+# every peer and the peers agree; the peers' ISA follows convgen's target; usage errors
+# exit 2 with a message.   tests/bench/test_bench_smoke.sh CONVGEN_BENCH
+set -u
+bench="$1"
+py=/usr/bin/python3  # Debian's python3 (reads the JSON)
+dir="$(mktemp -d)"
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "bench.smoke: $*"; exit 1; }
+layer='mb2ic8ih9iw7oc16kh3kw3sh2pt1pb0pl1pr1g2n"smoke"'  # strided, grouped, asymmetric padding
+
+# check_json FILE ONEDNN_ISA LANES BLIS_MUST_NOT_BE
+check_json() {
+  "$py" - "$@" <<'PY' || exit 1
+import json, sys
+path, isa, lanes, bad_blis = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+doc = json.load(open(path))
+b, m = doc["build"], doc["machine"]
+def need(ok, what):
+    if not ok:
+        print(f"bench.smoke: {path}: {what}"); sys.exit(1)
+need(b["onednn_isa"] == isa, f"oneDNN ISA {b['onednn_isa']}, expected {isa}")
+need(m["fma_probe_lanes"] == lanes, f"probe lanes {m['fma_probe_lanes']}, expected {lanes}")
+need(b["blis_arch"] != bad_blis, f"BLIS kernels {b['blis_arch']}")
+need(m["fma_peak_gflops_mean"] > 0, "no FMA peak")
+passes = sorted(l["pass"] for l in doc["layers"])
+need(passes == ["bwd_data", "bwd_weights", "fwd"], f"passes {passes}")
+for l in doc["layers"]:
+    for peer in ("convgen", "blis", "onednn"):
+        need(l[peer] is not None and l[peer]["gflops_median"] > 0, f"{l['pass']}: {peer} did not run")
+    need(l["check_ok"] is True, f"{l['pass']}: peers disagree ({l['max_rel_diff']})")
+PY
+}
+
+unset BLIS_ARCH_TYPE
+"$bench" --descriptor "$layer" --pass all --runs 1 --json "$dir/avx2.json" >"$dir/out" 2>&1 ||
+  { cat "$dir/out"; fail "default run failed"; }
+grep -q "peers matched: oneDNN ISA avx2" "$dir/out" || { cat "$dir/out"; fail "no matched-ISA line"; }
+check_json "$dir/avx2.json" avx2 8 generic
+
+if grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo &&
+   grep -qw avx512dq /proc/cpuinfo && grep -qw avx512cd /proc/cpuinfo; then
+  "$bench" --descriptor "$layer" --pass all --runs 1 --target host --json "$dir/host.json" >"$dir/out" 2>&1 ||
+    { cat "$dir/out"; fail "--target host run failed"; }
+  check_json "$dir/host.json" avx512_core 16 generic
+else
+  echo "bench.smoke: no AVX-512: the host-target run is left out"
+fi
+
+# A BLIS_ARCH_TYPE of the user's is left alone and said so (3 = haswell in BLIS 0.9).
+BLIS_ARCH_TYPE=3 "$bench" --descriptor "$layer" --pass fwd --runs 1 --peers convgen,blis >"$dir/out" 2>&1 ||
+  { cat "$dir/out"; fail "run with BLIS_ARCH_TYPE failed"; }
+grep -q "(BLIS_ARCH_TYPE from the environment)" "$dir/out" || { cat "$dir/out"; fail "user's BLIS_ARCH_TYPE"; }
+BLIS_ARCH_TYPE=3 "$bench" --version >"$dir/out" 2>&1 && grep -q "^BLIS .* (haswell)" "$dir/out" ||
+  { cat "$dir/out"; fail "--version with BLIS_ARCH_TYPE"; }
+"$bench" --descriptor "$layer" --pass fwd --runs 1 --peers convgen,blis --peer-isa native >"$dir/out" 2>&1 ||
+  { cat "$dir/out"; fail "--peer-isa native failed"; }
+grep -q "peers native: oneDNN ISA native" "$dir/out" || { cat "$dir/out"; fail "native line"; }
+
+usage() {  # usage EXPECTED_TEXT ARGS...
+  local want="$1"; shift
+  "$bench" "$@" >"$dir/out" 2>&1
+  local rc=$?
+  [ $rc -eq 2 ] || { cat "$dir/out"; fail "'$*' exited $rc, expected 2"; }
+  grep -q -- "$want" "$dir/out" || { cat "$dir/out"; fail "'$*' did not say '$want'"; }
+}
+usage "--peer-isa: 'fast' is neither matched nor native" --descriptor "$layer" --peer-isa fast
+usage "--target needs a value" --descriptor "$layer" --target
+"$bench" --descriptor "$layer" --target arm-64-linux >"$dir/out" 2>&1
+rc=$?
+[ $rc -eq 7 ] && grep -q "only x86-64 targets are supported" "$dir/out" ||
+  { cat "$dir/out"; fail "--target arm-64-linux exited $rc"; }
+echo "bench.smoke: ok"

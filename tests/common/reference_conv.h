@@ -1,0 +1,20 @@
+// Definitional convolution in double: the oracle every generated kernel is checked
+// against. Deliberately naive and sharing no code with the generator.
+#pragma once
+
+#include <vector>
+
+#include "schedules/conv_descriptor.h"
+
+namespace convgen::test {
+
+struct ReferenceResult {
+  std::vector<double> y;        // NHWK [mb][oh][ow][oc], after bias and ReLU
+  std::vector<double> abs_sum;  // per output: |b| + sum |x*w| (bounds fp32 rounding)
+};
+
+// x: NHWC [mb][ih][iw][ic]; w: ONNX [oc][ic/g][kh][kw]; b: [oc] (ignored without bias).
+ReferenceResult reference_forward(const ConvDescriptor& d, const std::vector<float>& x, const std::vector<float>& w,
+                                  const std::vector<float>& b);
+
+}  // namespace convgen::test

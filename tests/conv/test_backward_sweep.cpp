@@ -1,0 +1,395 @@
+// The backward correctness sweep: backward-data and backward-weights kernels over every
+// edge class of the forward sweep (plus stride/dilation interplay), every schedule field
+// value, bit for bit on integer-valued data and to a rounding bound on real data, with
+// guard zones around every output. References: tests/common/reference_conv_backward.h.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <algorithm>
+#include <cstdint>
+#include <random>
+
+#include "generator/conv/backward.h"
+#include "generator/conv/jit.h"
+#include "generator/conv/pipeline.h"
+#include "schedules/backward_data_classes.h"
+#include "schedules/schedule_records.h"
+#include "tests/common/guarded_output.h"
+#include "tests/common/reference_conv_backward.h"
+#include "tests/conv/sweep_plan.h"
+
+using namespace convgen;
+using namespace convgen::test;
+
+namespace {
+
+struct Data {
+  std::vector<float> x, w, dy, y, dy_masked;
+};
+
+Data make_data(const ConvDescriptor& d, bool integer_valued, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Data t;
+  t.x.resize(d.mb * d.ih * d.iw * d.ic);
+  t.w.resize(d.oc * d.icg() * d.kh * d.kw);
+  t.dy.resize(d.mb * d.oh() * d.ow() * d.oc);
+  t.y.resize(t.dy.size());
+  auto fill = [&](std::vector<float>& v, int range) {
+    std::uniform_int_distribution<int> ints(-range, range);
+    std::uniform_real_distribution<float> reals(-1.0f, 1.0f);
+    for (auto& e : v) e = integer_valued ? float(ints(rng)) : reals(rng);
+  };
+  fill(t.x, 3);
+  fill(t.w, 2);
+  fill(t.dy, 3);
+  fill(t.y, 2);  // about 40% of the mask is off (y <= 0), integer or not
+  t.dy_masked = t.dy;
+  if (d.relu)
+    for (size_t i = 0; i < t.dy.size(); ++i)
+      if (!(t.y[i] > 0.0f)) t.dy_masked[i] = 0.0f;
+  return t;
+}
+
+std::vector<float> absolute(std::vector<float> v) {
+  for (auto& e : v) e = std::fabs(e);
+  return v;
+}
+
+struct Outcome {
+  size_t mismatches = 0, guard_damage = 0;
+  std::string first_mismatch;
+};
+
+// Integer data must match exactly; real data within 2 * terms * eps * sum|terms|.
+void compare(const char* what, const GuardedOutput& got, const std::vector<double>& want, const std::vector<double>& abs_sum,
+             double terms, bool integer_valued, Outcome& o) {
+  o.guard_damage += got.damaged_guards();
+  for (size_t i = 0; i < want.size(); ++i) {
+    const bool ok = integer_valued ? double(got[i]) == want[i]
+                                   : std::fabs(double(got[i]) - want[i]) <= 2.0 * terms * 6e-8 * abs_sum[i] + 1e-30;
+    if (!ok && o.mismatches++ == 0)
+      o.first_mismatch = std::string(what) + " " + std::to_string(i) + ": got " + std::to_string(got[i]) +
+                         ", want " + std::to_string(want[i]);
+  }
+}
+
+double max_of(const std::vector<double>& v) {
+  double m = 0;
+  for (double e : v) m = std::max(m, e);
+  return m;
+}
+
+Outcome run_backward_data(JitBackwardDataKernel& k, const ConvDescriptor& d, bool integer_valued, uint32_t seed) {
+  const Data in = make_data(d, integer_valued, seed);
+  const auto want = reference_backward_data(d, in.dy_masked, in.w);
+  const auto abs_sum = reference_backward_data(d, absolute(in.dy_masked), absolute(in.w));
+  if (integer_valued) REQUIRE(max_of(abs_sum) < double(1 << 24));  // exact fp32 sums
+  GuardedOutput dx(want.size());
+  k.run(in.dy.data(), in.w.data(), d.relu ? in.y.data() : nullptr, dx.data());
+  Outcome o;
+  compare("dx", dx, want, abs_sum, double(d.ocg() * d.kh * d.kw), integer_valued, o);
+  return o;
+}
+
+Outcome run_backward_weights(JitBackwardWeightsKernel& k, const ConvDescriptor& d, bool integer_valued,
+                             uint32_t seed) {
+  const Data in = make_data(d, integer_valued, seed);
+  const auto want = reference_backward_weights(d, in.x, in.dy_masked);
+  const auto abs_sum = reference_backward_weights(d, absolute(in.x), absolute(in.dy_masked));
+  if (integer_valued) REQUIRE(std::max(max_of(abs_sum.dw), max_of(abs_sum.db)) < double(1 << 24));
+  GuardedOutput dw(want.dw.size()), db(d.oc);
+  k.run(in.x.data(), in.dy.data(), d.relu ? in.y.data() : nullptr, dw.data(), d.bias ? db.data() : nullptr);
+  Outcome o;
+  const double terms = double(d.mb * d.oh() * d.ow());
+  compare("dw", dw, want.dw, abs_sum.dw, terms, integer_valued, o);
+  if (d.bias) {
+    compare("db", db, want.db, abs_sum.db, terms, integer_valued, o);
+  } else {
+    o.guard_damage += db.damaged_guards() + db.written();  // db untouched
+  }
+  return o;
+}
+
+void check(const Outcome& o) {
+  INFO(o.first_mismatch);
+  CHECK(o.mismatches == 0);
+  CHECK(o.guard_damage == 0);
+}
+
+void run_class(const std::string& cls) {
+  const TargetInfo t = sweep_target();
+  for (const SweepCase& c : sweep_cases(cls)) {
+    INFO(c.descriptor.to_string() << "  schedule: " << describe(c.schedule));
+    {
+      JitBackwardDataKernel k(c.descriptor, c.schedule, t);
+      check(run_backward_data(k, c.descriptor, true, 7));
+      check(run_backward_data(k, c.descriptor, false, 11));
+    }
+    {
+      JitBackwardWeightsKernel k(c.descriptor, c.schedule, t);
+      check(run_backward_weights(k, c.descriptor, true, 7));
+      check(run_backward_weights(k, c.descriptor, false, 11));
+    }
+  }
+}
+
+// True when the backward-weights plan of (d, s) says `what` under --verbose: the rule a
+// test checks really picked its code path.
+bool weights_plan_says(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t, const char* what) {
+  std::vector<std::string> why;
+  build_backward_weights(d, s, t, &why);
+  return std::any_of(why.begin(), why.end(), [&](const std::string& line) { return line.find(what) != std::string::npos; });
+}
+
+}  // namespace
+
+TEST_CASE("backward sweep: kernel_1x1", "[bwd_sweep]") { run_class("kernel_1x1"); }
+TEST_CASE("backward sweep: kernel_3x3", "[bwd_sweep]") { run_class("kernel_3x3"); }
+TEST_CASE("backward sweep: kernel_5x5", "[bwd_sweep]") { run_class("kernel_5x5"); }
+TEST_CASE("backward sweep: kernel_7x7", "[bwd_sweep]") { run_class("kernel_7x7"); }
+TEST_CASE("backward sweep: kernel_11x11", "[bwd_sweep]") { run_class("kernel_11x11"); }
+TEST_CASE("backward sweep: non_square_kernel", "[bwd_sweep]") { run_class("non_square_kernel"); }
+TEST_CASE("backward sweep: stride", "[bwd_sweep]") { run_class("stride"); }
+TEST_CASE("backward sweep: stride_dilation", "[bwd_sweep]") { run_class("stride_dilation"); }
+TEST_CASE("backward sweep: border_columns", "[bwd_sweep]") { run_class("border_columns"); }
+TEST_CASE("backward sweep: asymmetric_padding", "[bwd_sweep]") { run_class("asymmetric_padding"); }
+TEST_CASE("backward sweep: dilation", "[bwd_sweep]") { run_class("dilation"); }
+TEST_CASE("backward sweep: groups", "[bwd_sweep]") { run_class("groups"); }
+TEST_CASE("backward sweep: depthwise", "[bwd_sweep]") { run_class("depthwise"); }
+TEST_CASE("backward sweep: depthwise_multiplier", "[bwd_sweep]") { run_class("depthwise_multiplier"); }
+TEST_CASE("backward sweep: odd_sizes", "[bwd_sweep]") { run_class("odd_sizes"); }
+TEST_CASE("backward sweep: conv1d", "[bwd_sweep]") { run_class("conv1d"); }
+
+// The analytic backward-weights defaults themselves, on shapes of the classes they were
+// tuned on (scaled down): with 32 vector registers (sweep.avx512) these are the 32x8 and
+// 48x8 direct-load tiles, ragged channel tiles, items of several whole small images
+// (8 + 1 images included) and of ~128-pixel bands of larger ones; on the default target
+// the AVX2 rules of the same shapes.
+TEST_CASE("backward sweep: analytic backward-weights defaults on wide-tile shapes", "[bwd_sweep]") {
+  const TargetInfo t = sweep_target();
+  struct Shape {
+    const char* text;
+    int mr, nr;  // expected tile with 32 vector registers, in vectors of the target
+    int kc;
+  };
+  const Shape shapes[] = {
+      {"mb2ic64ih12iw12oc64kh3kw3pt1pb1pl1pr1+bias+relu", 2, 8, 400},  // 64 channels: 32x8, padded
+      {"mb3ic16ih7iw7oc128kh1kw1+bias", 3, 8, 400},                   // 48x8, ragged, 3 images per item
+      {"mb9ic24ih7iw7oc96kh3kw3pt1pb1pl1pr1", 3, 8, 400},             // items of 8 + 1 images
+      {"mb2ic32ih14iw14oc48kh1kw1sh2sw2+bias", 3, 8, 400},             // stride 2 to 7x7
+      {"mb1ic8ih16iw16oc64kh3kw3pt1pb1pl1pr1+relu", 2, 8, 128},        // items of 8 rows of a 16x16 image
+      {"mb2ic16ih20iw20oc48kh3kw3pt1pb1pl1pr1+bias", 3, 8, 128},       // bands of 7, 7 and 6 rows
+      {"mb2ic16ih13iw13oc24kh5kw5sh3sw3pt1pb1pl1pr1+relu", 2, 8, 400}, // 24 channels padded to 32
+  };
+  for (const Shape& sh : shapes) {
+    const ConvDescriptor d = parse_descriptor(sh.text);
+    const ConvSchedule s = analytic_schedule_for_pass(d, "bwd_weights", t);
+    INFO(sh.text << "  schedule: " << describe(s));
+    if (t.vector_registers >= 32) {  // the plan really exercises the wide-tile rule
+      CHECK(s.mr == sh.mr * t.vector_floats);
+      CHECK(s.nr == sh.nr);
+      CHECK(s.kc == sh.kc);
+      CHECK(s.pack_input == PackInput::Image);
+    }
+    JitBackwardWeightsKernel k(d, s, t);
+    check(run_backward_weights(k, d, true, 5));
+    check(run_backward_weights(k, d, false, 9));
+  }
+}
+
+// The 16-register backward-weights rules, run as chosen: 16x6 packed panels where 24-wide
+// tiles would pad 128 channels to 144, and items of about 112 pixels of direct tile
+// loads on images of 28x28 and more (4 rows of a 30-wide image: bands of 4 and a last
+// one of 2). The choice is checked on 16-register targets; every target runs it exact.
+TEST_CASE("backward sweep: 16-register backward-weights defaults run as chosen", "[bwd_sweep]") {
+  const TargetInfo t = sweep_target();
+  struct Shape {
+    const char* text;
+    int mr, nr, kc;  // expected with 16 registers, MR in vectors
+    PackInput pack;
+  };
+  const Shape shapes[] = {
+      {"mb2ic256ih6iw6oc128kh1kw1+bias", 2, 6, 100, PackInput::Panel},
+      {"mb1ic24ih30iw30oc32kh3kw3pt1pb1pl1pr1+relu", 2, 4, 112, PackInput::Image},
+  };
+  for (const Shape& sh : shapes) {
+    const ConvDescriptor d = parse_descriptor(sh.text);
+    const ConvSchedule s = analytic_schedule_for_pass(d, "bwd_weights", t);
+    INFO(sh.text << "  schedule: " << describe(s));
+    if (t.vector_registers < 32) {
+      CHECK(s.mr == sh.mr * t.vector_floats);
+      CHECK(s.nr == sh.nr);
+      CHECK(s.kc == sh.kc);
+      CHECK(s.pack_input == sh.pack);
+    }
+    JitBackwardWeightsKernel k(d, s, t);
+    check(run_backward_weights(k, d, true, 5));
+    check(run_backward_weights(k, d, false, 9));
+  }
+}
+
+// First layers (fewer input channels than lanes, padded): the input rows are staged
+// flat, (column, channel) as one index, zeros first and the real columns copied over
+// them. Direct tile loads and packed panels, strides 1 and 2, asymmetric padding, a
+// row width that leaves a vector tail; the broken kernel must fail on them too.
+TEST_CASE("backward sweep: first-layer shapes stage flat input rows", "[bwd_sweep]") {
+  const TargetInfo t = sweep_target();
+  const char* shapes[] = {
+      "mb2ic3ih13iw13oc16kh3kw3pt1pb1pl1pr1+bias+relu",
+      "mb3ic3ih17iw15oc32kh3kw3sh2sw2pt1pb1pl1pr1+bias",
+      "mb2ic1ih12iw11oc16kh5kw5pt2pb1pl0pr2+relu",
+      "mb2ic3ih19iw19oc24kh7kw7sh2sw2pt3pb3pl3pr3",
+  };
+  const char* schedules[] = {"", "nr=6 kc=64", "pack_input=panel nr=4", "pack_input=panel nr=8 nc=32 partitions=2"};
+  int broken_checked = 0;
+  for (const char* text : shapes) {
+    const ConvDescriptor d = parse_descriptor(text);
+    for (const char* words : schedules) {
+      ConvSchedule s = analytic_schedule_for_pass(d, "bwd_weights", t);
+      apply_schedule_overrides(words, &s);
+      INFO(text << "  schedule: " << describe(s));
+      CHECK(weights_plan_says(d, s, t, "(column, channel) flat"));  // the plan really runs the flat staging
+      JitBackwardWeightsKernel k(d, s, t);
+      check(run_backward_weights(k, d, true, 3));
+      check(run_backward_weights(k, d, false, 4));
+      ForwardBuildOptions broken;
+      broken.inject_padding_bug = true;
+      if ((d.oh() - 1) * d.sh + (d.kh - 1) * d.dh - d.pt >= d.ih) {
+        JitBackwardWeightsKernel bad(d, s, t, broken);
+        CHECK(run_backward_weights(bad, d, true, 3).mismatches > 0);
+        ++broken_checked;
+      }
+    }
+  }
+  CHECK(broken_checked >= 8);
+}
+
+TEST_CASE("backward sweep: dW leaves the tiles in transposed blocks with ragged edges", "[bwd_sweep]") {
+  // Blocks of 8 output channels x 8 taps (input channels of a 1x1 kernel, else the
+  // window): channel counts, input channels and windows that 8 does not divide, groups,
+  // partitions; and the shapes that keep the element-wise copy.
+  const TargetInfo t = sweep_target();
+  struct Shape {
+    const char* text;
+    bool blocked;
+  };
+  const Shape shapes[] = {
+      {"mb2ic12ih5iw5oc20kh1kw1+bias", true},
+      {"g2mb2ic24ih6iw5oc40kh1kw1+relu", true},
+      {"mb2ic8ih7iw7oc36kh3kw3pt1pb1pl1pr1+bias+relu", true},
+      {"mb2ic5ih11iw11oc17kh5kw5sh2sw2pt2pb1pl2pr1", true},
+      {"mb1ic3ih13iw13oc24kh7kw7sh2sw2pt3pb3pl3pr3", true},
+      {"mb2ic4ih6iw6oc24kh1kw1", false},
+      {"mb2ic16ih1iw20oc24kh1kw3pl1pr1", false},
+  };
+  const char* schedules[] = {"", "pack_input=panel nr=4", "kc=8 partitions=2"};
+  for (const Shape& shape : shapes) {
+    const ConvDescriptor d = parse_descriptor(shape.text);
+    for (const char* words : schedules) {
+      ConvSchedule s = analytic_schedule_for_pass(d, "bwd_weights", t);
+      apply_schedule_overrides(words, &s);
+      INFO(shape.text << "  schedule: " << describe(s));
+      CHECK(weights_plan_says(d, s, t, "dW transposed") == shape.blocked);
+      JitBackwardWeightsKernel k(d, s, t);
+      check(run_backward_weights(k, d, true, 3));
+      check(run_backward_weights(k, d, false, 4));
+    }
+  }
+}
+
+TEST_CASE("backward sweeps fail on deliberately broken kernels", "[bwd_sweep][broken]") {
+  // Both broken kernels read the row below the image instead of zero padding.
+  const TargetInfo t = sweep_target();
+  ForwardBuildOptions broken;
+  broken.inject_padding_bug = true;
+  int data_checked = 0, weights_checked = 0;
+  for (const auto& cls : {"kernel_3x3", "asymmetric_padding", "stride_dilation", "depthwise"}) {
+    for (const SweepCase& c : sweep_cases(cls)) {
+      const ConvDescriptor& d = c.descriptor;
+      INFO(d.to_string() << "  schedule: " << describe(c.schedule));
+      const int64_t last_row_read = (d.oh() - 1) * d.sh + (d.kh - 1) * d.dh - d.pt;
+      if (last_row_read >= d.ih && weights_checked < 8) {
+        JitBackwardWeightsKernel k(d, c.schedule, t, broken);
+        CHECK(run_backward_weights(k, d, true, 7).mismatches > 0);
+        ++weights_checked;
+      }
+      // Backward-data's derived classes pad dY; a class that reads past dY's last row
+      // then reads a real row instead of zeros.
+      if (d.pt + d.pb > 0 && data_checked < 8) {
+        JitBackwardDataKernel k(d, c.schedule, t, broken);
+        if (run_backward_data(k, d, true, 7).mismatches > 0) ++data_checked;
+      }
+    }
+  }
+  CHECK(weights_checked >= 6);
+  CHECK(data_checked >= 6);
+}
+
+TEST_CASE("backward sweep: backward-data defaults read dY in place only where no tap reads padding", "[bwd_sweep]") {
+  // Stride 1: one class written straight to dX, tiles inside the padded rows leave out
+  // every tap on padding, so dY is read in place -- unless the ReLU masks it (a select
+  // per tap load). Stride 2: the classes' outputs are staged, their tiles never skip
+  // columns, so dY keeps the packer's zero fill.
+  const TargetInfo t = sweep_target();
+  struct Shape {
+    const char* text;
+    bool in_place;
+  };
+  const Shape shapes[] = {{"mb2ic32ih16iw16oc32kh5kw5pt2pb2pl2pr2+bias", true},
+                          {"mb2ic64ih8iw8oc32kh5kw5pt2pb2pl2pr2", true},
+                          {"mb2ic32ih16iw16oc32kh5kw5pt2pb2pl2pr2+relu", false},
+                          {"mb2ic32ih16iw16oc32kh5kw5sh2sw2pt2pb2pl2pr2", false},
+                          {"mb2ic32ih15iw15oc64kh5kw5sh2sw2pt2pb2pl2pr2+relu", false}};
+  for (const Shape& shape : shapes) {
+    const ConvDescriptor d = parse_descriptor(shape.text);
+    const ConvSchedule s = analytic_schedule_for_pass(d, "bwd_data", t);
+    INFO(shape.text << "  schedule: " << describe(s));
+    CHECK((s.pack_input == PackInput::None) == shape.in_place);
+    if (!shape.in_place) {
+      // A class on its own (a forward layer) would be read in place: staging or the
+      // mask decides.
+      bool a_class_alone_in_place = false;
+      for (const ResidueClass& c : backward_data_classes(d))
+        if (!c.zero()) a_class_alone_in_place |= analytic_schedule(c.derived, t).pack_input == PackInput::None;
+      CHECK(a_class_alone_in_place);
+    }
+    JitBackwardDataKernel k(d, s, t);
+    check(run_backward_data(k, d, true, 5));
+    check(run_backward_data(k, d, false, 6));
+  }
+}
+
+TEST_CASE("backward sweep: 1x1 backward-data copies its transposed weights as vectors with a ragged last tile", "[bwd_sweep]") {
+  // The transposed 1x1 weights are contiguous along the packed panel's channels: copied
+  // a vector at a time, the last tile's channels past C/g zero-filled (loop partitioned
+  // by Halide). Channel counts that 1, 2 and 3 vectors do not divide, stride 1 and 2.
+  const TargetInfo t = sweep_target();
+  const int vl = t.vector_floats;
+  const char* shapes[] = {"mb2ic40ih6iw6oc24kh1kw1+relu", "mb2ic20ih7iw5oc32kh1kw1sh2sw2", "g2mb2ic88ih5iw5oc48kh1kw1"};
+  for (const char* text : shapes) {
+    const ConvDescriptor d = parse_descriptor(text);
+    for (int vectors : {1, 2, 3}) {
+      ConvSchedule s = analytic_schedule_for_pass(d, "bwd_data", t);
+      s.mr = vectors * vl;
+      s.nr = 4;
+      INFO(text << "  schedule: " << describe(s));
+      JitBackwardDataKernel k(d, s, t);
+      check(run_backward_data(k, d, true, 8));
+      check(run_backward_data(k, d, false, 9));
+    }
+  }
+}
+
+TEST_CASE("backward sweep plan: stride-1 backward-data runs the padded-column pruning path", "[plan]") {
+  // Stride-1 backward-data is one forward convolution over dY written straight to dX;
+  // its border tiles must be exercised too, not only the forward's.
+  const TargetInfo t = sweep_target();
+  int cases = 0;
+  for (const auto& c : full_sweep()) {
+    if (c.descriptor.sh != 1 || c.descriptor.sw != 1) continue;
+    const auto classes = backward_data_classes(c.descriptor);
+    if (classes.size() == 1 && !classes[0].zero() && skips_padded_columns(classes[0].derived, c.schedule, t)) ++cases;
+  }
+  INFO(cases << " cases");
+  CHECK(cases >= 6);
+}

@@ -1,0 +1,314 @@
+// The forward correctness sweep: every edge class, every schedule field value, checked
+// bit for bit on integer-valued data and to a tight tolerance on real data, with guard
+// zones around the output. Kernels are JIT-compiled from the generator's own code.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <set>
+
+#include "generator/conv/jit.h"
+#include "tests/common/guarded_output.h"
+#include "tests/common/reference_conv.h"
+#include "tests/conv/sweep_plan.h"
+
+using namespace convgen;
+using namespace convgen::test;
+
+namespace {
+
+struct Tensors {
+  std::vector<float> x, w, b;
+};
+
+Tensors make_inputs(const ConvDescriptor& d, bool integer_valued, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Tensors t;
+  t.x.resize(d.mb * d.ih * d.iw * d.ic);
+  t.w.resize(d.oc * d.icg() * d.kh * d.kw);
+  t.b.resize(d.oc);
+  auto fill = [&](std::vector<float>& v, int range) {
+    std::uniform_int_distribution<int> ints(-range, range);
+    std::uniform_real_distribution<float> reals(-1.0f, 1.0f);
+    for (auto& e : v) e = integer_valued ? float(ints(rng)) : reals(rng);
+  };
+  fill(t.x, 3);
+  fill(t.w, 2);
+  fill(t.b, 4);
+  return t;
+}
+
+struct Outcome {
+  size_t mismatches = 0;
+  size_t guard_damage = 0;
+  std::string first_mismatch;
+};
+
+// Runs the kernel on one data set and compares with the reference. Integer-valued data
+// must match exactly; real data within a bound on fp32 rounding of the sum.
+Outcome run_and_compare(JitForwardKernel& kernel, const ConvDescriptor& d, bool integer_valued, uint32_t seed) {
+  const Tensors in = make_inputs(d, integer_valued, seed);
+  const ReferenceResult ref = reference_forward(d, in.x, in.w, in.b);
+  GuardedOutput out(ref.y.size());
+  kernel.run(in.x.data(), in.w.data(), d.bias ? in.b.data() : nullptr, out.data());
+  Outcome o;
+  o.guard_damage = out.damaged_guards();
+  const double terms = double(d.icg() * d.kh * d.kw + 1);
+  for (size_t i = 0; i < ref.y.size(); ++i) {
+    const float got = out[i];
+    bool ok;
+    if (integer_valued) {
+      ok = double(got) == ref.y[i];
+    } else {
+      const double bound = 2.0 * terms * 6e-8 * ref.abs_sum[i] + 1e-30;
+      ok = std::fabs(double(got) - ref.y[i]) <= bound;
+    }
+    if (!ok && o.mismatches++ == 0)
+      o.first_mismatch = "output " + std::to_string(i) + ": got " + std::to_string(got) + ", want " +
+                         std::to_string(ref.y[i]);
+  }
+  return o;
+}
+
+void check_exactness_precondition(const ConvDescriptor& d) {
+  const Tensors in = make_inputs(d, true, 1);
+  const ReferenceResult ref = reference_forward(d, in.x, in.w, in.b);
+  double worst = 0;
+  for (double m : ref.abs_sum) worst = std::max(worst, m);
+  INFO("sum |x*w| must stay below 2^24 for exact fp32 sums");
+  REQUIRE(worst < double(1 << 24));
+}
+
+// One kernel, bit for bit on integer-valued data and to the rounding bound on real data.
+void check_kernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t) {
+  check_exactness_precondition(d);
+  JitForwardKernel kernel(d, s, t);
+  const Outcome exact = run_and_compare(kernel, d, true, 7);
+  INFO(exact.first_mismatch);
+  CHECK(exact.mismatches == 0);
+  CHECK(exact.guard_damage == 0);
+  const Outcome real = run_and_compare(kernel, d, false, 11);
+  INFO(real.first_mismatch);
+  CHECK(real.mismatches == 0);
+  CHECK(real.guard_damage == 0);
+}
+
+void run_class(const std::string& cls) {
+  const TargetInfo t = sweep_target();
+  for (const SweepCase& c : sweep_cases(cls)) {
+    INFO(c.descriptor.to_string() << "  schedule: " << describe(c.schedule));
+    check_kernel(c.descriptor, c.schedule, t);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("forward sweep: kernel_1x1", "[sweep]") { run_class("kernel_1x1"); }
+TEST_CASE("forward sweep: kernel_3x3", "[sweep]") { run_class("kernel_3x3"); }
+TEST_CASE("forward sweep: kernel_5x5", "[sweep]") { run_class("kernel_5x5"); }
+TEST_CASE("forward sweep: kernel_7x7", "[sweep]") { run_class("kernel_7x7"); }
+TEST_CASE("forward sweep: kernel_11x11", "[sweep]") { run_class("kernel_11x11"); }
+TEST_CASE("forward sweep: non_square_kernel", "[sweep]") { run_class("non_square_kernel"); }
+TEST_CASE("forward sweep: stride", "[sweep]") { run_class("stride"); }
+TEST_CASE("forward sweep: stride_dilation", "[sweep]") { run_class("stride_dilation"); }
+TEST_CASE("forward sweep: border_columns", "[sweep]") { run_class("border_columns"); }
+TEST_CASE("forward sweep: asymmetric_padding", "[sweep]") { run_class("asymmetric_padding"); }
+TEST_CASE("forward sweep: dilation", "[sweep]") { run_class("dilation"); }
+TEST_CASE("forward sweep: groups", "[sweep]") { run_class("groups"); }
+TEST_CASE("forward sweep: depthwise", "[sweep]") { run_class("depthwise"); }
+TEST_CASE("forward sweep: depthwise_multiplier", "[sweep]") { run_class("depthwise_multiplier"); }
+TEST_CASE("forward sweep: odd_sizes", "[sweep]") { run_class("odd_sizes"); }
+TEST_CASE("forward sweep: conv1d", "[sweep]") { run_class("conv1d"); }
+
+TEST_CASE("sweep plan: every edge class has a test case and every schedule value runs in every class", "[plan]") {
+  const ScheduleSpace space = schedule_space(sweep_target());
+  size_t total = 0;
+  for (const auto& cls : edge_classes()) {
+    const auto cases = sweep_cases(cls);
+    total += cases.size();
+    std::map<std::string, std::set<std::string>> seen;
+    for (const auto& c : cases) {
+      const ConvSchedule& s = c.schedule;
+      seen["strategy"].insert(to_string(s.strategy));
+      seen["mr"].insert(std::to_string(s.mr));
+      seen["nr"].insert(std::to_string(s.nr));
+      seen["kc"].insert(std::to_string(s.kc));
+      seen["mc"].insert(std::to_string(s.mc));
+      seen["nc"].insert(std::to_string(s.nc));
+      seen["layout"].insert(to_string(s.layout));
+      seen["pack_input"].insert(to_string(s.pack_input));
+      seen["pack_weights"].insert(to_string(s.pack_weights));
+      seen["loop_order"].insert(to_string(s.loop_order));
+      seen["parallel"].insert(to_string(s.parallel));
+      seen["partitions"].insert(std::to_string(s.partitions));
+    }
+    INFO("edge class " << cls);
+    CHECK(seen["strategy"].size() == space.strategy.size());
+    CHECK(seen["mr"].size() == space.mr.size());
+    CHECK(seen["nr"].size() == space.nr.size());
+    CHECK(seen["kc"].size() == space.kc.size());
+    CHECK(seen["mc"].size() == space.mc.size());
+    CHECK(seen["nc"].size() == space.nc.size());
+    CHECK(seen["layout"].size() == space.layout.size());
+    CHECK(seen["pack_input"].size() == space.pack_input.size());
+    CHECK(seen["pack_weights"].size() == space.pack_weights.size());
+    CHECK(seen["loop_order"].size() == space.loop_order.size());
+    CHECK(seen["parallel"].size() == space.parallel.size());
+    CHECK(seen["partitions"].size() == space.partitions.size());
+  }
+  CHECK(total >= 200);
+}
+
+TEST_CASE("sweep plan: the grouped strategy really runs, not only its refusal", "[plan]") {
+  // The generator refuses grouped (and runs depthwise) unless C/g divides the vector
+  // width; the sweep must still run the grouped kernel itself on grouped, depthwise and
+  // depthwise-multiplier shapes, with ragged group tiles (groups not a multiple of the
+  // groups per vector) among them.
+  const TargetInfo t = sweep_target();
+  std::map<std::string, int> runs;
+  int ragged = 0, several_kg_tiles = 0;
+  for (const auto& cls : edge_classes()) {
+    for (const auto& c : sweep_cases(cls)) {
+      if (c.schedule.strategy != Strategy::Grouped || !grouped_strategy_applies(c.descriptor, t)) continue;
+      ++runs[cls];
+      const int64_t groups_per_vector = t.vector_floats / c.descriptor.icg();
+      if (c.descriptor.g % groups_per_vector != 0) ++ragged;
+      if (grouped_outputs_per_tile(c.descriptor, c.schedule, t) < c.descriptor.ocg()) ++several_kg_tiles;
+    }
+  }
+  for (const char* cls : {"groups", "depthwise", "depthwise_multiplier"}) {
+    INFO("edge class " << cls);
+    CHECK(runs[cls] >= 3);
+  }
+  CHECK(ragged >= 3);
+  CHECK(several_kg_tiles >= 1);
+}
+
+TEST_CASE("analytic default: narrow groups take the grouped strategy when C/g divides the vector", "[plan]") {
+  const TargetInfo t = sweep_target();
+  CHECK(analytic_schedule(parse_descriptor("g32mb8ic128ih56oc128oh56kh3ph1"), t).strategy == Strategy::Grouped);
+  CHECK(analytic_schedule(parse_descriptor("g32mb8ic96ih56oc128oh56kh3ph1"), t).strategy == Strategy::Depthwise);
+  CHECK(analytic_schedule(parse_descriptor("g32mb8ic32ih56oc32oh56kh3ph1"), t).strategy == Strategy::Depthwise);
+  CHECK(analytic_schedule(parse_descriptor("g2mb8ic128ih56oc128oh56kh3ph1"), t).strategy == Strategy::Gemm);
+}
+
+// The analytic default's tiles inside rows, run as chosen: on 16-register targets 4
+// vectors x 3 pixels on 8-pixel rows (pixels innermost in the micro-kernel) and 2 x 6
+// on 16-pixel rows; with 32 registers (sweep.avx512) 8-pixel tiles of 2 vectors. Rows of
+// 8 and 16 with left/right padding, bias and ReLU, the input read in place.
+TEST_CASE("analytic default: tiles inside padded rows run exact as chosen", "[sweep]") {
+  const TargetInfo t = sweep_target();
+  struct Shape {
+    const char* text;
+    int vectors16, nr16;  // expected tile with 16 registers, MR in vectors
+    int vectors32, nr32;  // and with 32
+  };
+  const Shape shapes[] = {{"mb2ic64ih8iw8oc32kh5kw5pt2pb2pl2pr2+bias+relu", 4, 3, 2, 8},
+                          {"mb1ic32ih16iw16oc32kh5kw5pt2pb2pl2pr2", 2, 6, 2, 8},
+                          {"mb2ic32ih8iw8oc64kh3kw3pt1pb1pl1pr1+bias", 4, 3, 2, 8}};
+  for (const Shape& sh : shapes) {
+    const ConvDescriptor d = parse_descriptor(sh.text);
+    const ConvSchedule s = analytic_schedule(d, t);
+    INFO(sh.text << "  schedule: " << describe(s));
+    CHECK(skips_padded_columns(d, s, t));
+    CHECK(s.pack_input == PackInput::None);  // no tap reads padding: the input in place
+    const bool wide = t.vector_registers >= 32;
+    CHECK(s.mr == (wide ? sh.vectors32 : sh.vectors16) * t.vector_floats);
+    CHECK(s.nr == (wide ? sh.nr32 : sh.nr16));
+    check_kernel(d, s, t);
+  }
+}
+
+// 16-lane tiles that would pad the channels by over a quarter take 4 vectors x 6 pixels
+// (4 x 4 with few input channels) or 2 x 8; 1x1 kernels reducing over twice their
+// outputs take 4 x 6 reading the input in place on images of 14x14 and more
+// (sweep.avx512 checks the choices; every target runs the chosen kernels exact).
+TEST_CASE("analytic default: 32-register tile choices run exact as chosen", "[sweep]") {
+  const TargetInfo t = sweep_target();
+  struct Shape {
+    const char* text;
+    int vectors32, nr32;  // expected with 32 registers, MR in vectors
+  };
+  const Shape shapes[] = {{"mb2ic64ih12iw12oc64kh1kw1+bias", 4, 6},
+                          {"mb1ic3ih17iw17oc64kh3kw3pt1pb1pl1pr1+relu", 4, 4},
+                          {"mb2ic16ih13iw11oc24kh5kw5sh3sw3pt1pb1pl1pr1", 2, 8},
+                          // 1x1 reducing over twice its outputs: 4 x 6 in place from 14x14 on
+                          {"mb1ic256ih14iw14oc128kh1kw1+bias", 4, 6},
+                          {"mb1ic256ih7iw7oc128kh1kw1", 3, 4}};
+  for (const Shape& sh : shapes) {
+    const ConvDescriptor d = parse_descriptor(sh.text);
+    const ConvSchedule s = analytic_schedule(d, t);
+    INFO(sh.text << "  schedule: " << describe(s));
+    if (t.vector_registers >= 32) {
+      CHECK(s.mr == sh.vectors32 * t.vector_floats);
+      CHECK(s.nr == sh.nr32);
+      if (d.kh * d.kw == 1) CHECK(s.pack_input == PackInput::None);
+    }
+    check_kernel(d, s, t);
+  }
+}
+
+TEST_CASE("sweep plan: block sizes that do and do not divide the extents are both exercised", "[plan]") {
+  bool kc_divides = false, kc_not = false, nc_divides = false, nc_not = false;
+  for (const auto& c : full_sweep()) {
+    const auto& d = c.descriptor;
+    if (c.schedule.kc > 0 && c.schedule.kc < d.icg()) (d.icg() % c.schedule.kc ? kc_not : kc_divides) = true;
+    const int64_t pq = d.oh() * d.ow();
+    if (c.schedule.nc > 0 && c.schedule.nc < pq) (pq % c.schedule.nc ? nc_not : nc_divides) = true;
+  }
+  CHECK(kc_divides);
+  CHECK(kc_not);
+  CHECK(nc_divides);
+  CHECK(nc_not);
+}
+
+TEST_CASE("forward sweep fails on a deliberately broken kernel", "[sweep][broken]") {
+  // The broken kernel reads the row below the image instead of zero padding. Every case
+  // with bottom padding that the output actually reaches must be caught.
+  const TargetInfo t = sweep_target();
+  ForwardBuildOptions broken;
+  broken.inject_padding_bug = true;
+  int checked = 0;
+  for (const auto& cls : {"kernel_3x3", "asymmetric_padding", "dilation", "depthwise"}) {
+    for (const SweepCase& c : sweep_cases(cls)) {
+      const ConvDescriptor& d = c.descriptor;
+      const int64_t last_row_read = (d.oh() - 1) * d.sh + (d.kh - 1) * d.dh - d.pt;
+      if (last_row_read < d.ih) continue;  // the bottom padding is never read
+      INFO(d.to_string() << "  schedule: " << describe(c.schedule));
+      JitForwardKernel kernel(d, c.schedule, t, broken);
+      const Outcome o = run_and_compare(kernel, d, true, 7);
+      CHECK(o.mismatches > 0);
+      if (++checked == 12) return;
+    }
+  }
+  CHECK(checked >= 8);
+}
+
+TEST_CASE("sweep plan: the padded-row skipping path runs in many cases and classes", "[plan]") {
+  const TargetInfo t = sweep_target();
+  int cases = 0;
+  std::set<std::string> classes;
+  for (const auto& c : full_sweep()) {
+    if (!skips_padded_rows(c.descriptor, c.schedule, t)) continue;
+    ++cases;
+    classes.insert(c.edge_class);
+  }
+  CHECK(cases >= 15);
+  CHECK(classes.size() >= 6);
+}
+
+TEST_CASE("sweep plan: the padded-column pruning path runs in many cases and classes", "[plan]") {
+  const TargetInfo t = sweep_target();
+  int cases = 0;
+  std::set<std::string> classes;
+  for (const auto& c : full_sweep()) {
+    if (!skips_padded_columns(c.descriptor, c.schedule, t)) continue;
+    ++cases;
+    classes.insert(c.edge_class);
+  }
+  INFO(cases << " cases in " << classes.size() << " classes");
+  CHECK(cases >= 12);
+  CHECK(classes.count("border_columns") == 1);
+}

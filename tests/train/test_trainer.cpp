@@ -1,0 +1,193 @@
+// The trainer's contract (docs/training.md): weights, momentum buffers and every loss
+// are bit-identical for T = 1, 2, 3, 4 threads and with intra-kernel parallelism forced
+// on, over an epoch whose last mini-batch is partial and ends in a partial micro-batch.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+
+#include "generator/train/trainer_from_model.h"
+#include "runtime/data/train_data.h"
+#include "runtime/train/trainer.h"
+#include "schedules/errors.h"
+#include "tests/common/onnx_test_models.h"
+#include "tests/common/train_compare.h"
+
+using namespace convgen;
+
+namespace {
+
+std::string bundled(const std::string& name) { return std::string(CONVGEN_MODELS_DIR) + "/" + name + ".onnx"; }
+
+using Run = test::TrainRun;
+using test::require_identical;
+using test::same_bits;
+
+// One epoch over `samples` synthetic samples, shuffled, in mini-batches of `batch`.
+Run train_epoch(const std::string& model, int64_t samples, int64_t batch, int threads, bool intra,
+                int64_t micro_batch = 0) {
+  model::TrainerOptions o;
+  o.batch = batch;
+  o.micro_batch = micro_batch;
+  o.threads = threads;
+  o.intra_kernel = intra;
+  o.lr = 0.01f;
+  o.momentum = 0.9f;
+  o.weight_decay = 5e-4f;
+  o.seed = 7;
+  auto trainer_owned = model::make_trainer(model, o, default_target());
+  model::Trainer& trainer = *trainer_owned;
+  const auto& tg = trainer.graph();
+  data::SampleSpec spec;
+  spec.channels = tg.sample_shape[0], spec.height = tg.sample_shape[1], spec.width = tg.sample_shape[2];
+  spec.classes = tg.classes;
+  const data::Dataset set = data::synthetic_dataset(spec, samples, 11, "synthetic");
+  const std::vector<int64_t> order = data::epoch_order(samples, 0, true, 7);
+  Run run;
+  data::Batch b;
+  for (int64_t first = 0; first < samples; first += batch) {
+    data::decode_batch(set, order, first, std::min(batch, samples - first), data::Normalization{}, &b);
+    const model::StepStats s = trainer.train_step(b.pixels.data(), b.labels.data(), b.count);
+    run.losses.push_back(s.loss);
+    run.correct.push_back(s.correct);
+  }
+  run.parameters = trainer.parameters();
+  run.state = trainer.state_tensors();
+  return run;
+}
+
+// A small residual network without BatchNormalization: conv -> relu -> (conv -> relu ->
+// conv) + skip -> relu -> dropout -> global average pool -> flatten -> gemm. Exercises
+// a value read by two nodes (gradients added), Dropout masks, GlobalAveragePool, a
+// strided padded conv and a Conv whose Relu is not fusable.
+std::string small_residual_model() {
+  test::OnnxModelBuilder b;
+  b.input("x", {-1, 3, 12, 12}).output("logits", 2);
+  b.weights("w1", {8, 3, 3, 3}).weights("b1", {8});
+  b.weights("w2", {8, 8, 3, 3}).weights("w3", {8, 8, 3, 3}).weights("b3", {8});
+  b.weights("fc_w", {5, 8}).weights("fc_b", {5});
+  // Weights 0.01 * i grow large: scale them into a trainable range with small values.
+  for (auto& t : *b.model().mutable_graph()->mutable_initializer())
+    for (int i = 0; i < t.float_data_size(); ++i)
+      t.set_float_data(i, 0.05f * std::sin(0.7f * float(i) + float(t.name().size())));
+  auto& c1 = b.node("Conv", {"x", "w1", "b1"}, {"c1"}, "conv1");
+  test::set_ints(c1, "pads", {1, 1, 1, 1});
+  test::set_ints(c1, "strides", {2, 2});
+  b.node("Relu", {"c1"}, {"r1"}, "relu1");
+  auto& c2 = b.node("Conv", {"r1", "w2"}, {"c2"}, "conv2");
+  test::set_ints(c2, "pads", {1, 0, 1, 2});
+  b.node("Relu", {"c2"}, {"r2"}, "relu2");
+  auto& c3 = b.node("Conv", {"r2", "w3", "b3"}, {"c3"}, "conv3");
+  test::set_ints(c3, "pads", {1, 2, 1, 0});
+  b.node("Add", {"c3", "r1"}, {"sum"}, "skip");
+  b.node("Relu", {"sum"}, {"r3"}, "relu3");
+  auto& d = b.node("Dropout", {"r3"}, {"dropped"}, "dropout");
+  (void)d;
+  b.node("GlobalAveragePool", {"dropped"}, {"pooled"}, "gap");
+  b.node("Flatten", {"pooled"}, {"flat"}, "flatten");
+  auto& fc = b.node("Gemm", {"flat", "fc_w", "fc_b"}, {"logits"}, "fc");
+  test::set_int(fc, "transB", 1);
+  return b.write("small_residual");
+}
+
+}  // namespace
+
+namespace {
+
+// Every thread count, and intra-kernel parallelism, against one thread.
+void require_thread_invariance(const std::string& model, int64_t samples, int64_t batch) {
+  const Run one = train_epoch(model, samples, batch, 1, false);
+  for (double l : one.losses) REQUIRE(std::isfinite(l));
+  for (int threads : {2, 3, 4}) {
+    INFO("threads " << threads);
+    require_identical(one, train_epoch(model, samples, batch, threads, false));
+  }
+  INFO("intra-kernel parallelism on 2 threads");
+  require_identical(one, train_epoch(model, samples, batch, 2, true));
+}
+
+}  // namespace
+
+// 110 = 4 * 24 + 14: the epoch's last mini-batch is partial and so is its last
+// micro-batch (micro-batches of 8: 8 + 6).
+TEST_CASE("trainer invariance: LeNet", "[trainer]") { require_thread_invariance(bundled("lenet"), 110, 24); }
+TEST_CASE("trainer invariance: cifar10_full", "[trainer]") {
+  require_thread_invariance(bundled("cifar10_full"), 62, 20);  // 3 * 20 + 2
+}
+TEST_CASE("trainer invariance: residual model, asymmetric pads, Dropout", "[trainer]") {
+  require_thread_invariance(small_residual_model(), 110, 24);
+}
+TEST_CASE("trainer invariance: small ResNet with BatchNormalization and Dropout", "[trainer]") {
+  require_thread_invariance(bundled("small_resnet"), 110, 24);
+}
+
+TEST_CASE("trainer: the training export keeps BatchNormalization and Dropout", "[trainer]") {
+  // An eval-mode export would have folded BN into the convolutions and dropped Dropout.
+  model::TrainerOptions o;
+  o.batch = 8;
+  auto trainer_owned = model::make_trainer(bundled("small_resnet"), o, default_target());
+  model::Trainer& trainer = *trainer_owned;
+  int bn = 0, dropout = 0;
+  for (const model::Node& n : trainer.graph().graph.nodes) {
+    bn += n.op == model::Op::BatchNormalization;
+    dropout += n.op == model::Op::Dropout;
+  }
+  CHECK(bn == 4);
+  CHECK(dropout == 1);
+  CHECK(trainer.state_tensors().size() == 8);  // running mean and variance of each BN
+}
+
+TEST_CASE("trainer: the micro-batch size changes the summation tree, and only that", "[trainer]") {
+  // Micro-batches of 4 instead of 8: a different, equally fixed tree -- close, not equal.
+  const Run eight = train_epoch(bundled("lenet"), 48, 16, 2, false, 8);
+  const Run four = train_epoch(bundled("lenet"), 48, 16, 2, false, 4);
+  REQUIRE(eight.losses.size() == four.losses.size());
+  CHECK(eight.losses[0] == Approx(four.losses[0]).epsilon(1e-6));
+  for (size_t p = 0; p < eight.parameters.size(); ++p)
+    for (size_t i = 0; i < eight.parameters[p].value.size(); i += 97)
+      CHECK(eight.parameters[p].value[i] == Approx(four.parameters[p].value[i]).margin(1e-4));
+}
+
+TEST_CASE("trainer: the loss goes down on a learnable problem", "[trainer]") {
+  // Repeating one mini-batch: SGD must fit it.
+  model::TrainerOptions o;
+  o.batch = 16;
+  o.threads = 2;
+  o.lr = 0.002f;
+  auto trainer_owned = model::make_trainer(bundled("lenet"), o, default_target());
+  model::Trainer& trainer = *trainer_owned;
+  data::SampleSpec spec;
+  const data::Dataset set = data::synthetic_dataset(spec, 16, 3, "synthetic");
+  data::Batch b;
+  data::decode_batch(set, data::epoch_order(16, 0, false, 0), 0, 16, data::Normalization{}, &b);
+  const double first = trainer.train_step(b.pixels.data(), b.labels.data(), 16).loss;
+  double last = first;
+  for (int i = 0; i < 40; ++i) last = trainer.train_step(b.pixels.data(), b.labels.data(), 16).loss;
+  CHECK(last < 0.5 * first);
+  CHECK(trainer.evaluate(b.pixels.data(), b.labels.data(), 16).correct >= 12);
+}
+
+TEST_CASE("trainer: models it cannot train are refused naming the node", "[trainer]") {
+  test::OnnxModelBuilder b;
+  b.input("x", {-1, 1, 8, 8}).output("y", 2);
+  b.weights("w", {4, 1, 3, 3});
+  b.node("Conv", {"x", "w"}, {"c"}, "conv");
+  auto& t = b.node("Transpose", {"c"}, {"t"}, "swap");
+  test::set_ints(t, "perm", {0, 1, 3, 2});
+  b.node("Flatten", {"t"}, {"y"}, "flat");
+  const std::string path = b.write("transpose_model");
+  try {
+    model::TrainerOptions o;
+    o.batch = 4;
+    auto trainer_owned = model::make_trainer(path, o, default_target());
+    model::Trainer& trainer = *trainer_owned;
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ExitCode::Unsupported);
+    CHECK_THAT(e.what(), Catch::Contains("node 'swap' (Transpose)") && Catch::Contains("not supported in training"));
+  }
+  model::TrainerOptions o;
+  o.batch = 4;
+  o.micro_batch = 8;
+  CHECK_THROWS_AS(model::make_trainer(bundled("lenet"), o, default_target()), Error);
+}
