@@ -1,5 +1,5 @@
 // TrainConv over explicit im2col + BLIS SGEMM (runtime/train/train_conv.h, make_im2col_blis_conv): the
-// trainer's honest baseline, running convgen-bench's peers (bench/im2col_blis*.h) with
+// trainer's honest baseline, running the im2col + BLIS convolutions (runtime/im2col/im2col_blis*.h) with
 // caller-provided workspaces.
 //
 // Workspace. Every call takes the calling thread's buffer from one process-wide pool shared

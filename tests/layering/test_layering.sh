@@ -12,22 +12,23 @@ trap 'rm -rf "$scratch"' EXIT
 for top in schedules runtime generator bench examples; do cp -r "$root/$top" "$scratch/"; done
 python3 "$check" "$scratch" >/dev/null
 
+# expect_refused LINE PATTERN WHAT: LINE appended to runtime/ops/tensor.h of the copy must
+# fail the check with a message matching PATTERN; the file is restored afterwards.
 planted="$scratch/runtime/ops/tensor.h"
 cp "$planted" "$scratch/tensor.h.orig"
-echo '#include "generator/conv/jit.h"' >>"$planted"
-if out="$(python3 "$check" "$scratch")"; then
-  echo "FAIL: an upward include (runtime/ops -> generator/conv) passed the check" >&2
-  exit 1
-fi
-grep -q 'runtime/ops/tensor.h:.*may not include generator/conv/jit.h' <<<"$out" ||
-  { echo "FAIL: the upward include is not named: $out" >&2; exit 1; }
-
-cp "$scratch/tensor.h.orig" "$planted"
-echo '#include "ops.h"' >>"$planted"
-if out="$(python3 "$check" "$scratch")"; then
-  echo "FAIL: a bare include of a project header passed the check" >&2
-  exit 1
-fi
-grep -q 'runtime/ops/tensor.h:.*"ops.h" without its folder' <<<"$out" ||
-  { echo "FAIL: the bare include is not named: $out" >&2; exit 1; }
+expect_refused() {
+  echo "$1" >>"$planted"
+  local out
+  if out="$(python3 "$check" "$scratch")"; then
+    echo "FAIL: $3 passed the check" >&2
+    exit 1
+  fi
+  grep -q "$2" <<<"$out" || { echo "FAIL: $3 is not named: $out" >&2; exit 1; }
+  cp "$scratch/tensor.h.orig" "$planted"
+}
+expect_refused '#include "generator/conv/jit.h"' 'runtime/ops/tensor.h:.*may not include generator/conv/jit.h' \
+  "an upward include (runtime/ops -> generator/conv)"
+expect_refused '#include "ops.h"' 'runtime/ops/tensor.h:.*"ops.h" without its folder' \
+  "a bare include of a project header"
+python3 "$check" "$scratch" >/dev/null
 echo "layering: clean tree passes, planted upward and bare includes fail"
