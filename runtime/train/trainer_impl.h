@@ -176,7 +176,6 @@ struct Trainer::Impl {
   // (backward, added when the value already has a gradient).
   void scatter_gemm(Action a, const GemmShape& sh, int64_t micro, const Guard& guarded);
 
-
   void index_values();
 
   // Kernels of every Conv layer at micro-batch size n (compiled once per size).
