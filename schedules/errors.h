@@ -19,6 +19,7 @@ enum class ExitCode : int {
   BadData = 8,          // bad input data: tensor files, training data
   CheckFailed = 9,      // convgen check: some output differs from the expected data
   NonFiniteLoss = 10,   // convgen train: a step's loss is NaN or infinite
+  Busy = 11,            // convgen tune: another process is tuning into the same records file
 };
 
 class Error : public std::runtime_error {

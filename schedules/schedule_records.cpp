@@ -1,6 +1,6 @@
 // Schedule records as versioned JSON lines. Writing is done by hand with fmt so the key
 // order and number formatting are fixed; reading uses nlohmann::json and rejects
-// anything that is not exactly a version-1 record.
+// anything that is not exactly a record of a version it knows (1 to 3).
 #include "schedules/schedule_records.h"
 
 #include <fcntl.h>
@@ -26,10 +26,16 @@ namespace {
 using json = nlohmann::json;
 
 constexpr const char* kFormat = "convgen-schedule";
-constexpr int kRecordVersion = 2;  // written; version 1 (no "partitions") is still read
+// Written: version 3 (kinds, tuning statistics and provenance). Still read: version 2
+// (no "kind", no "tuning") and version 1 (no "partitions" either).
+constexpr int kRecordVersion = 3;
 constexpr int kOldestReadableVersion = 1;
 const std::vector<std::string> kPasses = {"fwd", "bwd_data", "bwd_weights"};
 const std::vector<std::string> kSources = {"analytic", "tuned"};
+const std::vector<std::string> kKinds = {"schedule", "trial"};
+const std::vector<std::string> kStatuses = {"ok", "wrong", "failed", "refused"};
+const std::vector<std::string> kSearches = {"guided", "random"};
+const std::vector<std::string> kVariants = {"none", "images", "pixels"};
 
 [[noreturn]] void fail(const std::string& where, const std::string& what) {
   throw Error(ExitCode::BadRecord, where + ": " + what);
@@ -60,11 +66,27 @@ std::string quote(const std::string& s, const char* field) {
 }
 
 // Shortest text that parses back to the same double: reproducible and lossless.
-std::string number(double v) {
+std::string number(double v, const char* field = "gflops") {
   if (!std::isfinite(v)) {
-    throw Error(ExitCode::BadRecord, fmt::format("record: gflops: {} is not a finite number", v));
+    throw Error(ExitCode::BadRecord, fmt::format("record: {}: {} is not a finite number", field, v));
   }
   return fmt::format("{}", v);
+}
+
+std::string tuning_json(const TuningInfo& t) {
+  const Provenance& p = t.provenance;
+  const TimingStats& st = t.stats;
+  return fmt::format(
+      R"({{"trial":{},"status":{},"seed":{},"search":{},"trials":{},"default_gflops":{},"workspace_bytes":{},)"
+      R"("stats":{{"min_seconds":{},"median_seconds":{},"spread":{},"count":{}}},)"
+      R"("provenance":{{"cpu":{},"l1_bytes":{},"l2_bytes":{},"l3_bytes":{},"halide":{},"threads":{},)"
+      R"("micro_batch":{},"variant":{}}}}})",
+      t.trial, quote(t.status, "tuning.status"), t.seed, quote(t.search, "tuning.search"), t.trials,
+      number(t.default_gflops, "tuning.default_gflops"), t.workspace_bytes,
+      number(st.min_seconds, "tuning.stats.min_seconds"), number(st.median_seconds, "tuning.stats.median_seconds"),
+      number(st.spread, "tuning.stats.spread"), st.count, quote(p.cpu, "tuning.provenance.cpu"), p.l1_bytes,
+      p.l2_bytes, p.l3_bytes, quote(p.halide, "tuning.provenance.halide"), p.threads, p.micro_batch,
+      quote(p.variant, "tuning.provenance.variant"));
 }
 
 std::string key_json(const ScheduleKey& k) {
@@ -175,6 +197,20 @@ class ObjectReader {
     return static_cast<int>(v.get<int64_t>());
   }
 
+  int64_t non_negative_int64(const std::string& f) const {
+    const json& v = field(f);
+    if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0) ||
+        (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)))
+      fail(where_, fmt::format("{}: expected an integer >= 0, got {}", name(f), what_is(v)));
+    return v.get<int64_t>();
+  }
+
+  uint64_t unsigned_integer(const std::string& f) const {
+    const json& v = field(f);
+    if (!v.is_number_unsigned()) fail(where_, fmt::format("{}: expected an integer >= 0, got {}", name(f), what_is(v)));
+    return v.get<uint64_t>();
+  }
+
   double non_negative_number(const std::string& f) const {
     const json& v = field(f);
     if (!v.is_number()) fail(where_, fmt::format("{}: expected a number, got {}", name(f), what_is(v)));
@@ -248,6 +284,48 @@ ConvSchedule read_schedule(const json& j, const ScheduleSpace& space, int versio
   return s;
 }
 
+TuningInfo read_tuning(const json& j, RecordKind kind, const std::string& where) {
+  ObjectReader in(j, "tuning", where);
+  in.reject_unknown({"trial", "status", "seed", "search", "trials", "default_gflops", "workspace_bytes", "stats",
+                     "provenance"});
+  TuningInfo t;
+  t.present = true;
+  t.trial = in.integer("trial");
+  if (kind == RecordKind::Trial ? t.trial < 0 : t.trial != -1)
+    fail(where, fmt::format("tuning.trial: {} {}", t.trial,
+                            kind == RecordKind::Trial ? "must be >= 0 on a trial line" : "must be -1 on a schedule line"));
+  t.status = in.one_of("status", kStatuses);
+  t.seed = in.unsigned_integer("seed");
+  t.search = in.one_of("search", kSearches);
+  t.trials = in.integer("trials");
+  if (t.trials < 0) fail(where, fmt::format("tuning.trials: {} must be >= 0", t.trials));
+  t.default_gflops = in.non_negative_number("default_gflops");
+  t.workspace_bytes = in.non_negative_int64("workspace_bytes");
+  {
+    ObjectReader st(in.field("stats"), "tuning.stats", where);
+    st.reject_unknown({"min_seconds", "median_seconds", "spread", "count"});
+    t.stats.min_seconds = st.non_negative_number("min_seconds");
+    t.stats.median_seconds = st.non_negative_number("median_seconds");
+    t.stats.spread = st.non_negative_number("spread");
+    t.stats.count = st.integer("count");
+    if (t.stats.count < 0) fail(where, fmt::format("tuning.stats.count: {} must be >= 0", t.stats.count));
+  }
+  {
+    ObjectReader p(in.field("provenance"), "tuning.provenance", where);
+    p.reject_unknown({"cpu", "l1_bytes", "l2_bytes", "l3_bytes", "halide", "threads", "micro_batch", "variant"});
+    t.provenance.cpu = p.str("cpu");
+    t.provenance.l1_bytes = p.non_negative_int64("l1_bytes");
+    t.provenance.l2_bytes = p.non_negative_int64("l2_bytes");
+    t.provenance.l3_bytes = p.non_negative_int64("l3_bytes");
+    t.provenance.halide = p.str("halide");
+    t.provenance.threads = p.integer("threads");
+    if (t.provenance.threads < 1) fail(where, fmt::format("tuning.provenance.threads: {} must be >= 1", t.provenance.threads));
+    t.provenance.micro_batch = p.non_negative_int64("micro_batch");
+    t.provenance.variant = p.one_of("variant", kVariants);
+  }
+  return t;
+}
+
 // The record's own target decides what is legal (e.g. MR=64 on AVX-512 only).
 TargetInfo record_target(const ScheduleKey& k, const std::string& where) {
   try {
@@ -317,30 +395,56 @@ bool ScheduleKey::operator==(const ScheduleKey& o) const {
          generator_hash == o.generator_hash;
 }
 
+bool Provenance::operator==(const Provenance& o) const {
+  return cpu == o.cpu && l1_bytes == o.l1_bytes && l2_bytes == o.l2_bytes && l3_bytes == o.l3_bytes &&
+         halide == o.halide && threads == o.threads && micro_batch == o.micro_batch && variant == o.variant;
+}
+
+bool TimingStats::operator==(const TimingStats& o) const {
+  return min_seconds == o.min_seconds && median_seconds == o.median_seconds && spread == o.spread && count == o.count;
+}
+
+bool TuningInfo::operator==(const TuningInfo& o) const {
+  return present == o.present && trial == o.trial && status == o.status && seed == o.seed && search == o.search &&
+         trials == o.trials && default_gflops == o.default_gflops && workspace_bytes == o.workspace_bytes &&
+         stats == o.stats && provenance == o.provenance;
+}
+
 bool ScheduleRecord::operator==(const ScheduleRecord& o) const {
   return key == o.key && schedule == o.schedule && source == o.source && gflops == o.gflops &&
-         note == o.note;
+         note == o.note && kind == o.kind && tuning == o.tuning;
 }
 
 std::string to_json_line(const ScheduleRecord& r) {
-  return fmt::format(R"({{"format":"{}","version":{},"key":{},"schedule":{},"source":{},"gflops":{},"note":{}}})",
-                     kFormat, kRecordVersion, key_json(r.key), schedule_json(r.schedule),
-                     quote(r.source, "source"), number(r.gflops), quote(r.note, "note"));
+  if (r.kind == RecordKind::Trial && !r.tuning.present)
+    throw Error(ExitCode::BadRecord, "record: a trial line needs its tuning object");
+  return fmt::format(
+      R"({{"format":"{}","version":{},"kind":"{}","key":{},"schedule":{},"source":{},"gflops":{},"note":{}{}}})",
+      kFormat, kRecordVersion, r.kind == RecordKind::Trial ? "trial" : "schedule", key_json(r.key),
+      schedule_json(r.schedule), quote(r.source, "source"), number(r.gflops), quote(r.note, "note"),
+      r.tuning.present ? R"(,"tuning":)" + tuning_json(r.tuning) : std::string());
 }
 
 ScheduleRecord parse_record_line(const std::string& line, const std::string& where) {
   const json j = parse_json(line, where);
   const ObjectReader top(j, "", where);
   const int version = check_format_and_version(top, where);
-  top.reject_unknown({"format", "version", "key", "schedule", "source", "gflops", "note"});
+  if (version >= 3) {
+    top.reject_unknown({"format", "version", "kind", "key", "schedule", "source", "gflops", "note", "tuning"});
+  } else {
+    top.reject_unknown({"format", "version", "key", "schedule", "source", "gflops", "note"});
+  }
 
   ScheduleRecord r;
+  if (version >= 3) r.kind = top.one_of("kind", kKinds) == "trial" ? RecordKind::Trial : RecordKind::Schedule;
   r.key = read_key(top.field("key"), where);
   const TargetInfo target = record_target(r.key, where);
   r.schedule = read_schedule(top.field("schedule"), schedule_space(target), version, where);
   r.source = top.one_of("source", kSources);
   r.gflops = top.non_negative_number("gflops");
   r.note = top.str("note");
+  if (version >= 3 && (r.kind == RecordKind::Trial || j.contains("tuning")))
+    r.tuning = read_tuning(top.field("tuning"), r.kind, where);
   try {
     validate(r.schedule, target);
   } catch (const Error& e) {
@@ -349,15 +453,37 @@ ScheduleRecord parse_record_line(const std::string& line, const std::string& whe
   return r;
 }
 
-std::vector<ScheduleRecord> read_records(const std::string& path) {
-  std::ifstream in(path);
+std::vector<ScheduleRecord> read_records(const std::string& path, int64_t* torn_tail) {
+  std::ifstream in(path, std::ios::binary);
   if (!in) io_fail(path, "cannot read", errno);
-  std::vector<ScheduleRecord> records;
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    if (!blank(line)) records.push_back(parse_record_line(line, fmt::format("{}:{}", path, n)));
-  }
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) io_fail(path, "read error", errno);
+  if (torn_tail) *torn_tail = -1;
+  std::vector<ScheduleRecord> records;
+  size_t begin = 0;
+  for (int n = 1; begin < text.size(); ++n) {
+    const size_t end = text.find('\n', begin);
+    const std::string line = text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    const std::string where = fmt::format("{}:{}", path, n);
+    if (end == std::string::npos && !blank(line)) {
+      // The last line has no newline: whole if it parses, else a write cut short.
+      try {
+        records.push_back(parse_record_line(line, where));
+      } catch (const Error& e) {
+        if (!torn_tail) {
+          throw Error(ExitCode::BadRecord,
+                      fmt::format("{} (the last line has no newline: a write cut short? `convgen tune` on this file "
+                                  "removes it, or delete the line)",
+                                  e.what()));
+        }
+        *torn_tail = static_cast<int64_t>(begin);
+      }
+      break;
+    }
+    if (!blank(line)) records.push_back(parse_record_line(line, where));
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
   return records;
 }
 
@@ -383,7 +509,7 @@ void write_records(const std::string& path, const std::vector<ScheduleRecord>& r
 
 const ScheduleRecord* find_record(const std::vector<ScheduleRecord>& records, const ScheduleKey& key) {
   for (auto it = records.rbegin(); it != records.rend(); ++it) {
-    if (it->key == key) return &*it;
+    if (it->kind == RecordKind::Schedule && it->key == key) return &*it;
   }
   return nullptr;
 }

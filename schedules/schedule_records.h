@@ -3,6 +3,7 @@
 // Error(BadRecord) naming the file, line and field, never a silently ignored record.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,12 +23,63 @@ struct ScheduleKey {
   bool operator!=(const ScheduleKey& o) const { return !(*this == o); }
 };
 
+// What a measurement depended on besides the key: a record measured on another CPU
+// still applies (the key decides correctness, not speed); `--verbose` notes the difference.
+struct Provenance {
+  std::string cpu;            // CPU model name, as /proc/cpuinfo gives it
+  int64_t l1_bytes = 0, l2_bytes = 0, l3_bytes = 0;  // data caches the timing ran with
+  std::string halide;         // Halide version of the generator
+  int threads = 1;            // threads the candidates were timed on
+  int64_t micro_batch = 0;    // the trainer's micro-batch for --train tunings, else 0
+  std::string variant;        // parallel variant timed: "none", "images" or "pixels"
+
+  bool operator==(const Provenance& o) const;
+  bool operator!=(const Provenance& o) const { return !(*this == o); }
+};
+
+// Repeated timings of one kernel (seconds per call).
+struct TimingStats {
+  double min_seconds = 0;
+  double median_seconds = 0;
+  double spread = 0;  // (third-best - best) / best of the samples: how far apart the best runs are
+  int count = 0;      // samples taken
+
+  bool operator==(const TimingStats& o) const;
+  bool operator!=(const TimingStats& o) const { return !(*this == o); }
+};
+
+// How a record was measured by `convgen tune` (docs/tuning.md). Present on trial lines
+// and on tuned schedule lines written by the tuner; absent on hand-written records.
+struct TuningInfo {
+  bool present = false;
+  int trial = -1;              // trial lines: index in the search; schedule lines: -1
+  // trial lines: "ok", "wrong" (bits differ from the reference), "failed" (did not build
+  // or run), "refused" (heap workspace over the layer's budget)
+  std::string status = "ok";
+  uint64_t seed = 0;           // the search's seed
+  std::string search;          // "guided" or "random"
+  int trials = 0;              // schedule lines: trials the search had run when it chose
+  double default_gflops = 0;   // schedule lines: the analytic default, re-timed beside the winner
+  int64_t workspace_bytes = 0; // heap the kernel allocated per call
+  TimingStats stats;
+  Provenance provenance;
+
+  bool operator==(const TuningInfo& o) const;
+  bool operator!=(const TuningInfo& o) const { return !(*this == o); }
+};
+
+// A schedule line is used to build kernels; a trial line is the tuner's journal of one
+// measured candidate and is never applied.
+enum class RecordKind { Schedule, Trial };
+
 struct ScheduleRecord {
   ScheduleKey key;
   ConvSchedule schedule;
   std::string source;  // "analytic" | "tuned"
   double gflops = 0;   // measured; 0 = not measured
   std::string note;    // free text, may be empty
+  RecordKind kind = RecordKind::Schedule;
+  TuningInfo tuning;
 
   bool operator==(const ScheduleRecord& o) const;
   bool operator!=(const ScheduleRecord& o) const { return !(*this == o); }
@@ -54,13 +106,18 @@ std::string to_json_line(const ScheduleRecord& r);
 ScheduleRecord parse_record_line(const std::string& line, const std::string& where);
 
 // All records of a file in order; blank lines are skipped. Error(Io) if unreadable.
-std::vector<ScheduleRecord> read_records(const std::string& path);
+// A last line without its newline that does not parse is a write a crash cut short (the
+// tuner appends one line per trial): with `torn_tail` non-null it is left out and
+// *torn_tail set to its byte offset (else -1), so the tuner can cut it off before
+// appending; without, it is an Error(BadRecord) that says so.
+std::vector<ScheduleRecord> read_records(const std::string& path, int64_t* torn_tail = nullptr);
 
 // Replaces `path` atomically (temp file, fsync, rename): a crash leaves the old file or
 // the new one, never a half-written one. Every record is checked to read back first.
 void write_records(const std::string& path, const std::vector<ScheduleRecord>& records);
 
-// The last record with this key (later records supersede earlier ones), or nullptr.
+// The last schedule record (never a trial line) with this key -- later records supersede
+// earlier ones -- or nullptr.
 const ScheduleRecord* find_record(const std::vector<ScheduleRecord>& records, const ScheduleKey& key);
 
 }  // namespace convgen

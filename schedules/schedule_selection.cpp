@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "schedules/build_info.h"
+#include "schedules/host_cpu.h"
 #include "schedules/schedule_records.h"
 
 namespace convgen {
@@ -14,11 +15,15 @@ SelectedSchedule select_schedule(const ConvDescriptor& d, const std::string& pas
     const std::vector<ScheduleRecord> records = read_records(records_path);
     if (const ScheduleRecord* r = find_record(records, key)) {
       if (why) why->push_back(fmt::format("schedule from {} ({}, {:.1f} GF/s measured)", records_path, r->source, r->gflops));
+      // Speed, not correctness, depends on where it was measured: applied, and said.
+      if (why && r->tuning.present && r->tuning.provenance.cpu != host_cpu().model)
+        why->push_back(fmt::format("record measured on {} ({} thread(s)); this CPU is {}: applied all the same",
+                                   r->tuning.provenance.cpu, r->tuning.provenance.threads, host_cpu().model));
       return {r->schedule, fmt::format("record in {}", records_path)};
     }
     // Say why near misses were refused: the same layer under other code or target.
     for (const ScheduleRecord& r : records) {
-      if (r.key.descriptor != key.descriptor || r.key.pass != key.pass) continue;
+      if (r.kind != RecordKind::Schedule || r.key.descriptor != key.descriptor || r.key.pass != key.pass) continue;
       if (why && r.key.target != key.target)
         why->push_back(fmt::format("record refused: measured for target {}", r.key.target));
       else if (why && r.key.generator_hash != key.generator_hash)

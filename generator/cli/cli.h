@@ -18,6 +18,7 @@ int compile_model(const Args& args);
 int run_model(const Args& args);
 int check_model(const Args& args);
 int train_model(const Args& args);
+int tune(const Args& args);
 
 // Shared option helpers: "--key value" or "--key=value".
 struct OptionReader {

@@ -20,6 +20,7 @@
 #include "generator/train/conv_factories.h"
 #include "generator/train/driver_codegen.h"
 #include "generator/train/prepare_graph.h"
+#include "generator/train/training_requests.h"
 #include "runtime/ops/weights_file.h"
 #include "runtime/train/train_conv.h"
 #include "runtime/train/trainer.h"
@@ -325,18 +326,6 @@ std::vector<int64_t> parse_counts(const std::string& option, const std::string& 
   return counts;
 }
 
-// A convolution the trainer asked for; never run (the compiler only records requests).
-class RecordedConv : public model::TrainConv {
- public:
-  void forward(const float*, const float*, const float*, float*) override { refuse(); }
-  void backward_data(const float*, const float*, const float*, float*) override { refuse(); }
-  void backward_weights(const float*, const float*, const float*, float*, float*) override { refuse(); }
-  std::string describe() const override { return "recorded for generation"; }
-
- private:
-  [[noreturn]] static void refuse() { throw Error(ExitCode::Internal, "a recorded convolution was run"); }
-};
-
 // The layers a training kernel serves, for the header and messages: the Conv nodes of
 // that shape (any batch), or the Gemm layers run as 1x1 convolutions.
 std::vector<std::string> layers_of(const model::TrainGraph& tg, const ConvDescriptor& d) {
@@ -368,23 +357,9 @@ int compile_training_driver(const Options& o, const std::string& name, const std
   std::vector<std::string> why;
   const model::TrainGraph tg = model::prepare_training_graph(o.model, m, &why);
 
-  // The kernels are exactly those the engine asks for -- record its requests for a full
-  // mini-batch and each partial one (the same requests `convgen train` JIT-compiles).
-  std::map<std::string, model::TrainConvRequest> requests;
-  {
-    model::TrainConvFactory record = [&requests](const model::TrainConvRequest& r) -> std::unique_ptr<model::TrainConv> {
-      ConvDescriptor d = r.descriptor;
-      d.name.clear();
-      auto [it, fresh] = requests.emplace(d.normalised(), r);
-      if (!fresh) it->second.needs_backward_data |= r.needs_backward_data;
-      it->second.descriptor = d;
-      return std::make_unique<RecordedConv>();
-    };
-    model::Trainer engine(tg, topt, t, record, nullptr);
-    engine.prepare(topt.batch);
-    for (int64_t c : counts)
-      if (c % topt.batch != 0) engine.prepare(c % topt.batch);
-  }
+  // The kernels are exactly those the engine asks for (the same requests `convgen
+  // train` JIT-compiles).
+  const auto requests = model::training_conv_requests(tg, topt, t, counts);
 
   std::vector<model::PlannedKernel> kernels;
   model::TrainDriverSpec spec;

@@ -1,0 +1,279 @@
+// convgen tune: measures schedules on this CPU and appends the winners to a records file
+// that compile, train, convgen_add_model and convgen-bench read (docs/tuning.md).
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "generator/cli/cli.h"
+#include "generator/tune/kernel_evaluator.h"
+#include "generator/tune/tune_plan.h"
+#include "schedules/build_info.h"
+#include "schedules/errors.h"
+#include "schedules/host_cpu.h"
+#include "schedules/tune/tune_journal.h"
+#include "schedules/tune/tuner.h"
+
+namespace convgen::cli {
+namespace {
+
+const char* kUsage = R"(usage: convgen tune (MODEL.onnx | LAYERS.tsv | DESCRIPTOR)... --records FILE.jsonl [options]
+
+Measures candidate schedules of each layer and pass on this CPU, checks every candidate
+bit for bit against the reference, and appends one "tuned" record per layer and pass
+(the winner, or the default when nothing beats it beyond noise) to FILE, with a journal
+line per trial. Rerunning the same command resumes: finished trials are never repeated.
+compile / train / convgen_add_model / convgen-bench read FILE with --schedules.
+
+What is tuned:
+  MODEL.onnx           its inference kernels (forward, compile's fusions) at --batch
+  MODEL.onnx --train   every kernel the trainer runs (each layer x size x pass)
+  LAYERS.tsv           every row (docs/descriptor.md), --passes of each
+  DESCRIPTOR           one layer, e.g. mb8ic64ih56oc64oh56kh3ph1
+
+Options:
+  --records FILE       the records file (JSON lines), created if missing; locked while tuning
+  --passes LIST        fwd,bwd_data,bwd_weights or all (default all)
+  --train              tune what training runs (needs a model); --batch B (default 64),
+                       --micro-batch M (default: the trainer's)
+  --batch B            models: the batch; layer sets and descriptors: replaces mb
+  --trials N           trials per layer and pass, the default included (default 64)
+  --budget TIME        wall time for the whole run, e.g. 45m, 2h, 900s; shared out over
+                       the layers still to tune (default: no limit)
+  --search S           guided (default) or random (the baseline it is measured against)
+  --seed S             the search's seed (default 1)
+  --jobs J             candidates built at once, in threads (default 1); timing is
+                       always one kernel at a time, after the builds
+  --threads T          threads the candidates are timed on (default 1)
+  --target STRING      Halide target string, or host (default host)
+  --log FILE           JSON-lines log: one line per trial and per layer
+  --verbose            a line per trial and the search's decisions
+  --help, --version
+)";
+
+struct Options {
+  std::vector<std::string> inputs;
+  std::string records, passes = "all", batch, micro_batch, trials = "64", budget, search = "guided", seed = "1",
+              jobs = "1", threads = "1", target = "host", log;
+  bool train = false, verbose = false;
+};
+
+std::vector<std::string> parse_passes(const std::string& text) {
+  if (text == "all") return {"fwd", "bwd_data", "bwd_weights"};
+  std::vector<std::string> out;
+  size_t begin = 0;
+  while (true) {
+    const size_t comma = text.find(',', begin);
+    const std::string p = text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    if (p != "fwd" && p != "bwd_data" && p != "bwd_weights")
+      throw Error(ExitCode::Usage, fmt::format("--passes {}: '{}' is not fwd, bwd_data or bwd_weights", text, p));
+    out.push_back(p);
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  return out;
+}
+
+// "45m", "2h", "900s", "900" -> seconds.
+double parse_budget(const std::string& text) {
+  if (text.empty()) return std::numeric_limits<double>::infinity();
+  const char unit = text.back();
+  const double scale = unit == 'h' ? 3600 : unit == 'm' ? 60 : 1;
+  const std::string number = (unit == 'h' || unit == 'm' || unit == 's') ? text.substr(0, text.size() - 1) : text;
+  return static_cast<double>(parse_count("--budget", number)) * scale;
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string duration_text(double seconds) {
+  if (!std::isfinite(seconds)) return "-";
+  const int s = static_cast<int>(std::lround(seconds));
+  return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
+}
+
+}  // namespace
+
+int tune(const Args& args) {
+  Options o;
+  OptionReader r(args);
+  while (!r.done()) {
+    if (r.flag("--help") || r.flag("-h")) {
+      fmt::print("{}", kUsage);
+      return 0;
+    }
+    if (r.flag("--version")) {
+      print_version();
+      return 0;
+    }
+    if (r.value("--records", &o.records) || r.value("--passes", &o.passes) || r.value("--batch", &o.batch) ||
+        r.value("--micro-batch", &o.micro_batch) || r.value("--trials", &o.trials) || r.value("--budget", &o.budget) ||
+        r.value("--search", &o.search) || r.value("--seed", &o.seed) || r.value("--jobs", &o.jobs) ||
+        r.value("--threads", &o.threads) || r.value("--target", &o.target) || r.value("--log", &o.log))
+      continue;
+    if (r.flag("--train")) { o.train = true; continue; }
+    if (r.flag("--verbose") || r.flag("-v")) { o.verbose = true; continue; }
+    o.inputs.push_back(r.positional());
+  }
+  if (o.inputs.empty()) throw Error(ExitCode::Usage, "tune: nothing to tune: give a model, a layer set or a descriptor (see --help)");
+  if (o.records.empty()) throw Error(ExitCode::Usage, "tune: --records FILE is required (the records file to append to)");
+  if (!o.train && !o.micro_batch.empty()) throw Error(ExitCode::Usage, "tune: --micro-batch needs --train");
+  if (o.search != "guided" && o.search != "random")
+    throw Error(ExitCode::Usage, fmt::format("--search {}: expected guided or random", o.search));
+
+  TuneSources sources;
+  sources.inputs = o.inputs;
+  sources.passes = parse_passes(o.passes);
+  sources.train = o.train;
+  if (!o.batch.empty()) sources.batch = parse_count("--batch", o.batch);
+  if (!o.micro_batch.empty()) sources.micro_batch = parse_count("--micro-batch", o.micro_batch);
+  const int trials = static_cast<int>(std::min<int64_t>(parse_count("--trials", o.trials), 100000));
+  const double budget = parse_budget(o.budget);
+  const uint64_t seed = static_cast<uint64_t>(parse_count("--seed", o.seed));
+  const int jobs = static_cast<int>(std::min<int64_t>(parse_count("--jobs", o.jobs), 64));
+  const int threads = static_cast<int>(std::min<int64_t>(parse_count("--threads", o.threads), 1024));
+  const TargetInfo t = target_info(o.target);
+
+  std::vector<std::string> why;
+  const std::vector<TuneItem> items = tune_items(sources, t, &why);
+  if (o.verbose)
+    for (const auto& line : why) fmt::print(stderr, "convgen: {}\n", line);
+  TuneJournal journal(o.records);
+  if (journal.repaired_bytes() > 0)
+    fmt::print(stderr, "convgen: {}: cut off an incomplete last line ({} bytes, a write interrupted by a crash)\n",
+               o.records, journal.repaired_bytes());
+  std::unique_ptr<std::ofstream> log;
+  if (!o.log.empty()) {
+    log = std::make_unique<std::ofstream>(o.log, std::ios::app);
+    if (!*log) throw Error(ExitCode::Io, fmt::format("{}: cannot write", o.log));
+  }
+  const bool terminal = ::isatty(STDERR_FILENO);
+
+  Provenance base;
+  const HostCpu& cpu = host_cpu();
+  base.cpu = cpu.model;
+  base.l1_bytes = cpu.l1d_bytes;
+  base.l2_bytes = cpu.l2_bytes;
+  base.l3_bytes = cpu.l3_bytes;
+  base.halide = CONVGEN_HALIDE_VERSION;
+  base.threads = threads;
+
+  struct Row {
+    std::string layer, pass;
+    TuneKeyOutcome outcome;
+  };
+  std::vector<Row> rows;
+  const double start = now_seconds();
+  for (size_t i = 0; i < items.size(); ++i) {
+    const TuneItem& item = items[i];
+    const ConvDescriptor& d = item.descriptor;
+    TuneKeyRequest rq;
+    rq.key = {d.normalised(), item.pass, t.target, CONVGEN_GENERATOR_HASH};
+    const Parallel variant = consumer_variant(d, o.train, threads);
+    ConvSchedule def = analytic_schedule_for_pass(d, item.pass, t);
+    if (!o.train && threads > 1) def = parallel_variant(d, item.pass, def, variant);
+    def.parallel = variant;
+    rq.default_schedule = def;
+    rq.provenance = base;
+    rq.provenance.variant = to_string(variant);
+    rq.provenance.micro_batch = o.train ? d.mb : 0;
+    rq.search.method = o.search;
+    rq.search.seed = seed;
+    if (o.search == "guided") rq.search.transfer = similar_tuned_schedules(journal.records(), rq.key);
+    rq.max_trials = trials;
+    rq.jobs = jobs;
+    const double left = budget - (now_seconds() - start);
+    rq.seconds = std::isfinite(budget) ? std::max(0.0, left / static_cast<double>(items.size() - i)) : left;
+
+    const TuningSpace space(d, item.pass, t, variant);
+    def = space.normalise(def);
+    rq.default_schedule = def;
+    const std::string what = fmt::format("{} {}", d.normalised(), item.pass);
+    if (o.verbose)
+      fmt::print(stderr, "convgen: [{}/{}] {} ({}): space of {} schedules, default {}{}\n", i + 1, items.size(), what,
+                 item.layers.front(), space.all().size(), describe(space.normalise(def)),
+                 rq.search.transfer.empty() ? "" : fmt::format(", {} seed(s) from similar tuned layers", rq.search.transfer.size()));
+    EvaluatorOptions eo;
+    eo.threads = threads;
+    eo.jobs = jobs;
+    std::unique_ptr<KernelEvaluator> evaluator;
+    auto progress = [&](const TuneProgress& p) {
+      const double elapsed = now_seconds() - start;
+      const double done = static_cast<double>(i) + static_cast<double>(p.trial + 1) / trials;
+      const double eta = std::isfinite(budget) ? budget - elapsed : elapsed / done * (items.size() - done);
+      const double gain = p.default_gflops > 0 ? p.best_gflops / p.default_gflops : 1;
+      if (o.verbose)
+        fmt::print(stderr, "convgen:   trial {}{}: {} {:.1f} GF/s, best {:.1f} ({:.2f}x default)\n", p.trial,
+                   p.replayed ? " (from the journal)" : "", p.status, p.gflops, p.best_gflops, gain);
+      else if (terminal)
+        fmt::print(stderr, "\r\033[K[{}/{}] {} trial {}/{} best {:.1f} GF/s ({:.2f}x default) ETA {}", i + 1,
+                   items.size(), what, p.trial + 1, trials, p.best_gflops, gain, duration_text(eta));
+      if (log)
+        *log << fmt::format(R"({{"event":"trial","descriptor":"{}","pass":"{}","trial":{},"replayed":{},)"
+                            R"("status":"{}","gflops":{:.3f},"best_gflops":{:.3f},"default_gflops":{:.3f}}})",
+                            d.normalised(), item.pass, p.trial, p.replayed, p.status, p.gflops, p.best_gflops,
+                            p.default_gflops)
+             << std::endl;
+    };
+    // The evaluator is built lazily: a key an earlier run finished needs no kernels.
+    struct LazyEvaluator : CandidateEvaluator {
+      std::function<KernelEvaluator&()> get;
+      void prepare(const std::vector<ConvSchedule>& b) override { get().prepare(b); }
+      CandidateResult evaluate(const ConvSchedule& s, double best) override { return get().evaluate(s, best); }
+      std::vector<TimingStats> retime_interleaved(const std::vector<ConvSchedule>& s, int rounds) override {
+        return get().retime_interleaved(s, rounds);
+      }
+      double flops() const override {
+        return 2.0 * d.mb * d.oc * d.icg() * d.kh * d.kw * d.oh() * d.ow();
+      }
+      ConvDescriptor d;
+    } lazy;
+    lazy.d = d;
+    lazy.get = [&]() -> KernelEvaluator& {
+      if (!evaluator) evaluator = std::make_unique<KernelEvaluator>(d, item.pass, t, def, eo);
+      return *evaluator;
+    };
+    TuneKeyOutcome out = tune_key(rq, space, lazy, journal, progress);
+    if (terminal && !o.verbose) fmt::print(stderr, "\r\033[K");
+    fmt::print(stderr, "convgen: [{}/{}] {}: {}{:.1f} -> {:.1f} GF/s ({:.2f}x), {} trials{}{}\n", i + 1, items.size(),
+               what, out.skipped ? "already tuned, " : "", out.default_gflops, out.tuned_gflops,
+               out.default_gflops > 0 ? out.tuned_gflops / out.default_gflops : 1.0, out.trials,
+               out.replayed ? fmt::format(" ({} from the journal)", out.replayed) : "",
+               out.accepted ? "" : ", default kept");
+    if (log)
+      *log << fmt::format(R"({{"event":"tuned","descriptor":"{}","pass":"{}","default_gflops":{:.3f},)"
+                          R"("tuned_gflops":{:.3f},"trials":{},"replayed":{},"best_trial":{},"accepted":{},)"
+                          R"("skipped":{},"seconds":{:.1f},"best_so_far":[{}]}})",
+                          d.normalised(), item.pass, out.default_gflops, out.tuned_gflops, out.trials, out.replayed,
+                          out.best_trial, out.accepted, out.skipped, out.seconds,
+                          fmt::join(out.best_so_far_gflops, ","))
+           << std::endl;
+    rows.push_back({item.layers.front(), item.pass, std::move(out)});
+  }
+
+  // The final table: one row per layer and pass.
+  fmt::print("{:<40} {:<11} {:>9} {:>9} {:>6} {:>7} {:>8}\n", "layer", "pass", "default", "tuned", "gain", "trials",
+             "time");
+  double log_gain = 0;
+  for (const Row& row : rows) {
+    const TuneKeyOutcome& out = row.outcome;
+    const double gain = out.default_gflops > 0 ? out.tuned_gflops / out.default_gflops : 1.0;
+    log_gain += std::log(gain);
+    fmt::print("{:<40} {:<11} {:>9.1f} {:>9.1f} {:>5.2f}x {:>7} {:>8}\n", row.layer.substr(0, 40), row.pass,
+               out.default_gflops, out.tuned_gflops, gain, out.trials,
+               out.skipped ? "done" : duration_text(out.seconds));
+  }
+  fmt::print("geomean gain {:.3f}x over {} kernels in {}; records: {}\n",
+             rows.empty() ? 1.0 : std::exp(log_gain / rows.size()), rows.size(), duration_text(now_seconds() - start),
+             o.records);
+  return 0;
+}
+
+}  // namespace convgen::cli

@@ -1,0 +1,240 @@
+#include "generator/tune/kernel_evaluator.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "generator/conv/jit.h"
+#include "schedules/errors.h"
+
+namespace convgen {
+
+struct KernelEvaluator::Kernel {
+  std::unique_ptr<JitForwardKernel> fwd;
+  std::unique_ptr<JitBackwardDataKernel> bwd_data;
+  std::unique_ptr<JitBackwardWeightsKernel> bwd_weights;
+
+  // One call over the evaluator's tensors into `out` (y; dx; or dw and db).
+  void run(const ConvDescriptor& d, const PassTensors& in, std::vector<std::vector<float>>& out) {
+    if (fwd) fwd->run(in.x.data(), in.w.data(), d.bias ? in.bias.data() : nullptr, out[0].data());
+    if (bwd_data) bwd_data->run(in.dy.data(), in.w.data(), d.relu ? in.y.data() : nullptr, out[0].data());
+    if (bwd_weights)
+      bwd_weights->run(in.x.data(), in.dy.data(), d.relu ? in.y.data() : nullptr, out[0].data(),
+                       d.bias ? out[1].data() : nullptr);
+  }
+  int64_t workspace() const {
+    return fwd ? fwd->last_workspace_bytes() : bwd_data ? bwd_data->last_workspace_bytes()
+                                                        : bwd_weights->last_workspace_bytes();
+  }
+};
+
+namespace {
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Small integers: every product and sum the kernels form is exact in fp32 (the sweep's
+// method), so any correct schedule gives the same bits in any order of summation.
+std::vector<float> integers(size_t n, int range, std::mt19937& rng) {
+  std::uniform_int_distribution<int> pick(-range, range);
+  std::vector<float> v(n);
+  for (auto& e : v) e = static_cast<float>(pick(rng));
+  return v;
+}
+
+// The pass's output tensors, NaN-filled so an element a kernel never writes fails.
+std::vector<std::vector<float>> output_tensors(const ConvDescriptor& d, const std::string& pass) {
+  const auto nan = std::numeric_limits<float>::quiet_NaN();
+  const size_t y = static_cast<size_t>(d.mb * d.oh() * d.ow() * d.oc), x = static_cast<size_t>(d.mb * d.ih * d.iw * d.ic),
+               w = static_cast<size_t>(d.oc * d.icg() * d.kh * d.kw);
+  if (pass == "fwd") return {std::vector<float>(y, nan)};
+  if (pass == "bwd_data") return {std::vector<float>(x, nan)};
+  return {std::vector<float>(w, nan), std::vector<float>(d.bias ? static_cast<size_t>(d.oc) : 0, nan)};
+}
+
+// Bitwise comparison; "" when equal, else where the first difference is.
+std::string first_difference(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want) {
+  for (size_t t = 0; t < want.size(); ++t) {
+    if (std::memcmp(got[t].data(), want[t].data(), want[t].size() * sizeof(float)) == 0) continue;
+    for (size_t i = 0; i < want[t].size(); ++i)
+      if (std::memcmp(&got[t][i], &want[t][i], sizeof(float)) != 0)
+        return fmt::format("{} element {} is {} where the reference gives {}", t == 0 ? "output" : "bias gradient", i,
+                           got[t][i], want[t][i]);
+  }
+  return "";
+}
+
+}  // namespace
+
+KernelEvaluator::KernelEvaluator(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t,
+                                 const ConvSchedule& default_schedule, EvaluatorOptions options)
+    : d_(d), pass_(pass), t_(t), options_(std::move(options)) {
+  std::mt19937 rng(20261202u);
+  in_.x = integers(static_cast<size_t>(d.mb * d.ih * d.iw * d.ic), 3, rng);
+  in_.w = integers(static_cast<size_t>(d.oc * d.icg() * d.kh * d.kw), 2, rng);
+  in_.bias = integers(static_cast<size_t>(d.oc), 4, rng);
+  const size_t y = static_cast<size_t>(d.mb * d.oh() * d.ow() * d.oc);
+  in_.y = integers(y, 2, rng);  // only its sign matters: the ReLU mask
+  in_.dy = integers(y, 3, rng);
+
+  std::string error;
+  auto kernel = build(default_schedule);
+  expected_ = output_tensors(d, pass);
+  kernel->run(d, in_, expected_);
+  // The default against the plain reference, at sampled elements and both ends.
+  std::vector<int64_t> places;
+  int64_t total = 0;
+  for (const auto& tensor : expected_) total += static_cast<int64_t>(tensor.size());
+  std::mt19937_64 pick(7);
+  places = {0, total - 1};
+  for (int i = 0; i < 512; ++i) places.push_back(static_cast<int64_t>(pick() % static_cast<uint64_t>(total)));
+  for (int64_t at : places) {
+    const double want = pass == "fwd"        ? reference_forward_at(d, in_, at)
+                        : pass == "bwd_data" ? reference_backward_data_at(d, in_, at)
+                                             : reference_backward_weights_at(d, in_, at);
+    const size_t first = expected_[0].size();
+    const float got = static_cast<size_t>(at) < first ? expected_[0][static_cast<size_t>(at)]
+                                                      : expected_[1][static_cast<size_t>(at) - first];
+    if (static_cast<double>(got) != want)
+      throw Error(ExitCode::Internal,
+                  fmt::format("tune: {} {}: the analytic default ({}) gives {} at element {} where the plain reference "
+                              "gives {}",
+                              d.normalised(), pass, describe(default_schedule), got, at, want));
+  }
+  const int64_t budget = std::max<int64_t>(d.im2col_bytes() / 20, int64_t(1) << 20);
+  workspace_limit_ = std::max(budget, kernel->workspace());
+  built_[describe(default_schedule)] = kernel;
+}
+
+KernelEvaluator::~KernelEvaluator() = default;
+
+double KernelEvaluator::flops() const {
+  return 2.0 * d_.mb * d_.oc * d_.icg() * d_.kh * d_.kw * d_.oh() * d_.ow();
+}
+
+std::shared_ptr<KernelEvaluator::Kernel> KernelEvaluator::build(const ConvSchedule& s) const {
+  ForwardBuildOptions o;
+  o.inject_padding_bug = !options_.plant_wrong.empty() && describe(s) == options_.plant_wrong;
+  auto k = std::make_shared<Kernel>();
+  if (pass_ == "fwd") k->fwd = std::make_unique<JitForwardKernel>(d_, s, t_, o);
+  else if (pass_ == "bwd_data") k->bwd_data = std::make_unique<JitBackwardDataKernel>(d_, s, t_, o);
+  else k->bwd_weights = std::make_unique<JitBackwardWeightsKernel>(d_, s, t_, o);
+  return k;
+}
+
+void KernelEvaluator::prepare(const std::vector<ConvSchedule>& batch) {
+  // Builds (LLVM code generation, the slow part) run in parallel threads; Halide
+  // compiles independent pipelines concurrently. Nothing is timed meanwhile.
+  std::vector<ConvSchedule> todo;
+  for (const ConvSchedule& s : batch)
+    if (!built_.count(describe(s))) todo.push_back(s);
+  std::vector<std::shared_ptr<Kernel>> kernels(todo.size());
+  std::vector<std::string> errors(todo.size());
+  auto work = [&](size_t i) {
+    try {
+      kernels[i] = build(todo[i]);
+    } catch (const std::exception& e) {
+      errors[i] = e.what();
+    }
+  };
+  const size_t jobs = static_cast<size_t>(std::max(1, options_.jobs));
+  for (size_t begin = 0; begin < todo.size(); begin += jobs) {
+    std::vector<std::thread> threads;
+    for (size_t i = begin + 1; i < std::min(todo.size(), begin + jobs); ++i) threads.emplace_back(work, i);
+    work(begin);
+    for (auto& th : threads) th.join();
+  }
+  for (size_t i = 0; i < todo.size(); ++i) {
+    if (kernels[i]) built_[describe(todo[i])] = kernels[i];
+    else build_errors_[describe(todo[i])] = errors[i];
+  }
+}
+
+std::shared_ptr<KernelEvaluator::Kernel> KernelEvaluator::kernel_for(const ConvSchedule& s, std::string* error) {
+  const std::string id = describe(s);
+  if (auto it = built_.find(id); it != built_.end()) return it->second;
+  if (auto it = build_errors_.find(id); it != build_errors_.end()) {
+    *error = it->second;
+    return nullptr;
+  }
+  prepare({s});
+  return kernel_for(s, error);
+}
+
+double KernelEvaluator::sample_seconds(Kernel& k, int64_t reps) {
+  const double start = seconds_now();
+  for (int64_t i = 0; i < reps; ++i) k.run(d_, in_, expected_scratch_);
+  return (seconds_now() - start) / static_cast<double>(reps);
+}
+
+int64_t KernelEvaluator::calibrate(Kernel& k) {
+  const double once = sample_seconds(k, 1);
+  if (once >= options_.min_sample_seconds) return 1;
+  return std::min<int64_t>(100000, static_cast<int64_t>(std::ceil(options_.min_sample_seconds / std::max(once, 1e-9))));
+}
+
+CandidateResult KernelEvaluator::evaluate(const ConvSchedule& s, double best_so_far) {
+  CandidateResult r;
+  auto kernel = kernel_for(s, &r.error);
+  if (!kernel) {
+    r.status = "failed";
+    r.error = "did not build: " + r.error;
+    built_.erase(describe(s));
+    return r;
+  }
+  omp_set_num_threads(options_.threads);
+  expected_scratch_ = output_tensors(d_, pass_);
+  try {
+    kernel->run(d_, in_, expected_scratch_);
+  } catch (const std::exception& e) {
+    r.status = "failed";
+    r.error = std::string("did not run: ") + e.what();
+    built_.erase(describe(s));
+    return r;
+  }
+  r.workspace_bytes = kernel->workspace();
+  if (const std::string diff = first_difference(expected_scratch_, expected_); !diff.empty()) {
+    r.status = "wrong";
+    r.error = diff;
+  } else if (r.workspace_bytes > workspace_limit_) {
+    r.status = "refused";
+    r.error = fmt::format("workspace {} KiB over the layer's {} KiB", r.workspace_bytes / 1024, workspace_limit_ / 1024);
+  } else {
+    const int64_t reps = calibrate(*kernel);
+    r.stats = time_until_stable([&] { return sample_seconds(*kernel, reps); }, options_.rule, best_so_far);
+  }
+  // Only the finalists' kernels are needed again; the rest are freed as they go.
+  if (r.status != "ok") built_.erase(describe(s));
+  return r;
+}
+
+std::vector<TimingStats> KernelEvaluator::retime_interleaved(const std::vector<ConvSchedule>& schedules, int rounds) {
+  omp_set_num_threads(options_.threads);
+  std::vector<std::shared_ptr<Kernel>> kernels;
+  std::vector<int64_t> reps;
+  for (const ConvSchedule& s : schedules) {
+    std::string error;
+    auto k = kernel_for(s, &error);
+    if (!k) throw Error(ExitCode::Internal, "tune: a finalist no longer builds: " + error);
+    kernels.push_back(k);
+  }
+  expected_scratch_ = output_tensors(d_, pass_);
+  for (auto& k : kernels) reps.push_back(calibrate(*k));
+  std::vector<std::vector<double>> samples(schedules.size());
+  for (int round = 0; round < rounds; ++round)
+    for (size_t i = 0; i < kernels.size(); ++i) samples[i].push_back(sample_seconds(*kernels[i], reps[i]));
+  std::vector<TimingStats> out;
+  for (auto& s : samples) out.push_back(summarise(s));
+  return out;
+}
+
+}  // namespace convgen

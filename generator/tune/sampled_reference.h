@@ -1,0 +1,25 @@
+// Plain reference values of single output elements of a convolution pass, in double, for
+// checking a kernel's output at sampled places without computing a whole reference
+// tensor (a VGG layer's full reference takes tens of seconds). Layouts as the JIT
+// kernels take them (generator/conv/jit.h): x NHWC, w OIHW, y / dy NHWK, dx NHWC.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "schedules/conv_descriptor.h"
+
+namespace convgen {
+
+struct PassTensors {
+  std::vector<float> x, w, bias, y, dy;  // inputs (y: the forward output whose ReLU mask backward passes apply)
+};
+
+// y[n][p][q][k], bias and fused ReLU included.
+double reference_forward_at(const ConvDescriptor& d, const PassTensors& in, int64_t index);
+// dx[n][h][w][c] (dY masked by y > 0 when the layer fused a ReLU).
+double reference_backward_data_at(const ConvDescriptor& d, const PassTensors& in, int64_t index);
+// dw[k][c][r][s] for index < w.size(), else db[index - w.size()].
+double reference_backward_weights_at(const ConvDescriptor& d, const PassTensors& in, int64_t index);
+
+}  // namespace convgen

@@ -1,0 +1,114 @@
+#include "generator/tune/tune_plan.h"
+
+#include <fstream>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "generator/model/fusion.h"
+#include "generator/model/kernels.h"
+#include "generator/onnx/import.h"
+#include "generator/train/prepare_graph.h"
+#include "generator/train/training_requests.h"
+#include "runtime/train/trainer.h"
+#include "schedules/errors.h"
+
+namespace convgen {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+class ItemList {
+ public:
+  explicit ItemList(const std::vector<std::string>& passes) : passes_(passes) {}
+  void add(ConvDescriptor d, const std::string& pass, const std::string& layer) {
+    d.name.clear();
+    if (std::find(passes_.begin(), passes_.end(), pass) == passes_.end()) return;
+    const std::string key = d.normalised() + "|" + pass;
+    auto [it, fresh] = index_.emplace(key, items_.size());
+    if (fresh) items_.push_back({d, pass, {}});
+    auto& layers = items_[it->second].layers;
+    if (std::find(layers.begin(), layers.end(), layer) == layers.end()) layers.push_back(layer);
+  }
+  std::vector<TuneItem> take() { return std::move(items_); }
+
+ private:
+  std::vector<std::string> passes_;
+  std::vector<TuneItem> items_;
+  std::map<std::string, size_t> index_;
+};
+
+void add_model(const std::string& path, const TuneSources& src, const TargetInfo& t, ItemList& items,
+               std::vector<std::string>* why) {
+  if (!src.train) {
+    // What `convgen compile` runs: forward kernels of the fused inference graph.
+    if (std::find(src.passes.begin(), src.passes.end(), "fwd") == src.passes.end())
+      throw Error(ExitCode::Usage, fmt::format("tune: {}: an inference model runs forward kernels only; add fwd to "
+                                               "--passes, or tune with --train",
+                                               path));
+    model::ImportOptions import;
+    if (src.batch > 0) import.batch = src.batch;
+    model::Graph g = model::import_onnx(path, import);
+    model::fuse_for_inference(g, why);
+    for (const model::PlannedKernel& k : model::plan_kernels(g, t, "", nullptr))
+      for (const std::string& layer : k.layers) items.add(k.descriptor, "fwd", path + ":" + layer);
+    return;
+  }
+  model::TrainerOptions topt;
+  topt.batch = src.batch > 0 ? src.batch : 64;
+  topt.micro_batch = src.micro_batch;
+  const int64_t m = model::checked_micro_batch(topt);
+  const model::TrainGraph tg = model::prepare_training_graph(path, m, why);
+  for (const auto& [key, r] : model::training_conv_requests(tg, topt, t, {})) {
+    for (const char* pass : {"fwd", "bwd_data", "bwd_weights"}) {
+      if (std::string(pass) == "bwd_data" && !r.needs_backward_data) continue;
+      items.add(r.descriptor, pass, path + " (training)");
+    }
+  }
+}
+
+void add_layers(const std::string& path, const TuneSources& src, ItemList& items) {
+  std::ifstream in(path);
+  if (!in) throw Error(ExitCode::Io, fmt::format("{}: cannot read", path));
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos || line[line.find_first_not_of(" \t")] == '#') continue;
+    ConvDescriptor d = parse_tsv_row(line, fmt::format("{}:{}", path, n));
+    const std::string name = d.name.empty() ? fmt::format("{}:{}", path, n) : d.name;
+    if (src.batch > 0) d.mb = src.batch;
+    validate(d);
+    for (const std::string& pass : src.passes) items.add(d, pass, name);
+  }
+}
+
+}  // namespace
+
+std::vector<TuneItem> tune_items(const TuneSources& src, const TargetInfo& t, std::vector<std::string>* why) {
+  ItemList items(src.passes);
+  for (const std::string& input : src.inputs) {
+    if (ends_with(input, ".onnx")) {
+      add_model(input, src, t, items, why);
+    } else if (ends_with(input, ".tsv")) {
+      if (src.train) throw Error(ExitCode::Usage, fmt::format("tune: {}: --train needs a model file", input));
+      add_layers(input, src, items);
+    } else {
+      if (src.train) throw Error(ExitCode::Usage, fmt::format("tune: {}: --train needs a model file", input));
+      ConvDescriptor d = parse_descriptor(input);
+      if (src.batch > 0) d.mb = src.batch;
+      validate(d);
+      const std::string name = d.name.empty() ? d.normalised() : d.name;
+      for (const std::string& pass : src.passes) items.add(d, pass, name);
+    }
+  }
+  return items.take();
+}
+
+Parallel consumer_variant(const ConvDescriptor& d, bool train, int threads) {
+  if (train) return d.mb >= 8 ? Parallel::Images : Parallel::Pixels;  // generator/train: training_schedule
+  if (threads <= 1) return Parallel::None;
+  return d.mb >= 2 * threads ? Parallel::Images : Parallel::Pixels;  // bench/layer_bench.cpp
+}
+
+}  // namespace convgen

@@ -1,0 +1,39 @@
+// What `convgen tune` tunes: one item per distinct (layer shape, pass), gathered from
+// model files, layer-set TSV files and descriptors, for the consumer that will run the
+// kernels -- inference kernels at the compile batch with compile's fusions applied, or
+// (train) every training kernel the engine asks for at its micro-batch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "schedules/conv_descriptor.h"
+#include "schedules/conv_schedule.h"
+
+namespace convgen {
+
+struct TuneSources {
+  std::vector<std::string> inputs;  // MODEL.onnx, LAYERS.tsv or DESCRIPTOR, in order
+  std::vector<std::string> passes = {"fwd", "bwd_data", "bwd_weights"};
+  bool train = false;
+  int64_t batch = 0;        // models: the compile (or training) batch; TSV/descriptors: replaces mb; 0 = as given
+  int64_t micro_batch = 0;  // --train: the trainer's micro-batch (0: its default)
+};
+
+struct TuneItem {
+  ConvDescriptor descriptor;        // without a name
+  std::string pass;
+  std::vector<std::string> layers;  // the layers (or rows) it serves, for messages
+};
+
+// In order of first appearance. Error(Usage) for an input that is neither a readable
+// .onnx / .tsv file nor a descriptor; import errors name the file and node.
+std::vector<TuneItem> tune_items(const TuneSources& sources, const TargetInfo& t, std::vector<std::string>* why);
+
+// The parallel field the consumer runs a kernel with: the trainer's variant (images for
+// micro-batches of 8 or more, else pixels) with --train; else none on one thread, or
+// the bench's intra-kernel variant on `threads` > 1. Part of every candidate.
+Parallel consumer_variant(const ConvDescriptor& d, bool train, int threads);
+
+}  // namespace convgen

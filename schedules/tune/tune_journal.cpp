@@ -1,0 +1,84 @@
+#include "schedules/tune/tune_journal.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "schedules/errors.h"
+
+namespace convgen {
+namespace {
+
+[[noreturn]] void io_fail(const std::string& path, const std::string& what, int err) {
+  throw Error(ExitCode::Io, fmt::format("{}: {}: {}", path, what, std::strerror(err)));
+}
+
+}  // namespace
+
+TuneJournal::TuneJournal(std::string path) : path_(std::move(path)) {
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
+  if (fd_ < 0) io_fail(path_, "cannot open for tuning", errno);
+  // The lock goes with the process: a killed tuner never leaves the file locked.
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    if (err == EWOULDBLOCK)
+      throw Error(ExitCode::Busy, fmt::format("{}: another convgen tune is writing this records file; wait for it "
+                                              "to finish (or stop it), or tune into another file",
+                                              path_));
+    io_fail(path_, "cannot lock", err);
+  }
+  try {
+    int64_t torn = -1;
+    records_ = read_records(path_, &torn);
+    if (torn >= 0) {
+      const off_t size = ::lseek(fd_, 0, SEEK_END);
+      repaired_ = static_cast<int64_t>(size) - torn;
+      if (::ftruncate(fd_, torn) != 0) io_fail(path_, "cannot cut off its incomplete last line", errno);
+      if (::fsync(fd_) != 0) io_fail(path_, "cannot fsync", errno);
+    }
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
+}
+
+TuneJournal::~TuneJournal() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+const ScheduleRecord* TuneJournal::find_trial(const ScheduleKey& key, const ConvSchedule& s,
+                                              const Provenance& p) const {
+  for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
+    if (it->kind != RecordKind::Trial || it->key != key || it->schedule != s) continue;
+    const Provenance& q = it->tuning.provenance;
+    if (q.cpu == p.cpu && q.threads == p.threads && q.variant == p.variant && q.micro_batch == p.micro_batch)
+      return &*it;
+  }
+  return nullptr;
+}
+
+const ScheduleRecord* TuneJournal::find_tuned(const ScheduleKey& key) const {
+  for (auto it = records_.rbegin(); it != records_.rend(); ++it)
+    if (it->kind == RecordKind::Schedule && it->key == key && it->tuning.present) return &*it;
+  return nullptr;
+}
+
+void TuneJournal::append(const ScheduleRecord& r) {
+  const std::string line = to_json_line(r);
+  parse_record_line(line, fmt::format("{}: new line", path_));  // never write what cannot be read
+  const std::string text = line + "\n";
+  // One write: O_APPEND puts it at the end whole; a crash mid-way leaves a torn line
+  // without its newline, which the next open cuts off.
+  const ssize_t n = ::write(fd_, text.data(), text.size());
+  if (n != static_cast<ssize_t>(text.size())) io_fail(path_, "cannot append", n < 0 ? errno : EIO);
+  if (::fsync(fd_) != 0) io_fail(path_, "cannot fsync", errno);
+  records_.push_back(r);
+}
+
+}  // namespace convgen

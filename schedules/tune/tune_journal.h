@@ -1,0 +1,45 @@
+// The tuner's records file, opened for one tuning run: locked against a second tuner,
+// read whole, its torn last line (a write a crash cut short) cut off, then appended one
+// fsync'd line per finished trial and per tuned key. A kill -9 at any moment loses at
+// most the line being written; nothing already in the file is ever rewritten.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "schedules/schedule_records.h"
+
+namespace convgen {
+
+class TuneJournal {
+ public:
+  // Creates the file if missing. Error(Io) if it cannot be opened, Error(Busy) naming
+  // the file when another process holds its lock, Error(BadRecord) for a bad line.
+  explicit TuneJournal(std::string path);
+  ~TuneJournal();
+  TuneJournal(const TuneJournal&) = delete;
+  TuneJournal& operator=(const TuneJournal&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::vector<ScheduleRecord>& records() const { return records_; }
+  // Bytes of a torn last line cut off when the file was opened (0 if none).
+  int64_t repaired_bytes() const { return repaired_; }
+
+  // A finished trial of this key and (normalised) schedule timed the same way (same
+  // CPU, threads and parallel variant), or nullptr. The last one wins.
+  const ScheduleRecord* find_trial(const ScheduleKey& key, const ConvSchedule& s, const Provenance& p) const;
+
+  // The key's last tuned schedule line, or nullptr.
+  const ScheduleRecord* find_tuned(const ScheduleKey& key) const;
+
+  // Writes one line with one write(), then fsyncs; checks first that it reads back.
+  void append(const ScheduleRecord& r);
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  int64_t repaired_ = 0;
+  std::vector<ScheduleRecord> records_;
+};
+
+}  // namespace convgen

@@ -1,0 +1,274 @@
+#include "schedules/tune/tuning_space.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "schedules/backward_data_classes.h"
+#include "schedules/conv_schedule.h"
+#include "schedules/errors.h"
+#include "schedules/kernel_plan.h"
+
+namespace convgen {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Backward-data's schedule tiles the forward convolution of the residue class with the
+// most work (the same class its analytic default is derived from).
+ConvDescriptor largest_residue_class(const ConvDescriptor& d) {
+  const ConvDescriptor* largest = nullptr;
+  int64_t most = -1;
+  const auto classes = backward_data_classes(d);
+  for (const ResidueClass& c : classes) {
+    if (c.zero()) continue;
+    const int64_t work = c.rows.count * c.cols.count * c.rows.taps * c.cols.taps;
+    if (work > most) most = work, largest = &c.derived;
+  }
+  return largest ? *largest : d;
+}
+
+template <typename T>
+void add_unique(std::vector<T>* out, const T& v) {
+  if (std::find(out->begin(), out->end(), v) == out->end()) out->push_back(v);
+}
+
+// The value after / before `v` in `list` (v itself when at an end or absent).
+template <typename T>
+std::vector<T> adjacent(const std::vector<T>& list, const T& v) {
+  std::vector<T> out;
+  const auto it = std::find(list.begin(), list.end(), v);
+  if (it == list.end()) return list;  // off the list: every value is a move
+  if (it != list.begin()) out.push_back(*(it - 1));
+  if (it + 1 != list.end()) out.push_back(*(it + 1));
+  return out;
+}
+
+}  // namespace
+
+TuningSpace::TuningSpace(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t, Parallel variant)
+    : d_(d), pass_(pass), t_(t), variant_(variant), weights_pass_(pass == "bwd_weights") {
+  if (pass != "fwd" && pass != "bwd_data" && pass != "bwd_weights")
+    throw Error(ExitCode::Usage, "tune: unknown pass '" + pass + "' (expected fwd, bwd_data or bwd_weights)");
+  tiled_ = pass == "bwd_data" ? largest_residue_class(d) : d;
+  const int vl = t.vector_floats;
+  const ConvDescriptor& e = tiled_;
+  for (int v = 1; v <= 4; ++v) mr_.push_back(v * vl);
+  for (int n = 1; n <= 8; ++n) nr_.push_back(n);
+  if (weights_pass_) {
+    // Backward-weights: GEMM over channels x taps when a group's outputs fill a vector.
+    strategies_ = {d.ocg() >= vl ? Strategy::Gemm : Strategy::Depthwise};
+    pack_input_ = {PackInput::Image};
+    if (d.ocg() >= vl) pack_input_.push_back(PackInput::Panel);
+    loop_order_ = {LoopOrder::PixelsOuter};
+    // Reduction items: whole rows of about 1, 2, 4, 8 rows, or 1, 2, 4, 8 whole images.
+    const int64_t q = d.ow(), pq = d.oh() * d.ow();
+    for (int64_t rows : {1, 2, 4, 8})
+      if (rows < d.oh()) add_unique(&kc_, static_cast<int>(rows * q));
+    for (int64_t images : {1, 2, 4, 8})
+      if (images <= d.mb) add_unique(&kc_, static_cast<int>(images * pq));
+    nc_ = {0, 256, 512, 1024};  // panel blocks of taps (0 = 256, the generator's default)
+    partitions_ = {1, 2, 4, 8};
+    mc_tiles_ = {0};
+  } else {
+    const bool gemm_fits = e.ocg() >= vl;
+    if (gemm_fits) strategies_.push_back(Strategy::Gemm);
+    if (e.ocg() < vl && e.icg() >= 2 && grouped_strategy_applies(e, t)) strategies_.push_back(Strategy::Grouped);
+    if (e.ocg() < vl) strategies_.push_back(Strategy::Depthwise);
+    pack_input_ = {PackInput::None, PackInput::Image, PackInput::Rows, PackInput::Panel};
+    loop_order_ = {LoopOrder::PixelsOuter, LoopOrder::ChannelsOuter};
+    kc_ = {0};
+    for (int v : {32, 64, 128, 256})
+      if (v < e.icg() && e.icg() % v == 0) kc_.push_back(v);
+    nc_ = {0};
+    for (int64_t rows : {1, 2, 4, 8, 16})
+      if (rows < e.oh()) nc_.push_back(static_cast<int>(rows * e.ow()));
+    partitions_ = {1};
+  }
+}
+
+int TuningSpace::channel_tiles(const ConvSchedule& s) const {
+  const ConvDescriptor& e = tiled_;
+  const int64_t channels = s.strategy == Strategy::Gemm ? e.ocg() : e.oc;
+  return static_cast<int>(ceil_div(channels, s.mr));
+}
+
+// Channel blocks in whole tiles dividing the tile count (a ragged last block measured
+// 36 vs 83 GF/s, analytic_default.cpp), at most the six largest, as channels.
+std::vector<int> TuningSpace::mc_values(const ConvSchedule& s) const {
+  std::vector<int> values = {0};
+  if (weights_pass_ || s.strategy == Strategy::Grouped) return values;
+  const int tiles = channel_tiles(s);
+  std::vector<int> blocks;
+  for (int per = tiles - 1; per >= 1 && blocks.size() < 6; --per)
+    if (tiles % per == 0) blocks.push_back(per * s.mr);
+  std::reverse(blocks.begin(), blocks.end());
+  values.insert(values.end(), blocks.begin(), blocks.end());
+  return values;
+}
+
+ConvSchedule TuningSpace::normalise(ConvSchedule s) const {
+  const int vl = t_.vector_floats;
+  s.parallel = variant_;
+  s.layout = Layout::Nhwc;
+  s.pack_weights = PackWeights::PerCall;
+  if (std::find(strategies_.begin(), strategies_.end(), s.strategy) == strategies_.end()) s.strategy = strategies_[0];
+  s.mr = std::clamp(s.mr / vl * vl, vl, 4 * vl);
+  s.nr = std::clamp(s.nr, 1, 8);
+  if (weights_pass_) {
+    const ConvDescriptor& d = d_;
+    const int64_t taps = d.icg() * d.kh * d.kw;
+    const int64_t channels = s.strategy == Strategy::Gemm ? d.ocg() : d.oc;
+    s.mr = static_cast<int>(std::min<int64_t>(s.mr, ceil_div(channels, vl) * vl));
+    s.nr = static_cast<int>(std::min<int64_t>(s.nr, taps));
+    if (s.pack_input != PackInput::Panel || s.strategy != Strategy::Gemm) {
+      s.pack_input = PackInput::Image;
+      s.nc = 0;
+    } else if (s.nc == 0) {
+      s.nc = 256;
+    }
+    // Items: whole rows below one image, whole images above (generator/conv/backward_weights.cpp).
+    const int64_t q = d.ow(), p = d.oh(), pq = p * q;
+    if (s.kc <= 0 || s.kc >= pq) {
+      const int64_t images = s.kc <= 0 ? 1 : std::clamp<int64_t>(s.kc / pq, 1, d.mb);
+      s.kc = static_cast<int>(images * pq);
+    } else {
+      s.kc = static_cast<int>(std::clamp<int64_t>(ceil_div(s.kc, q), 1, p) * q);
+    }
+    s.mc = 0;
+    s.loop_order = LoopOrder::PixelsOuter;
+    s.partitions = std::clamp(s.partitions, 1, 64);
+    return s;
+  }
+  const ConvDescriptor& e = tiled_;
+  s.partitions = 1;
+  s.nr = register_tile_pixels(e, s);
+  if (s.strategy != Strategy::Gemm && s.pack_input == PackInput::Panel) s.pack_input = PackInput::Image;
+  s.kc = reduction_block(e, s);
+  // Cache blocks: 0 when one block covers everything, else whole tiles.
+  if (s.strategy == Strategy::Grouped) {
+    s.mc = 0;
+  } else {
+    const int tiles = channel_tiles(s), per = s.mc <= 0 ? tiles : static_cast<int>(ceil_div(s.mc, s.mr));
+    s.mc = per >= tiles ? 0 : per * s.mr;
+  }
+  const int64_t pix_tiles = ceil_div(e.oh() * e.ow(), s.nr);
+  const int64_t per_block = s.nc <= 0 ? pix_tiles : ceil_div(s.nc, s.nr);
+  s.nc = per_block >= pix_tiles ? 0 : static_cast<int>(per_block * s.nr);
+  return s;
+}
+
+std::vector<ConvSchedule> TuningSpace::neighbours(const ConvSchedule& from) const {
+  const ConvSchedule s = normalise(from);
+  std::vector<ConvSchedule> out;
+  std::set<std::string> seen = {describe(s)};
+  auto add = [&](ConvSchedule c) {
+    c = normalise(c);
+    if (seen.insert(describe(c)).second) out.push_back(c);
+  };
+  for (Strategy v : strategies_) {
+    ConvSchedule c = s;
+    c.strategy = v;
+    add(c);
+  }
+  for (int v : adjacent(mr_, s.mr)) {
+    ConvSchedule c = s;
+    c.mr = v;
+    add(c);
+  }
+  for (int v : adjacent(nr_, s.nr)) {
+    ConvSchedule c = s;
+    c.nr = v;
+    add(c);
+  }
+  // The register tile reshaped at about the same number of accumulators.
+  const int vl = t_.vector_floats, accumulators = s.mr / vl * s.nr;
+  for (int mr : mr_) {
+    if (mr == s.mr) continue;
+    ConvSchedule c = s;
+    c.mr = mr;
+    c.nr = std::clamp(static_cast<int>(std::lround(double(accumulators) / (mr / vl))), 1, 8);
+    add(c);
+  }
+  for (int v : adjacent(kc_, s.kc)) {
+    ConvSchedule c = s;
+    c.kc = v;
+    add(c);
+  }
+  for (int v : adjacent(mc_values(s), s.mc)) {
+    ConvSchedule c = s;
+    c.mc = v;
+    add(c);
+  }
+  for (int v : adjacent(nc_, s.nc)) {
+    ConvSchedule c = s;
+    c.nc = v;
+    add(c);
+  }
+  for (PackInput v : pack_input_) {
+    ConvSchedule c = s;
+    c.pack_input = v;
+    add(c);
+  }
+  for (LoopOrder v : loop_order_) {
+    ConvSchedule c = s;
+    c.loop_order = v;
+    add(c);
+  }
+  for (int v : adjacent(partitions_, s.partitions)) {
+    ConvSchedule c = s;
+    c.partitions = v;
+    add(c);
+  }
+  return out;
+}
+
+const std::vector<ConvSchedule>& TuningSpace::all() const {
+  if (enumerated_) return all_;
+  std::set<std::string> seen;
+  for (Strategy st : strategies_)
+    for (int mr : mr_)
+      for (int nr : nr_)
+        for (int kc : kc_)
+          for (int nc : nc_)
+            for (PackInput pi : pack_input_)
+              for (LoopOrder lo : loop_order_)
+                for (int parts : partitions_) {
+                  ConvSchedule base;
+                  base.strategy = st, base.mr = mr, base.nr = nr, base.kc = kc, base.nc = nc;
+                  base.pack_input = pi, base.loop_order = lo, base.partitions = parts;
+                  for (int mc : mc_values(normalise(base))) {
+                    ConvSchedule c = base;
+                    c.mc = mc;
+                    c = normalise(c);
+                    if (seen.insert(describe(c)).second) all_.push_back(c);
+                  }
+                }
+  enumerated_ = true;
+  return all_;
+}
+
+double TuningSpace::prior(const ConvSchedule& raw, const ConvSchedule& reference) const {
+  const ConvSchedule s = normalise(raw), ref = normalise(reference);
+  const int vl = t_.vector_floats, vectors = std::max(1, s.mr / vl);
+  const ConvDescriptor& e = tiled_;
+  // The two tiled extents: output channels x pixels (forward-like) or x taps (weights).
+  const int64_t channels = s.strategy == Strategy::Gemm ? e.ocg() : e.oc;
+  const int64_t across = weights_pass_ ? e.icg() * e.kh * e.kw : e.oh() * e.ow();
+  double cost = double(round_up(channels, s.mr)) / channels * double(round_up(across, s.nr)) / across;
+  const int accumulators = vectors * s.nr;
+  // 4-cycle FMAs on two pipes want 8 independent chains.
+  if (accumulators < 8) cost *= 8.0 / accumulators;
+  // Accumulators, one weight vector per vector of the tile and a broadcast must fit.
+  const int live = accumulators + std::min(vectors, s.nr) + 1;
+  if (live > t_.vector_registers) cost *= 1.0 + 0.5 * (live - t_.vector_registers);
+  // Loads per FMA: MR/vl weight vectors and NR broadcasts feed vectors * NR FMAs.
+  cost *= 1.0 + 0.25 * std::max(0.0, double(vectors + s.nr) / accumulators - 0.5);
+  // The default's other choices were measured: moving away from each costs a little.
+  const int moved = (s.kc != ref.kc) + (s.mc != ref.mc) + (s.nc != ref.nc) + (s.pack_input != ref.pack_input) +
+                    (s.loop_order != ref.loop_order) + (s.partitions != ref.partitions) +
+                    (s.strategy != ref.strategy);
+  return cost * (1.0 + 0.04 * moved);
+}
+
+}  // namespace convgen

@@ -1,0 +1,68 @@
+// The tuner's search space for one layer and pass: every schedule the generator builds
+// differently, as per-field value lists, with a normal form so that schedules the
+// generator turns into the same kernel count once (docs/tuning.md, "The space").
+//
+// Which fields a pass reads (generator/conv): forward and backward-data (the forward
+// convolution of each residue class) tile with mr x nr, block with mc / nc / kc, stage
+// by pack_input and order by loop_order; backward-weights tiles channels x taps with
+// mr x nr, takes kc as its reduction item's pixels, nc as the taps of a packed panel
+// block, and splits its reduction into `partitions`. `parallel` is never searched: the
+// consumer fixes it (the trainer's variant, or none), and it is part of every candidate.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "schedules/conv_descriptor.h"
+#include "schedules/conv_schedule.h"
+
+namespace convgen {
+
+class TuningSpace {
+ public:
+  // `variant` is the parallel field every candidate carries (the consumer's).
+  TuningSpace(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t, Parallel variant);
+
+  // The canonical schedule the generator builds `s` as: clamped tiles, blocks that
+  // cover everything written as 0, fields the pass does not read at their defaults.
+  ConvSchedule normalise(ConvSchedule s) const;
+
+  // Normalised schedules one move away from `s`: one field to a neighbouring value (an
+  // enum to any other), or the register tile reshaped at about the same accumulator
+  // count. Distinct, without `s`, in a fixed order.
+  std::vector<ConvSchedule> neighbours(const ConvSchedule& s) const;
+
+  // Every distinct normalised schedule of the space, in a fixed order.
+  const std::vector<ConvSchedule>& all() const;
+
+  // Estimated relative cost of a schedule (>= 1, lower is better): padding waste of the
+  // register tile over channels and pixels (or taps), accumulator chains too few to
+  // hide FMA latency, registers spilled, and a small charge per field the search moved
+  // away from `reference` (the analytic default). Orders candidates; never decides.
+  double prior(const ConvSchedule& s, const ConvSchedule& reference) const;
+
+  // The convolution whose loops the fields tile: the layer, or for backward-data the
+  // forward convolution of its residue class with the most work.
+  const ConvDescriptor& tiled() const { return tiled_; }
+  const std::string& pass() const { return pass_; }
+  const TargetInfo& target() const { return t_; }
+
+ private:
+  ConvDescriptor d_, tiled_;
+  std::string pass_;
+  TargetInfo t_;
+  Parallel variant_;
+  bool weights_pass_;
+  std::vector<Strategy> strategies_;
+  std::vector<int> mr_, nr_, kc_, nc_, partitions_;
+  std::vector<int> mc_tiles_;  // channel-block sizes in whole register tiles (0 = all)
+  std::vector<PackInput> pack_input_;
+  std::vector<LoopOrder> loop_order_;
+  mutable std::vector<ConvSchedule> all_;
+  mutable bool enumerated_ = false;
+
+  int channel_tiles(const ConvSchedule& s) const;
+  std::vector<int> mc_values(const ConvSchedule& s) const;
+};
+
+}  // namespace convgen
