@@ -34,7 +34,10 @@ options:
                           of at most 1 MiB also splits its reduction into 4 partitions)
   --runs R                interleaved timed runs per layer and peer (default 5)
   --json FILE             also write the results as JSON (atomically: temp file + rename)
-  --peers LIST            comma-separated subset of convgen,blis,onednn (default all)
+  --peers LIST            comma-separated subset of convgen,blis,onednn,tuned (default all)
+  --schedules FILE        schedule records from `convgen tune`: each layer and pass with a
+                          tuned record also runs as the "tuned" peer, beside the default,
+                          in the same interleaved samples (columns tuned, tn/dn)
   --schedule-verbose      print the analytic schedule's reasons for every layer
   --schedule WORDS        override fields of convgen's schedule on every layer and pass, e.g.
                           'mr=8 nr=8' (same words as convgen compile-layer --schedule)
@@ -126,9 +129,11 @@ Options parse_options(int argc, char** argv) {
           if (name == kPeerNames[p]) o.peer_enabled[p] = found = true;
         if (!found)
           throw Error(ExitCode::Usage,
-                      fmt::format("--peers: unknown peer '{}' (known: convgen, blis, onednn)", name));
+                      fmt::format("--peers: unknown peer '{}' (known: convgen, blis, onednn, tuned)", name));
         start = comma + 1;
       }
+    } else if (a == "--schedules") {
+      o.schedules = value();
     } else if (a == "--schedule-verbose") {
       o.schedule_verbose = true;
     } else if (a == "--schedule") {
@@ -149,6 +154,9 @@ Options parse_options(int argc, char** argv) {
     }
   }
   if (o.help || o.version) return o;
+  if (!peers_given) o.peer_enabled[kTuned] = !o.schedules.empty();
+  if (o.peer_enabled[kTuned] && o.schedules.empty())
+    throw Error(ExitCode::Usage, "--peers tuned needs --schedules FILE");
   if (!o.target_name.empty()) o.target = convgen::target_info(o.target_name);
   if (o.pass == "all") {
     o.passes = {Pass::Fwd, Pass::BwdData, Pass::BwdWeights};

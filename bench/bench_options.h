@@ -15,8 +15,9 @@ inline constexpr double kMinSampleSeconds = 0.020;  // each timed sample lasts a
 inline constexpr double kCheckTolerance = 1e-4;     // max|diff| / max|ref| above this is flagged
 inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-enum Peer { kConvgen = 0, kBlis = 1, kOnednn = 2, kPeers = 3 };
-inline const char* const kPeerNames[kPeers] = {"convgen", "blis", "onednn"};
+// kTuned: convgen with the schedule of a tuned record (--schedules), beside the default.
+enum Peer { kConvgen = 0, kBlis = 1, kOnednn = 2, kTuned = 3, kPeers = 4 };
+inline const char* const kPeerNames[kPeers] = {"convgen", "blis", "onednn", "tuned"};
 
 enum class Pass { Fwd, BwdData, BwdWeights };
 inline const char* pass_name(Pass p) {
@@ -37,7 +38,8 @@ struct Options {
   int threads = 1;
   int runs = 5;
   std::string json_path;
-  bool peer_enabled[kPeers] = {true, true, true};
+  bool peer_enabled[kPeers] = {true, true, true, false};
+  std::string schedules;           // --schedules FILE: tuned records, run as the "tuned" peer
   bool schedule_verbose = false;
   std::string schedule_overrides;  // --schedule WORDS, applied over the analytic default
   std::string target_name;         // --target as given ("" = the build's default target)

@@ -30,14 +30,18 @@ std::string mib(const PeerResult& p) {
   return fmt::format("{:>7.1f}", static_cast<double>(p.workspace_bytes) / (1 << 20));
 }
 
-void print_header() {
+// With --schedules the tuned peer's columns follow: GF/s, %pk, tuned / oneDNN, tuned / default.
+void print_header(bool tuned) {
   fmt::print("{:<22} {:>8} | {:>7} {:>4} | {:>7} {:>4} | {:>7} {:>4} | {:>6} {:>6} | {:>7} {:>7} "
-             "{:>7} | {:>8}\n",
+             "{:>7} | {:>8}",
              "layer", "GFLOP", "convgen", "%pk", "blis", "%pk", "onednn", "%pk", "cg/dn", "cg/bl",
              "ws cg", "ws bl", "ws dn", "check");
-  fmt::print("{:-<22} {:->8} | {:->7} {:->4} | {:->7} {:->4} | {:->7} {:->4} | {:->6} {:->6} | "
-             "{:->7} {:->7} {:->7} | {:->8}\n",
+  if (tuned) fmt::print(" | {:>7} {:>4} {:>6} {:>6}", "tuned", "%pk", "tn/dn", "tn/cg");
+  fmt::print("\n{:-<22} {:->8} | {:->7} {:->4} | {:->7} {:->4} | {:->7} {:->4} | {:->6} {:->6} | "
+             "{:->7} {:->7} {:->7} | {:->8}",
              "", "", "", "", "", "", "", "", "", "", "", "", "", "");
+  if (tuned) fmt::print(" | {:->7} {:->4} {:->6} {:->6}", "", "", "", "");
+  fmt::print("\n");
 }
 
 std::string check_cell(const LayerResult& r) {
@@ -55,11 +59,15 @@ void print_row(const LayerResult& r, double peak) {
   std::string name = r.layer.d.name;
   if (name.size() + mark.size() > 22) name = name.substr(0, 21 - mark.size()) + "~";
   name += mark;
-  fmt::print("{:<22} {} | {} {} | {} {} | {} {} | {} {} | {} {} {} | {}\n", name,
+  fmt::print("{:<22} {} | {} {} | {} {} | {} {} | {} {} | {} {} {} | {}", name,
              cell(r.flops * 1e-9, 8, 3), cell(gf(kConvgen), 7, 1), cell(pct(kConvgen), 4, 0),
              cell(gf(kBlis), 7, 1), cell(pct(kBlis), 4, 0), cell(gf(kOnednn), 7, 1),
              cell(pct(kOnednn), 4, 0), cell(r.ratio(kOnednn), 6, 2), cell(r.ratio(kBlis), 6, 2),
              mib(r.peer[kConvgen]), mib(r.peer[kBlis]), mib(r.peer[kOnednn]), check_cell(r));
+  if (r.peer[kTuned].enabled)
+    fmt::print(" | {} {} {} {}", cell(gf(kTuned), 7, 1), cell(pct(kTuned), 4, 0), cell(r.ratio_of(kTuned, kOnednn), 6, 2),
+               cell(r.ratio_of(kTuned, kConvgen), 6, 2));
+  fmt::print("\n");
 }
 
 SetSummary summarize(Pass pass, const std::string& set,
@@ -81,24 +89,39 @@ SetSummary summarize(Pass pass, const std::string& set,
       if (r->peer[p].runs()) v.push_back(r->peer[p].median_gflops);
     s.geomean[p] = cb::geomean(v);
   }
-  std::vector<double> vs_dn, vs_bl;
+  std::vector<double> vs_dn, vs_bl, tn_dn, tn_cg;
   for (const LayerResult* r : rows) {
     vs_dn.push_back(r->ratio(kOnednn));
     vs_bl.push_back(r->ratio(kBlis));
+    // A layer without a tuned record runs the default: its tuned ratio is the default's.
+    const Peer tuned = r->peer[kTuned].runs() ? kTuned : kConvgen;
+    if (r->peer[kTuned].enabled) {
+      tn_dn.push_back(r->ratio_of(tuned, kOnednn));
+      tn_cg.push_back(r->ratio_of(tuned, kConvgen));
+    }
   }
   s.ratio_vs_onednn = cb::geomean(vs_dn);
   s.ratio_vs_blis = cb::geomean(vs_bl);
+  if (!tn_dn.empty()) {
+    s.tuned_vs_onednn = cb::geomean(tn_dn);
+    s.tuned_vs_default = cb::geomean(tn_cg);
+  }
   return s;
 }
 
-void print_summary_row(const SetSummary& s, double peak) {
+void print_summary_row(const SetSummary& s, double peak, bool tuned) {
   std::string label = "geomean " + s.set;
   if (label.size() > 22) label = label.substr(0, 21) + "~";
-  fmt::print("{:<22} {:>8} | {} {} | {} {} | {} {} | {} {} |\n", label, "", cell(s.geomean[0], 7, 1),
+  fmt::print("{:<22} {:>8} | {} {} | {} {} | {} {} | {} {} |", label, "", cell(s.geomean[0], 7, 1),
              cell(s.geomean[0] / peak * 100, 4, 0), cell(s.geomean[1], 7, 1),
              cell(s.geomean[1] / peak * 100, 4, 0), cell(s.geomean[2], 7, 1),
              cell(s.geomean[2] / peak * 100, 4, 0), cell(s.ratio_vs_onednn, 6, 2),
              cell(s.ratio_vs_blis, 6, 2));
+  if (tuned)
+    fmt::print(" {:>7} {:>7} {:>7} {:>8} | {} {} {} {}", "", "", "", "", cell(s.geomean[kTuned], 7, 1),
+               cell(s.geomean[kTuned] / peak * 100, 4, 0), cell(s.tuned_vs_onednn, 6, 2),
+               cell(s.tuned_vs_default, 6, 2));
+  fmt::print("\n");
 }
 
 json peer_json(const LayerResult& r, Peer p, double peak) {
@@ -116,7 +139,9 @@ json peer_json(const LayerResult& r, Peer p, double peak) {
   j["pct_peak"] = num(pr.median_gflops / peak * 100.0);
   j["reps_per_sample"] = pr.reps;
   j["workspace_bytes"] = pr.workspace_bytes;
-  if (p == kConvgen) {
+  if (p == kTuned) {
+    j["schedule"] = r.tuned_schedule;
+  } else if (p == kConvgen) {
     j["schedule"] = r.schedule;
     j["schedule_why"] = r.schedule_why;
     j["threads"] = r.convgen_threads;
@@ -149,7 +174,9 @@ json summary_json(const SetSummary& s) {
           {"excluded_layers", s.excluded},
           {"geomean", g},
           {"ratio_vs_onednn", num(s.ratio_vs_onednn)},
-          {"ratio_vs_blis", num(s.ratio_vs_blis)}};
+          {"ratio_vs_blis", num(s.ratio_vs_blis)},
+          {"tuned_vs_onednn", num(s.tuned_vs_onednn)},
+          {"tuned_vs_default", num(s.tuned_vs_default)}};
 }
 
 void write_json_atomically(const std::string& path, const json& doc) {
@@ -189,7 +216,8 @@ std::vector<SetSummary> print_pass(Pass pass, const std::vector<LayerResult>& re
       if (r->layer.set == set) rows.push_back(r);
     fmt::print("\n== {} {} ({} layer{}, mb {}) ==\n", set, pass_name(pass), rows.size(),
                rows.size() == 1 ? "" : "s", o.mb);
-    print_header();
+    const bool tuned = o.peer_enabled[kTuned];
+    print_header(tuned);
     for (const LayerResult* r : rows) {
       print_row(*r, peak);
       any_excluded = any_excluded || !r->in_geomean();
@@ -202,7 +230,7 @@ std::vector<SetSummary> print_pass(Pass pass, const std::vector<LayerResult>& re
           fmt::print("    {} skipped: {}\n", kPeerNames[p], r->peer[p].skipped);
     }
     summaries.push_back(summarize(pass, set, rows));
-    print_summary_row(summaries.back(), peak);
+    print_summary_row(summaries.back(), peak, tuned);
   }
   if (set_order.size() > 1) summaries.push_back(summarize(pass, "all", pass_rows));
   if (any_excluded)
@@ -213,8 +241,8 @@ std::vector<SetSummary> print_pass(Pass pass, const std::vector<LayerResult>& re
   fmt::print("\nsummary {}: geomean over each set of the per-layer medians (GF/s), geomean of "
              "the per-layer ratios\n",
              pass_name(pass));
-  print_header();
-  for (const SetSummary& s : summaries) print_summary_row(s, peak);
+  print_header(o.peer_enabled[kTuned]);
+  for (const SetSummary& s : summaries) print_summary_row(s, peak, o.peer_enabled[kTuned]);
   return summaries;
 }
 
@@ -229,7 +257,9 @@ json layer_json(const LayerResult& r, double peak) {
           {"convgen", peer_json(r, kConvgen, peak)},
           {"blis", peer_json(r, kBlis, peak)},
           {"onednn", peer_json(r, kOnednn, peak)},
+          {"tuned", peer_json(r, kTuned, peak)},
           {"ratio_vs_onednn", num(r.ratio(kOnednn))},
+          {"tuned_vs_onednn", num(r.ratio_of(kTuned, kOnednn))},
           {"ratio_vs_blis", num(r.ratio(kBlis))},
           {"check_ref", r.check_ref},
           {"max_rel_diff", num(r.check)},

@@ -19,8 +19,9 @@ struct SetSummary {
   std::string set;
   int layers = 0;    // rows in the geomeans
   int excluded = 0;  // rows reported but left out (bwd_data of a network input layer)
-  double geomean[kPeers] = {kNaN, kNaN, kNaN};
+  double geomean[kPeers] = {kNaN, kNaN, kNaN, kNaN};
   double ratio_vs_onednn = kNaN, ratio_vs_blis = kNaN;
+  double tuned_vs_onednn = kNaN, tuned_vs_default = kNaN;  // with --schedules
 };
 
 // Prints the tables of one pass: one per set, each with its geomean row, then the pass's

@@ -18,6 +18,7 @@
 #include "runtime/im2col/im2col_blis_backward.h"
 #include "schedules/errors.h"
 #include "schedules/schedule_records.h"
+#include "schedules/schedule_selection.h"
 
 namespace convgen::bench {
 
@@ -195,6 +196,28 @@ convgen::ConvSchedule convgen_schedule(LayerResult& res, const convgen::TargetIn
   return s;
 }
 
+// The tuned record's schedule for the pass (--schedules), with the bench's threading
+// choice applied as for the default; Unsupported (the peer is skipped) when no record
+// of this layer, pass, target and generator is in the file.
+convgen::ConvSchedule tuned_schedule(LayerResult& res, const convgen::TargetInfo& target, const Options& o) {
+  const ConvDescriptor& d = res.layer.d;
+  std::vector<std::string> why;
+  convgen::SelectedSchedule sel = convgen::select_schedule(d, pass_name(res.pass), target, o.schedules, &why);
+  if (sel.source == "analytic default")
+    throw Error(ExitCode::Unsupported, fmt::format("no tuned record in {} for this layer and pass", o.schedules));
+  convgen::ConvSchedule s = sel.schedule;
+  if (o.threads > 1)
+    s = convgen::parallel_variant(d, pass_name(res.pass), s,
+                                  d.mb >= 2 * o.threads ? convgen::Parallel::Images : convgen::Parallel::Pixels);
+  res.tuned_schedule = convgen::describe(s);
+  return s;
+}
+
+// The schedule a convgen peer runs: the analytic default (kConvgen) or the tuned record (kTuned).
+convgen::ConvSchedule peer_schedule(LayerResult& res, Peer p, const convgen::TargetInfo& target, const Options& o) {
+  return p == kTuned ? tuned_schedule(res, target, o) : convgen_schedule(res, target, o);
+}
+
 template <class OnednnPeer>
 void record_onednn(LayerResult& res, const OnednnPeer& onednn) {
   res.onednn_impl = onednn.impl_name();
@@ -212,16 +235,18 @@ void set_up_forward(LayerResult& res, const Inputs& in, Outputs* out, const Opti
   const ConvDescriptor& d = res.layer.d;
   const int64_t y_size = d.mb * d.oh() * d.ow() * d.oc;
   const float* bias = d.bias ? in.bias.data() : nullptr;
-  set_up(res.peer[kConvgen], [&] {
-    const convgen::TargetInfo& target = o.target;
-    const convgen::ConvSchedule s = convgen_schedule(res, target, o);
-    auto kernel = std::make_shared<convgen::JitForwardKernel>(d, s, target);
-    out[kConvgen] = {unwritten(y_size)};
-    float* y = out[kConvgen][0].data();
-    PeerResult& r = res.peer[kConvgen];
-    r.call = [kernel, &in, bias, y] { kernel->run(in.x.data(), in.w.data(), bias, y); };
-    r.finish = [kernel, &r] { r.workspace_bytes = kernel->last_workspace_bytes(); };
-  });
+  for (Peer p : {kConvgen, kTuned}) {
+    set_up(res.peer[p], [&] {
+      const convgen::TargetInfo& target = o.target;
+      const convgen::ConvSchedule s = peer_schedule(res, p, target, o);
+      auto kernel = std::make_shared<convgen::JitForwardKernel>(d, s, target);
+      out[p] = {unwritten(y_size)};
+      float* y = out[p][0].data();
+      PeerResult& r = res.peer[p];
+      r.call = [kernel, &in, bias, y] { kernel->run(in.x.data(), in.w.data(), bias, y); };
+      r.finish = [kernel, &r] { r.workspace_bytes = kernel->last_workspace_bytes(); };
+    });
+  }
   set_up(res.peer[kBlis], [&] {
     PeerResult& r = res.peer[kBlis];
     r.skipped = blis_memory_refusal(d);
@@ -250,16 +275,18 @@ void set_up_backward_data(LayerResult& res, const Inputs& in, Outputs* out, cons
   const int64_t dx_size = d.mb * d.ih * d.iw * d.ic;
   const float* y = d.relu ? in.y.data() : nullptr;
   const float* dy_peers = in.dy_for_peers();
-  set_up(res.peer[kConvgen], [&] {
-    const convgen::TargetInfo& target = o.target;
-    const convgen::ConvSchedule s = convgen_schedule(res, target, o);
-    auto kernel = std::make_shared<convgen::JitBackwardDataKernel>(d, s, target);
-    out[kConvgen] = {unwritten(dx_size)};
-    float* dx = out[kConvgen][0].data();
-    PeerResult& r = res.peer[kConvgen];
-    r.call = [kernel, &in, y, dx] { kernel->run(in.dy.data(), in.w.data(), y, dx); };
-    r.finish = [kernel, &r] { r.workspace_bytes = kernel->last_workspace_bytes(); };
-  });
+  for (Peer p : {kConvgen, kTuned}) {
+    set_up(res.peer[p], [&] {
+      const convgen::TargetInfo& target = o.target;
+      const convgen::ConvSchedule s = peer_schedule(res, p, target, o);
+      auto kernel = std::make_shared<convgen::JitBackwardDataKernel>(d, s, target);
+      out[p] = {unwritten(dx_size)};
+      float* dx = out[p][0].data();
+      PeerResult& r = res.peer[p];
+      r.call = [kernel, &in, y, dx] { kernel->run(in.dy.data(), in.w.data(), y, dx); };
+      r.finish = [kernel, &r] { r.workspace_bytes = kernel->last_workspace_bytes(); };
+    });
+  }
   set_up(res.peer[kBlis], [&] {
     PeerResult& r = res.peer[kBlis];
     r.skipped = blis_memory_refusal(d);
@@ -297,17 +324,17 @@ void set_up_backward_weights(LayerResult& res, const Inputs& in, Outputs* out,
   const ConvDescriptor& d = res.layer.d;
   const float* y = d.relu ? in.y.data() : nullptr;
   const float* dy_peers = in.dy_for_peers();
-  set_up(res.peer[kConvgen], [&] {
-    const convgen::TargetInfo& target = o.target;
-    const convgen::ConvSchedule s = convgen_schedule(res, target, o);
-    auto kernel = std::make_shared<convgen::JitBackwardWeightsKernel>(d, s, target);
-    const auto [dw, db] = weight_gradients(d, out[kConvgen]);
-    PeerResult& r = res.peer[kConvgen];
-    r.call = [kernel, &in, y, dw = dw, db = db] {
-      kernel->run(in.x.data(), in.dy.data(), y, dw, db);
-    };
-    r.finish = [kernel, &r] { r.workspace_bytes = kernel->last_workspace_bytes(); };
-  });
+  for (Peer p : {kConvgen, kTuned}) {
+    set_up(res.peer[p], [&] {
+      const convgen::TargetInfo& target = o.target;
+      const convgen::ConvSchedule s = peer_schedule(res, p, target, o);
+      auto kernel = std::make_shared<convgen::JitBackwardWeightsKernel>(d, s, target);
+      const auto [dw, db] = weight_gradients(d, out[p]);
+      PeerResult& r = res.peer[p];
+      r.call = [kernel, &in, y, dw = dw, db = db] { kernel->run(in.x.data(), in.dy.data(), y, dw, db); };
+      r.finish = [kernel, &r] { r.workspace_bytes = kernel->last_workspace_bytes(); };
+    });
+  }
   set_up(res.peer[kBlis], [&] {
     PeerResult& r = res.peer[kBlis];
     r.skipped = blis_memory_refusal(d);
@@ -343,7 +370,7 @@ void cross_check(LayerResult& res, const Outputs* out) {
   for (int p = 0; p < kPeers; ++p) {
     if (p == ref || !res.peer[p].runs()) continue;
     res.diff[p] = outputs_diff(out[p], out[ref]);
-    if (!forward || p == kConvgen) checked.push_back(res.diff[p]);
+    if (!forward || p == kConvgen || p == kTuned) checked.push_back(res.diff[p]);
   }
   res.check_ref = kPeerNames[ref];
   res.checked = !checked.empty();

@@ -38,6 +38,7 @@ struct LayerResult {
   double flops = 0;
   PeerResult peer[kPeers];
   std::string schedule;                 // describe() of convgen's schedule
+  std::string tuned_schedule;           // describe() of the tuned record's schedule (kTuned)
   int convgen_threads = 1;
   std::vector<std::string> schedule_why;
   std::string onednn_impl, onednn_layouts;
@@ -54,9 +55,10 @@ struct LayerResult {
   bool network_input = false;
   // Left out of the geomeans: bwd_data of the network input layer.
   bool in_geomean() const { return !(pass == Pass::BwdData && network_input); }
-  double ratio(Peer p) const {
-    if (!peer[kConvgen].runs() || !peer[p].runs()) return kNaN;
-    return peer[kConvgen].median_gflops / peer[p].median_gflops;
+  double ratio(Peer p) const { return ratio_of(kConvgen, p); }
+  double ratio_of(Peer a, Peer b) const {
+    if (!peer[a].runs() || !peer[b].runs()) return kNaN;
+    return peer[a].median_gflops / peer[b].median_gflops;
   }
 };
 

@@ -1,6 +1,5 @@
 #include "generator/tune/tune_plan.h"
 
-#include <fstream>
 #include <map>
 
 #include <fmt/format.h>
@@ -70,13 +69,10 @@ void add_model(const std::string& path, const TuneSources& src, const TargetInfo
 }
 
 void add_layers(const std::string& path, const TuneSources& src, ItemList& items) {
-  std::ifstream in(path);
-  if (!in) throw Error(ExitCode::Io, fmt::format("{}: cannot read", path));
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos || line[line.find_first_not_of(" \t")] == '#') continue;
-    ConvDescriptor d = parse_tsv_row(line, fmt::format("{}:{}", path, n));
-    const std::string name = d.name.empty() ? fmt::format("{}:{}", path, n) : d.name;
+  int row = 0;
+  for (ConvDescriptor d : read_layer_set(path)) {
+    ++row;
+    const std::string name = d.name.empty() ? fmt::format("{} row {}", path, row) : d.name;
     if (src.batch > 0) d.mb = src.batch;
     validate(d);
     for (const std::string& pass : src.passes) items.add(d, pass, name);

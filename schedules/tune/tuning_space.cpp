@@ -85,6 +85,15 @@ TuningSpace::TuningSpace(const ConvDescriptor& d, const std::string& pass, const
       if (rows < e.oh()) nc_.push_back(static_cast<int>(rows * e.ow()));
     partitions_ = {1};
   }
+  // The analytic default's own values belong to the space (its rules pick values off
+  // these grids, e.g. backward-weights items of 128 pixels).
+  const ConvSchedule def = normalise(analytic_schedule_for_pass(d, pass, t));
+  add_unique(&kc_, def.kc);
+  add_unique(&nc_, def.nc);
+  add_unique(&partitions_, def.partitions);
+  std::sort(kc_.begin(), kc_.end());
+  std::sort(nc_.begin(), nc_.end());
+  std::sort(partitions_.begin(), partitions_.end());
 }
 
 int TuningSpace::channel_tiles(const ConvSchedule& s) const {

@@ -1,0 +1,422 @@
+// The tuner without the compiler (schedules/tune/): its space, search, timing rule,
+// journal and per-key loop, driven by a stub evaluator whose "timings" are a fixed
+// function of the schedule, so every run is reproducible.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "schedules/build_info.h"
+#include "schedules/conv_descriptor.h"
+#include "schedules/errors.h"
+#include "schedules/schedule_records.h"
+#include "schedules/schedule_selection.h"
+#include "schedules/tune/search.h"
+#include "schedules/tune/timing_rule.h"
+#include "schedules/tune/tune_journal.h"
+#include "schedules/tune/tuner.h"
+#include "schedules/tune/tuning_space.h"
+#include "tests/common/temp_dir.h"
+
+using namespace convgen;
+using convgen::test::TempDir;
+
+namespace {
+
+const char* kLayer = "mb8ic64ih28oc128oh28kh3ph1";
+
+TargetInfo avx512() { return target_info("x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41"); }
+
+// A synthetic landscape: seconds are the prior's cost times a hashed ripple, so there is
+// structure for the search to find and noise-free repeats.
+double landscape(const TuningSpace& space, const ConvSchedule& s, const ConvSchedule& def) {
+  const std::string id = describe(space.normalise(s));
+  uint64_t h = 1469598103934665603ull;
+  for (char c : id) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return 1e-3 * space.prior(s, def) * (0.8 + 0.4 * double(h % 1000) / 1000.0);
+}
+
+class StubEvaluator : public CandidateEvaluator {
+ public:
+  StubEvaluator(const TuningSpace& space, ConvSchedule def) : space_(space), def_(space.normalise(def)) {}
+  std::vector<std::string> evaluated;
+  std::string wrong;        // describe() of a candidate the check finds wrong
+  int kill_at = -1;         // SIGKILL this process at that evaluation (after the ones before it were journaled)
+  bool retime_equal = false;  // every finalist re-times as the default
+
+  CandidateResult evaluate(const ConvSchedule& s, double) override {
+    if (static_cast<int>(evaluated.size()) == kill_at) ::kill(::getpid(), SIGKILL);
+    evaluated.push_back(describe(s));
+    CandidateResult r;
+    if (describe(s) == wrong) {
+      r.status = "wrong";
+      r.error = "output element 3 is 1 where the reference gives 2";
+      return r;
+    }
+    r.stats = summarise({seconds(s), seconds(s) * 1.001, seconds(s) * 1.002});
+    return r;
+  }
+  std::vector<TimingStats> retime_interleaved(const std::vector<ConvSchedule>& schedules, int rounds) override {
+    std::vector<TimingStats> out;
+    for (const ConvSchedule& s : schedules) {
+      const double t = retime_equal ? seconds(def_) : seconds(s);
+      out.push_back(summarise(std::vector<double>(static_cast<size_t>(rounds), t)));
+    }
+    return out;
+  }
+  double flops() const override { return 1e9; }
+  double seconds(const ConvSchedule& s) const { return landscape(space_, s, def_); }
+
+ private:
+  const TuningSpace& space_;
+  ConvSchedule def_;
+};
+
+struct Setup {
+  ConvDescriptor d = parse_descriptor(kLayer);
+  TargetInfo t = avx512();
+  TuningSpace space{d, "fwd", t, Parallel::None};
+  ConvSchedule def = space.normalise(analytic_schedule(d, t));
+  TuneKeyRequest request(int trials, uint64_t seed = 1) const {
+    TuneKeyRequest rq;
+    rq.key = {d.normalised(), "fwd", t.target, CONVGEN_GENERATOR_HASH};
+    rq.default_schedule = def;
+    rq.provenance.cpu = "test CPU";
+    rq.provenance.halide = "14.0.0";
+    rq.provenance.variant = "none";
+    rq.search.seed = seed;
+    rq.max_trials = trials;
+    return rq;
+  }
+};
+
+std::vector<std::string> trial_schedules(const std::string& path) {
+  std::vector<std::string> out;
+  for (const ScheduleRecord& r : read_records(path))
+    if (r.kind == RecordKind::Trial) out.push_back(describe(r.schedule));
+  return out;
+}
+
+ScheduleRecord sample_trial() {
+  ScheduleRecord r;
+  r.kind = RecordKind::Trial;
+  r.key = {"mb1ic64ih56oc64oh56kh3ph1", "bwd_weights", avx512().target, "abc123"};
+  r.schedule.mr = 48;
+  r.schedule.nr = 8;
+  r.schedule.partitions = 4;
+  r.source = "tuned";
+  r.gflops = 201.5;
+  r.note = "";
+  r.tuning.present = true;
+  r.tuning.trial = 7;
+  r.tuning.status = "ok";
+  r.tuning.seed = 42;
+  r.tuning.search = "guided";
+  r.tuning.workspace_bytes = 123456;
+  r.tuning.stats = {0.0012, 0.00125, 0.02, 5};
+  r.tuning.provenance = {"AMD EPYC 9R45", 49152, 1048576, 33554432, "14.0.0", 1, 0, "none"};
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("records version 3: trial and tuned lines read back as written, byte for byte", "[tune][records]") {
+  const ScheduleRecord trial = sample_trial();
+  const std::string line = to_json_line(trial);
+  CHECK(line.find(R"("version":3,"kind":"trial")") != std::string::npos);
+  const ScheduleRecord back = parse_record_line(line, "t:1");
+  CHECK(back == trial);
+  CHECK(to_json_line(back) == line);
+
+  ScheduleRecord tuned = trial;
+  tuned.kind = RecordKind::Schedule;
+  tuned.tuning.trial = -1;
+  tuned.tuning.trials = 64;
+  tuned.tuning.default_gflops = 180.25;
+  CHECK(parse_record_line(to_json_line(tuned), "t:2") == tuned);
+
+  // Strict: the kind/trial pairing, statuses and provenance fields are checked.
+  auto bad = [](std::string text, const std::string& from, const std::string& to, const std::string& fragment) {
+    text.replace(text.find(from), from.size(), to);
+    try {
+      parse_record_line(text, "f.jsonl:3");
+      FAIL("accepted: " << text);
+    } catch (const Error& e) {
+      CHECK(e.code() == ExitCode::BadRecord);
+      CHECK_THAT(e.what(), Catch::Contains("f.jsonl:3") && Catch::Contains(fragment));
+    }
+  };
+  bad(line, R"("trial":7)", R"("trial":-1)", "tuning.trial");
+  bad(line, R"("status":"ok")", R"("status":"fast")", "tuning.status");
+  bad(line, R"("threads":1)", R"("threads":0)", "tuning.provenance.threads");
+  bad(line, R"("kind":"trial")", R"("kind":"guess")", "kind");
+  bad(line, R"(,"tuning":{)", R"(,"tuned":{)", "unknown field \"tuned\"");
+}
+
+TEST_CASE("a trial line is never applied; a record of another target or generator is refused, and said",
+          "[tune][records]") {
+  TempDir dir;
+  const std::string path = (dir.path / "r.jsonl").string();
+  const ConvDescriptor d = parse_descriptor(kLayer);
+  const TargetInfo t = avx512();
+  ScheduleRecord trial = sample_trial();
+  trial.key = {d.normalised(), "fwd", t.target, CONVGEN_GENERATOR_HASH};
+  trial.schedule.partitions = 1;
+  write_records(path, {trial});
+  std::vector<std::string> why;
+  CHECK(select_schedule(d, "fwd", t, path, &why).source == "analytic default");
+
+  ScheduleRecord other = trial;
+  other.kind = RecordKind::Schedule;
+  other.tuning.trial = -1;
+  other.key.target = "x86-64-linux-avx512_skylake-avx2-fma";
+  ScheduleRecord stale = other;
+  stale.key.target = t.target;
+  stale.key.generator_hash = "0123456789abcdef";
+  write_records(path, {other, stale});
+  why.clear();
+  CHECK(select_schedule(d, "fwd", t, path, &why).source == "analytic default");
+  std::string all;
+  for (const auto& w : why) all += w + "\n";
+  CHECK_THAT(all, Catch::Contains("measured for target") && Catch::Contains("measured for generator 0123456789ab"));
+
+  // Matching key, measured elsewhere: applied, and --verbose says where it was measured.
+  ScheduleRecord good = stale;
+  good.key.generator_hash = CONVGEN_GENERATOR_HASH;
+  write_records(path, {good});
+  why.clear();
+  CHECK(select_schedule(d, "fwd", t, path, &why).schedule == good.schedule);
+  all.clear();
+  for (const auto& w : why) all += w + "\n";
+  CHECK_THAT(all, Catch::Contains("measured on AMD EPYC 9R45"));
+}
+
+TEST_CASE("a torn last line: consumers refuse it by name, the journal cuts it off", "[tune][journal]") {
+  TempDir dir;
+  const std::string path = (dir.path / "r.jsonl").string();
+  const std::string whole = to_json_line(sample_trial());
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << whole << "\n" << whole.substr(0, whole.size() / 2);
+  }
+  try {
+    read_records(path);
+    FAIL("a torn line was accepted");
+  } catch (const Error& e) {
+    CHECK(e.code() == ExitCode::BadRecord);
+    CHECK_THAT(e.what(), Catch::Contains("r.jsonl:2") && Catch::Contains("no newline"));
+  }
+  {
+    TuneJournal journal(path);
+    CHECK(journal.records().size() == 1);
+    CHECK(journal.repaired_bytes() == static_cast<int64_t>(whole.size() / 2));
+  }
+  CHECK(read_records(path).size() == 1);
+  CHECK(std::filesystem::file_size(path) == whole.size() + 1);
+}
+
+TEST_CASE("a second tuner on the same records file is locked out", "[tune][journal]") {
+  TempDir dir;
+  const std::string path = (dir.path / "r.jsonl").string();
+  TuneJournal first(path);
+  try {
+    TuneJournal second(path);
+    FAIL("two journals on one file");
+  } catch (const Error& e) {
+    CHECK(e.code() == ExitCode::Busy);
+    CHECK_THAT(e.what(), Catch::Contains("r.jsonl") && Catch::Contains("another convgen tune"));
+  }
+}
+
+TEST_CASE("the space: normal forms are fixed points, distinct, legal; neighbours are one move away", "[tune][space]") {
+  const TargetInfo t = avx512();
+  for (const char* text : {kLayer, "mb8ic256ih14oc256oh14kh3ph1", "g32mb8ic32ih56oc32oh56kh3ph1",
+                           "mb8ic1024ih14oc256oh14kh1", "mb8ic64ih56oc128oh28kh3sh2ph1"}) {
+    const ConvDescriptor d = parse_descriptor(text);
+    for (const char* pass : {"fwd", "bwd_data", "bwd_weights"}) {
+      CAPTURE(text, pass);
+      const TuningSpace space(d, pass, t, Parallel::None);
+      const auto& all = space.all();
+      REQUIRE(all.size() > 10);
+      std::set<std::string> ids;
+      for (const ConvSchedule& s : all) {
+        CHECK(space.normalise(s) == s);
+        CHECK(ids.insert(describe(s)).second);
+        CHECK_NOTHROW(validate(s, t));
+      }
+      const ConvSchedule def = space.normalise(analytic_schedule_for_pass(d, pass, t));
+      CHECK(ids.count(describe(def)) == 1);  // the default is in the space
+      for (const ConvSchedule& n : space.neighbours(def)) {
+        CHECK(n != def);
+        CHECK(ids.count(describe(n)) == 1);
+      }
+    }
+  }
+}
+
+TEST_CASE("the search: default first, no repeats, a function of the seed and the results", "[tune][search]") {
+  Setup s;
+  StubEvaluator stub(s.space, s.def);
+  auto run = [&](uint64_t seed, const std::string& method) {
+    SearchOptions o;
+    o.seed = seed;
+    o.method = method;
+    Search search(s.space, s.def, o);
+    std::vector<std::string> seq;
+    for (int i = 0; i < 40; ++i) {
+      auto c = search.next();
+      REQUIRE(c);
+      seq.push_back(describe(*c));
+      search.report(*c, stub.seconds(*c));
+    }
+    return seq;
+  };
+  for (const char* method : {"guided", "random"}) {
+    const auto a = run(1, method), b = run(1, method), c = run(2, method);
+    CHECK(a.front() == describe(s.def));
+    CHECK(std::set<std::string>(a.begin(), a.end()).size() == a.size());
+    CHECK(a == b);
+    CHECK(a != c);
+  }
+}
+
+TEST_CASE("guided search beats random search on a structured landscape at equal trials", "[tune][search]") {
+  Setup s;
+  StubEvaluator stub(s.space, s.def);
+  auto best_after = [&](const std::string& method, uint64_t seed, int trials) {
+    SearchOptions o;
+    o.seed = seed;
+    o.method = method;
+    Search search(s.space, s.def, o);
+    double best = 1e9;
+    for (int i = 0; i < trials; ++i) {
+      auto c = search.next();
+      REQUIRE(c);
+      best = std::min(best, stub.seconds(*c));
+      search.report(*c, stub.seconds(*c));
+    }
+    return best;
+  };
+  double guided = 0, random = 0;
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    guided += std::log(best_after("guided", seed, 32));
+    random += std::log(best_after("random", seed, 32));
+  }
+  CHECK(guided < random);
+}
+
+TEST_CASE("kill -9 mid-run, then the same command resumes: the same trials, none repeated", "[tune][journal]") {
+  Setup s;
+  TempDir dir;
+  const std::string reference = (dir.path / "reference.jsonl").string();
+  const std::string resumed = (dir.path / "resumed.jsonl").string();
+  {
+    StubEvaluator stub(s.space, s.def);
+    TuneJournal journal(reference);
+    tune_key(s.request(24), s.space, stub, journal);
+  }
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    StubEvaluator stub(s.space, s.def);
+    stub.kill_at = 9;  // nine trials journaled, then SIGKILL mid-trial
+    TuneJournal journal(resumed);
+    tune_key(s.request(24), s.space, stub, journal);
+    ::_exit(0);  // not reached
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
+  const auto before = trial_schedules(resumed);
+  CHECK(before.size() == 9);
+
+  StubEvaluator stub(s.space, s.def);
+  TuneJournal journal(resumed);
+  const TuneKeyOutcome out = tune_key(s.request(24), s.space, stub, journal);
+  CHECK(out.replayed == 9);
+  CHECK(stub.evaluated.size() == 15);
+  for (const std::string& id : stub.evaluated)
+    CHECK(std::find(before.begin(), before.end(), id) == before.end());
+  CHECK(trial_schedules(resumed) == trial_schedules(reference));
+  CHECK(journal.find_tuned(s.request(24).key)->schedule == read_records(reference).back().schedule);
+
+  // Once finished, the same command measures nothing.
+  StubEvaluator again(s.space, s.def);
+  const TuneKeyOutcome third = tune_key(s.request(24), s.space, again, journal);
+  CHECK(third.skipped);
+  CHECK(again.evaluated.empty());
+}
+
+TEST_CASE("a wrong candidate is journaled as such and never wins; noise keeps the default", "[tune][search]") {
+  Setup s;
+  TempDir dir;
+  std::string fastest;
+  {
+    StubEvaluator stub(s.space, s.def);
+    TuneJournal journal((dir.path / "a.jsonl").string());
+    fastest = describe(tune_key(s.request(16), s.space, stub, journal).chosen.schedule);
+  }
+  REQUIRE(fastest != describe(s.def));
+  StubEvaluator stub(s.space, s.def);
+  stub.wrong = fastest;
+  TuneJournal journal((dir.path / "b.jsonl").string());
+  const TuneKeyOutcome out = tune_key(s.request(16), s.space, stub, journal);
+  CHECK(out.wrong == 1);
+  CHECK(describe(out.chosen.schedule) != fastest);
+  bool journaled = false;
+  for (const ScheduleRecord& r : journal.records())
+    journaled |= r.kind == RecordKind::Trial && describe(r.schedule) == fastest && r.tuning.status == "wrong" &&
+                 r.note.find("reference") != std::string::npos;
+  CHECK(journaled);
+
+  StubEvaluator level(s.space, s.def);
+  level.retime_equal = true;
+  TuneJournal flat((dir.path / "c.jsonl").string());
+  const TuneKeyOutcome kept = tune_key(s.request(16), s.space, level, flat);
+  CHECK_FALSE(kept.accepted);
+  CHECK(kept.chosen.schedule == s.def);
+  CHECK_THAT(kept.chosen.note, Catch::Contains("default kept"));
+}
+
+TEST_CASE("the timing rule stops when the best runs agree, or early when clearly slower", "[tune][timing]") {
+  int calls = 0;
+  const std::vector<double> noisy = {1.0, 1.2, 1.1, 1.01, 1.02, 1.3};
+  TimingRule rule;
+  TimingStats st = time_until_stable([&] { return noisy[static_cast<size_t>(calls++)]; }, rule, 0);
+  CHECK(calls == 5);  // 1.0, 1.01, 1.02: within 3%
+  CHECK(st.min_seconds == 1.0);
+  CHECK(st.count == 5);
+  calls = 0;
+  st = time_until_stable([&] { return 2.0 + 0.5 * (calls++ % 2); }, rule, 1.0);
+  CHECK(calls == 3);  // twice the best so far: stopped at min_samples
+  CHECK(beats_beyond_noise(summarise({0.90, 0.91, 0.92}), summarise({1.0, 1.01, 1.02})));
+  CHECK_FALSE(beats_beyond_noise(summarise({0.97, 0.99, 1.01}), summarise({1.0, 1.05, 1.06})));
+}
+
+TEST_CASE("similar tuned layers seed the search, most similar first", "[tune][search]") {
+  const TargetInfo t = avx512();
+  auto tuned = [&](const char* desc, int mr) {
+    ScheduleRecord r;
+    r.key = {parse_descriptor(desc).normalised(), "fwd", t.target, CONVGEN_GENERATOR_HASH};
+    r.schedule.mr = mr;
+    r.source = "tuned";
+    r.tuning.present = true;
+    return r;
+  };
+  const std::vector<ScheduleRecord> records = {tuned("mb8ic64ih56oc64oh56kh3ph1", 16),
+                                               tuned("mb8ic128ih28oc128oh28kh3ph1", 32),
+                                               tuned("mb8ic128ih28oc128oh28kh1", 48)};
+  const ScheduleKey key{parse_descriptor("mb8ic128ih28oc128oh28kh3ph1").normalised(), "fwd", t.target,
+                        CONVGEN_GENERATOR_HASH};
+  const auto seeds = similar_tuned_schedules(records, key);
+  REQUIRE(seeds.size() == 1);  // itself and the 1x1 layer are not seeds
+  CHECK(seeds[0].mr == 16);
+}
