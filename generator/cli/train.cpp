@@ -218,6 +218,9 @@ int train_model(const Args& args) {
   std::vector<std::string> why;
   auto trainer_owned = model::make_trainer(s.model, s.trainer, target, s.verbose ? &why : nullptr);
   model::Trainer& trainer = *trainer_owned;
+  // Kernels are built when a batch size first needs them: with --verbose, the full
+  // mini-batch's now, so their schedules (and where they came from) are printed up front.
+  if (s.verbose) trainer.prepare(s.trainer.batch);
   for (const auto& line : why) fmt::print(stderr, "{}\n", line);
 
   const model::TrainGraph& tg = trainer.graph();

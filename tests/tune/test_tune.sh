@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# convgen tune end to end: errors, the records it writes, resuming after kill -9 without
+# repeating a trial, the lock, a torn line repaired, consumers applying the records
+# (compile-layer's manifest names them), and a tuned trainer giving the same bits on
+# 1, 2 and 3 threads.
+set -uo pipefail
+convgen="$1"
+root="$2"
+# shellcheck source=../cli/helpers.sh
+source "$root/tests/cli/helpers.sh"
+
+layer='mb4ic16ih12oc32oh12kh3ph1+relu'
+key_count() { grep -c "\"kind\":\"$2\"" "$1" || true; }
+# Duplicate (key, schedule) among the trial lines of a records file: none expected.
+duplicate_trials() {
+  python3 - "$1" <<'EOF'
+import json, sys
+seen, dup = set(), 0
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r["kind"] != "trial":
+        continue
+    k = json.dumps([r["key"], r["schedule"], r["tuning"]["provenance"]], sort_keys=True)
+    dup += k in seen
+    seen.add(k)
+print(dup)
+EOF
+}
+
+# --- errors ---------------------------------------------------------------------------
+"$convgen" tune --help >"$work/help" || fail "tune --help exited non-zero"
+grep -q "usage: convgen tune" "$work/help" || fail "tune --help: no usage line"
+expect_error 2 "--records" tune "$layer"
+expect_error 2 "nothing to tune" tune --records "$work/r.jsonl"
+expect_error 2 "--passes" tune "$layer" --records "$work/r.jsonl" --passes fwd,backward
+expect_error 2 "--train needs a model" tune "$layer" --records "$work/r.jsonl" --train
+expect_error 2 "--search" tune "$layer" --records "$work/r.jsonl" --search annealing
+expect_error 2 "--budget" tune "$layer" --records "$work/r.jsonl" --budget 5x
+expect_error 4 "missing.tsv" tune "$work/missing.tsv" --records "$work/r.jsonl"
+[[ -e "$work/r.jsonl" ]] && fail "a refused command created the records file"
+
+# --- a run, and the same command again ---------------------------------------------------
+"$convgen" tune "$layer" --records "$work/r.jsonl" --trials 5 --log "$work/log.jsonl" >"$work/out" 2>"$work/err" ||
+  fail "tune exited non-zero: $(cat "$work/err")"
+[[ $(key_count "$work/r.jsonl" trial) -eq 15 ]] || fail "want 15 trial lines (3 passes x 5), got $(key_count "$work/r.jsonl" trial)"
+[[ $(key_count "$work/r.jsonl" schedule) -eq 3 ]] || fail "want 3 tuned lines"
+grep -q "geomean gain" "$work/out" || fail "no final table: $(cat "$work/out")"
+[[ $(grep -c '"event":"trial"' "$work/log.jsonl") -eq 15 ]] || fail "--log: want 15 trial events"
+before=$(wc -l <"$work/r.jsonl")
+"$convgen" tune "$layer" --records "$work/r.jsonl" --trials 5 >"$work/out" 2>"$work/err" || fail "second run failed"
+[[ $(wc -l <"$work/r.jsonl") -eq $before ]] || fail "the same command again appended lines"
+[[ $(grep -c "already tuned" "$work/err") -eq 3 ]] || fail "the second run did not say 'already tuned': $(cat "$work/err")"
+
+# --- consumers ----------------------------------------------------------------------------
+tuned=$(python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if r["kind"] == "schedule" and r["key"]["pass"] == "fwd": s = r["schedule"]
+print(" ".join([s["strategy"]] + [f"{k}={v}" for k, v in s.items() if k != "strategy"]))' "$work/r.jsonl")
+"$convgen" schedule "$layer" --target host --schedules "$work/r.jsonl" >"$work/sched" 2>&1 ||
+  fail "schedule --schedules failed: $(cat "$work/sched")"
+for word in $tuned; do
+  grep -q -- "$word" "$work/sched" || fail "schedule --schedules does not print the tuned $word: $(cat "$work/sched")"
+done
+"$convgen" compile-layer "$layer" --target host --schedules "$work/r.jsonl" -o "$work/k" --name k >/dev/null 2>"$work/err" ||
+  fail "compile-layer --schedules failed: $(cat "$work/err")"
+grep -q "record in" "$work/k/k.manifest.json" || fail "the manifest does not name the record: $(cat "$work/k/k.manifest.json")"
+
+# --- kill -9 mid-run, then resume: no trial measured twice --------------------------------
+"$convgen" tune "$layer" --passes fwd,bwd_weights --records "$work/k9.jsonl" --trials 40 --seed 3 >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 1 300); do
+  [[ -s "$work/k9.jsonl" ]] && (( $(wc -l <"$work/k9.jsonl") >= 6 )) && break
+  sleep 0.1
+done
+kill -9 "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+lines=$(wc -l <"$work/k9.jsonl")
+(( lines >= 6 )) || fail "the tuner journaled only $lines lines before the kill"
+"$convgen" tune "$layer" --passes fwd,bwd_weights --records "$work/k9.jsonl" --trials 40 --seed 3 >/dev/null 2>"$work/err" ||
+  fail "resume failed: $(cat "$work/err")"
+grep -q "from the journal" "$work/err" || fail "the resumed run replayed nothing: $(cat "$work/err")"
+[[ $(duplicate_trials "$work/k9.jsonl") -eq 0 ]] || fail "a trial was measured twice after resuming"
+[[ $(key_count "$work/k9.jsonl" schedule) -eq 2 ]] || fail "the resumed run did not finish both keys"
+
+# --- a torn last line: consumers say so, the tuner cuts it off ------------------------------
+head -c 100 "$work/r.jsonl" >>"$work/k9.jsonl"
+expect_error 5 "no newline" schedule "$layer" --target host --schedules "$work/k9.jsonl"
+"$convgen" tune "$layer" --passes fwd,bwd_weights --records "$work/k9.jsonl" --trials 40 --seed 3 >/dev/null 2>"$work/err" ||
+  fail "tune on a torn file failed: $(cat "$work/err")"
+grep -q "cut off an incomplete last line" "$work/err" || fail "the tuner did not say it repaired the file"
+"$convgen" schedule "$layer" --target host --schedules "$work/k9.jsonl" >/dev/null 2>&1 || fail "still torn after tune"
+
+# --- the lock: a second tuner is refused while the first holds the file ---------------------
+if command -v flock >/dev/null; then
+  flock "$work/r.jsonl" sleep 5 &
+  holder=$!
+  sleep 0.5
+  expect_error 11 "another convgen tune" tune "$layer" --records "$work/r.jsonl" --trials 5
+  kill "$holder" 2>/dev/null
+  wait "$holder" 2>/dev/null
+fi
+
+# --- a tuned trainer: the same bits on 1, 2 and 3 threads -----------------------------------
+lenet="$root/models/lenet.onnx"
+"$convgen" tune "$lenet" --train --batch 16 --records "$work/t.jsonl" --trials 4 >/dev/null 2>"$work/err" ||
+  fail "tune --train failed: $(cat "$work/err")"
+(( $(key_count "$work/t.jsonl" schedule) >= 6 )) || fail "tune --train tuned fewer than 6 kernels"
+for t in 1 2 3; do
+  "$convgen" train "$lenet" --data synthetic --synthetic-count 64 --steps 3 --batch 16 --threads "$t" \
+    --schedules "$work/t.jsonl" --save "$work/t$t.onnx" --verbose >/dev/null 2>"$work/err$t" ||
+    fail "train --schedules --threads $t failed: $(cat "$work/err$t")"
+done
+grep -q "schedule from $work/t.jsonl (tuned" "$work/err1" || fail "train --verbose does not name the tuned records"
+cmp -s "$work/t1.onnx" "$work/t2.onnx" || fail "tuned training differs between 1 and 2 threads"
+cmp -s "$work/t1.onnx" "$work/t3.onnx" || fail "tuned training differs between 1 and 3 threads"
+
+[[ $failures -eq 0 ]] && echo "cli.tune: all checks passed"
+exit $((failures > 0))
