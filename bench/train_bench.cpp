@@ -35,6 +35,7 @@ process -- RSS after the model and data are set up and peak RSS above it.
   --conv-impl I      generated (default) or im2col-blis
   --target STRING    Halide target of the generated kernels (default convgen's AVX2
                      one), or host (efficiency stays against the AVX2 FMA probe)
+  --schedules FILE   schedule records (convgen tune --train) for the generated kernels
   --intra-kernel     micro-batches in sequence, kernels parallel inside
   --profile          per node and pass: thread-seconds per step (on stderr)
 )";
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
       else if (a == "--warmup") warmup = std::stoll(next());
       else if (a == "--conv-impl") o.conv_impl = next();
       else if (a == "--target") target = next();
+      else if (a == "--schedules") o.records = next();
       else if (a == "--intra-kernel") o.intra_kernel = true;
       else if (a == "--profile") o.profile = true;
       else if (path.empty() && a[0] != '-') path = a;
@@ -127,11 +129,12 @@ int main(int argc, char** argv) {
     std::sort(seconds.begin(), seconds.end());
     const double per_step = seconds[seconds.size() / 2];
     const double flops = trainer.step_flops(o.batch);
-    fmt::print("{{\"model\": \"{}\", \"engine\": \"convgen\", \"conv_impl\": \"{}\", \"batch\": {}, \"micro_batch\": {}, "
+    fmt::print("{{\"model\": \"{}\", \"engine\": \"convgen\", \"conv_impl\": \"{}\", \"schedules\": \"{}\", "
+               "\"batch\": {}, \"micro_batch\": {}, "
                "\"threads\": {}, \"steps\": {}, \"runs\": {}, \"ms_per_step\": {:.3f}, \"images_per_s\": {:.1f}, "
                "\"step_gflop\": {:.4f}, \"fma_peak_gflops\": {:.1f}, \"efficiency\": {:.3f}, "
                "\"rss_after_load_mib\": {:.1f}, \"peak_rss_above_load_mib\": {:.1f}}}\n",
-               path, o.conv_impl, o.batch, trainer.micro_batch(), o.threads, steps, runs, per_step * 1e3,
+               path, o.conv_impl, o.records, o.batch, trainer.micro_batch(), o.threads, steps, runs, per_step * 1e3,
                double(o.batch) / per_step, flops * 1e-9, peak, flops / per_step / (peak * 1e9), base,
                status_mib("VmHWM") - base);
     return 0;

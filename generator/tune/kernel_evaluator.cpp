@@ -51,22 +51,41 @@ std::vector<float> integers(size_t n, int range, std::mt19937& rng) {
   return v;
 }
 
-// The pass's output tensors, NaN-filled so an element a kernel never writes fails.
+// Floats past the end of every output tensor that a kernel must leave alone (the sweep's
+// guard idea): a schedule that writes past its output is wrong, not just slow.
+constexpr size_t kGuard = 64;
+
+// The pass's output tensors, NaN-filled so an element a kernel never writes fails, each
+// followed by kGuard NaNs.
 std::vector<std::vector<float>> output_tensors(const ConvDescriptor& d, const std::string& pass) {
   const auto nan = std::numeric_limits<float>::quiet_NaN();
   const size_t y = static_cast<size_t>(d.mb * d.oh() * d.ow() * d.oc), x = static_cast<size_t>(d.mb * d.ih * d.iw * d.ic),
                w = static_cast<size_t>(d.oc * d.icg() * d.kh * d.kw);
-  if (pass == "fwd") return {std::vector<float>(y, nan)};
-  if (pass == "bwd_data") return {std::vector<float>(x, nan)};
-  return {std::vector<float>(w, nan), std::vector<float>(d.bias ? static_cast<size_t>(d.oc) : 0, nan)};
+  if (pass == "fwd") return {std::vector<float>(y + kGuard, nan)};
+  if (pass == "bwd_data") return {std::vector<float>(x + kGuard, nan)};
+  return {std::vector<float>(w + kGuard, nan), std::vector<float>((d.bias ? static_cast<size_t>(d.oc) : 0) + kGuard, nan)};
 }
 
-// Bitwise comparison; "" when equal, else where the first difference is.
+// True when every guard float is still the quiet NaN it was filled with.
+bool guards_intact(const std::vector<std::vector<float>>& out) {
+  const auto nan = std::numeric_limits<float>::quiet_NaN();
+  for (const auto& t : out)
+    if (std::memcmp(t.data() + (t.size() - kGuard), std::vector<float>(kGuard, nan).data(), kGuard * sizeof(float)) != 0)
+      return false;
+  return true;
+}
+
+// Exact comparison; "" when equal, else where the first difference is. Equal values
+// are equal whatever the sign of a zero: a sum that starts from the first product rather
+// than from +0 gives -0 where every product is -0 (-3 x 0), an order effect with the
+// same value. Anything else -- another value, a NaN (an element never written) -- differs.
 std::string first_difference(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want) {
+  if (!guards_intact(got)) return "it wrote past the end of its output";
   for (size_t t = 0; t < want.size(); ++t) {
-    if (std::memcmp(got[t].data(), want[t].data(), want[t].size() * sizeof(float)) == 0) continue;
-    for (size_t i = 0; i < want[t].size(); ++i)
-      if (std::memcmp(&got[t][i], &want[t][i], sizeof(float)) != 0)
+    const size_t n = want[t].size() - kGuard;
+    if (std::memcmp(got[t].data(), want[t].data(), n * sizeof(float)) == 0) continue;
+    for (size_t i = 0; i < n; ++i)
+      if (!(got[t][i] == want[t][i]))
         return fmt::format("{} element {} is {} where the reference gives {}", t == 0 ? "output" : "bias gradient", i,
                            got[t][i], want[t][i]);
   }
@@ -90,10 +109,13 @@ KernelEvaluator::KernelEvaluator(const ConvDescriptor& d, const std::string& pas
   auto kernel = build(default_schedule);
   expected_ = output_tensors(d, pass);
   kernel->run(d, in_, expected_);
+  if (!guards_intact(expected_))
+    throw Error(ExitCode::Internal, fmt::format("tune: {} {}: the analytic default ({}) wrote past its output",
+                                                d.normalised(), pass, describe(default_schedule)));
   // The default against the plain reference, at sampled elements and both ends.
   std::vector<int64_t> places;
   int64_t total = 0;
-  for (const auto& tensor : expected_) total += static_cast<int64_t>(tensor.size());
+  for (const auto& tensor : expected_) total += static_cast<int64_t>(tensor.size() - kGuard);
   std::mt19937_64 pick(7);
   places = {0, total - 1};
   for (int i = 0; i < 512; ++i) places.push_back(static_cast<int64_t>(pick() % static_cast<uint64_t>(total)));
@@ -101,7 +123,7 @@ KernelEvaluator::KernelEvaluator(const ConvDescriptor& d, const std::string& pas
     const double want = pass == "fwd"        ? reference_forward_at(d, in_, at)
                         : pass == "bwd_data" ? reference_backward_data_at(d, in_, at)
                                              : reference_backward_weights_at(d, in_, at);
-    const size_t first = expected_[0].size();
+    const size_t first = expected_[0].size() - kGuard;
     const float got = static_cast<size_t>(at) < first ? expected_[0][static_cast<size_t>(at)]
                                                       : expected_[1][static_cast<size_t>(at) - first];
     if (static_cast<double>(got) != want)
