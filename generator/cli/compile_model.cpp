@@ -326,28 +326,6 @@ std::vector<int64_t> parse_counts(const std::string& option, const std::string& 
   return counts;
 }
 
-// The layers a training kernel serves, for the header and messages: the Conv nodes of
-// that shape (any batch), or the Gemm layers run as 1x1 convolutions.
-std::vector<std::string> layers_of(const model::TrainGraph& tg, const ConvDescriptor& d) {
-  std::vector<std::string> layers;
-  for (const model::Node& n : tg.graph.nodes) {
-    if (n.op != model::Op::Conv) continue;
-    ConvDescriptor c = model::conv_descriptor(tg.graph, n);
-    c.name.clear();
-    c.mb = d.mb;
-    if (c == d) layers.push_back(n.name);
-  }
-  // A Linear-form Gemm runs as a 1x1 convolution of a 1 x rows image (runtime/train/trainer.cpp).
-  const bool gemm_form = d.mb == 1 && d.ih == 1 && d.kh == 1 && d.kw == 1;
-  for (const model::Node& n : tg.graph.nodes) {
-    if (!gemm_form || n.op != model::Op::Gemm || !n.attributes.trans_b) continue;
-    const auto& w = tg.graph.value(n.inputs[1]).shape;
-    if (w.size() == 2 && w[0] == d.oc && w[1] == d.ic) layers.push_back(n.name + " (1x1 conv)");
-  }
-  if (layers.empty()) layers.push_back("(unnamed)");
-  return layers;
-}
-
 int compile_training_driver(const Options& o, const std::string& name, const std::string& target, const TargetInfo& t) {
   model::TrainerOptions topt;
   topt.batch = o.batch.empty() ? 64 : parse_count("--batch", o.batch);
@@ -384,7 +362,7 @@ int compile_training_driver(const Options& o, const std::string& name, const std
       k.schedule_overrides = "parallel=" + to_string(k.selection.schedule.parallel);
       k.key = fmt::format("{}|{}|{}|{}|{}", key, pass, describe(k.selection.schedule), target, CONVGEN_GENERATOR_HASH);
       k.name = fmt::format("convgen_{}_{}", pass, sha256_hex(k.key).substr(0, 16));
-      k.layers = layers_of(tg, r.descriptor);
+      k.layers = model::training_layers_of(tg, r.descriptor);
       why.push_back(fmt::format("{} {}: kernel {} (schedule: {})", key, pass, k.name, k.selection.source));
       for (const auto& l : lines) why.push_back("  " + l);
       (std::string(pass) == "fwd" ? row.forward : std::string(pass) == "bwd_data" ? row.backward_data

@@ -250,26 +250,33 @@ int tune(const Args& args) {
     if (log)
       *log << fmt::format(R"({{"event":"tuned","descriptor":"{}","pass":"{}","default_gflops":{:.3f},)"
                           R"("tuned_gflops":{:.3f},"trials":{},"replayed":{},"best_trial":{},"accepted":{},)"
-                          R"("skipped":{},"seconds":{:.1f},"best_so_far":[{}]}})",
+                          R"("skipped":{},"transferred":{},"seconds":{:.1f},"best_so_far":[{}]}})",
                           d.normalised(), item.pass, out.default_gflops, out.tuned_gflops, out.trials, out.replayed,
-                          out.best_trial, out.accepted, out.skipped, out.seconds,
+                          out.best_trial, out.accepted, out.skipped, out.transferred, out.seconds,
                           fmt::join(out.best_so_far_gflops, ","))
            << std::endl;
     rows.push_back({item.layers.front(), item.pass, std::move(out)});
   }
 
   // The final table: one row per layer and pass.
-  fmt::print("{:<40} {:<11} {:>9} {:>9} {:>6} {:>7} {:>8}\n", "layer", "pass", "default", "tuned", "gain", "trials",
-             "time");
+  fmt::print("{:<40} {:<11} {:>9} {:>9} {:>6} {:>7} {:>6} {:>8}\n", "layer", "pass", "default", "tuned", "gain",
+             "trials", "best@", "time");
   double log_gain = 0;
+  int seeded = 0, seed_found_best = 0;
   for (const Row& row : rows) {
     const TuneKeyOutcome& out = row.outcome;
     const double gain = out.default_gflops > 0 ? out.tuned_gflops / out.default_gflops : 1.0;
     log_gain += std::log(gain);
-    fmt::print("{:<40} {:<11} {:>9.1f} {:>9.1f} {:>5.2f}x {:>7} {:>8}\n", row.layer.substr(0, 40), row.pass,
+    seeded += out.transferred > 0;
+    seed_found_best += out.accepted && out.best_trial >= 1 && out.best_trial <= out.transferred;
+    fmt::print("{:<40} {:<11} {:>9.1f} {:>9.1f} {:>5.2f}x {:>7} {:>6} {:>8}\n", row.layer.substr(0, 40), row.pass,
                out.default_gflops, out.tuned_gflops, gain, out.trials,
+               out.skipped ? std::string("-") : std::to_string(out.best_trial),
                out.skipped ? "done" : duration_text(out.seconds));
   }
+  if (seeded)
+    fmt::print("transfer: {} kernel(s) seeded from similar tuned layers; in {} of them a transferred schedule won\n",
+               seeded, seed_found_best);
   fmt::print("geomean gain {:.3f}x over {} kernels in {}; records: {}\n",
              rows.empty() ? 1.0 : std::exp(log_gain / rows.size()), rows.size(), duration_text(now_seconds() - start),
              o.records);

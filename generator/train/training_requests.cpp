@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "runtime/graph/model_graph.h"
 #include "schedules/conv_descriptor.h"
 #include "schedules/errors.h"
 
@@ -39,6 +40,28 @@ std::map<std::string, TrainConvRequest> training_conv_requests(const TrainGraph&
   for (int64_t c : sample_counts)
     if (c % options.batch != 0) engine.prepare(c % options.batch);
   return requests;
+}
+
+// The layers a training kernel serves, for the header and messages: the Conv nodes of
+// that shape (any batch), or the Gemm layers run as 1x1 convolutions.
+std::vector<std::string> training_layers_of(const TrainGraph& tg, const ConvDescriptor& d) {
+  std::vector<std::string> layers;
+  for (const Node& n : tg.graph.nodes) {
+    if (n.op != Op::Conv) continue;
+    ConvDescriptor c = conv_descriptor(tg.graph, n);
+    c.name.clear();
+    c.mb = d.mb;
+    if (c == d) layers.push_back(n.name);
+  }
+  // A Linear-form Gemm runs as a 1x1 convolution of a 1 x rows image (runtime/train/trainer.cpp).
+  const bool gemm_form = d.mb == 1 && d.ih == 1 && d.kh == 1 && d.kw == 1;
+  for (const Node& n : tg.graph.nodes) {
+    if (!gemm_form || n.op != Op::Gemm || !n.attributes.trans_b) continue;
+    const auto& w = tg.graph.value(n.inputs[1]).shape;
+    if (w.size() == 2 && w[0] == d.oc && w[1] == d.ic) layers.push_back(n.name + " (1x1 conv)");
+  }
+  if (layers.empty()) layers.push_back("(unnamed)");
+  return layers;
 }
 
 }  // namespace convgen::model

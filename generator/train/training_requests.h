@@ -12,6 +12,7 @@
 #include "runtime/graph/train_graph.h"
 #include "runtime/train/train_conv.h"
 #include "runtime/train/trainer.h"
+#include "schedules/conv_descriptor.h"
 #include "schedules/conv_schedule.h"
 
 namespace convgen::model {
@@ -22,5 +23,9 @@ namespace convgen::model {
 std::map<std::string, TrainConvRequest> training_conv_requests(const TrainGraph& graph, const TrainerOptions& options,
                                                                const TargetInfo& t,
                                                                const std::vector<int64_t>& sample_counts);
+
+// The layers a training kernel serves, for headers and messages: the Conv nodes of that
+// shape (any batch), or the Gemm layers run as 1x1 convolutions ("(unnamed)" if none).
+std::vector<std::string> training_layers_of(const TrainGraph& tg, const ConvDescriptor& d);
 
 }  // namespace convgen::model

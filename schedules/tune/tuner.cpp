@@ -70,6 +70,7 @@ TuneKeyOutcome tune_key(const TuneKeyRequest& rq, const TuningSpace& space, Cand
   }
 
   Search search(space, def, rq.search);
+  out.transferred = rq.search.method == "guided" ? static_cast<int>(rq.search.transfer.size()) : 0;
   struct Done {
     ConvSchedule schedule;
     CandidateResult result;

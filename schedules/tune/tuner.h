@@ -65,6 +65,7 @@ struct TuneKeyOutcome {
   bool accepted = false;        // a schedule other than the default won beyond noise
   int trials = 0, replayed = 0, wrong = 0, failed = 0, refused = 0;
   int best_trial = 0;           // trial that found the fastest candidate
+  int transferred = 0;          // transfer seeds proposed (trials 1..transferred when guided)
   bool space_exhausted = false;
   double default_gflops = 0, tuned_gflops = 0;  // from the interleaved re-timing
   double seconds = 0;
