@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # convgen-bench end to end on one small layer (no timing is judged): every pass runs for
 # every peer and the peers agree; the peers' ISA follows convgen's target; usage errors
-# exit 2 with a message.   tests/bench/test_bench_smoke.sh CONVGEN_BENCH
+# exit 2 with a message; a records file from `convgen tune` adds the tuned peer.
+#   tests/bench/test_bench_smoke.sh CONVGEN_BENCH CONVGEN
 set -u
 bench="$1"
+convgen="$2"
 py=/usr/bin/python3  # Debian's python3 (reads the JSON)
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
@@ -71,4 +73,25 @@ usage "--target needs a value" --descriptor "$layer" --target
 rc=$?
 [ $rc -eq 7 ] && grep -q "only x86-64 targets are supported" "$dir/out" ||
   { cat "$dir/out"; fail "--target arm-64-linux exited $rc"; }
+# --schedules: the tuned records of the layer (at the bench's mb 8) run as the peer
+# "tuned", beside the default, checked like the others.
+"$convgen" tune "$layer" --batch 8 --target host --records "$dir/r.jsonl" --trials 3 >"$dir/out" 2>&1 ||
+  { cat "$dir/out"; fail "convgen tune failed"; }
+"$bench" --descriptor "$layer" --pass all --runs 1 --target host --schedules "$dir/r.jsonl" --json "$dir/tuned.json" \
+  >"$dir/out" 2>&1 || { cat "$dir/out"; fail "--schedules run failed"; }
+grep -q "tn/dn" "$dir/out" || { cat "$dir/out"; fail "no tuned columns"; }
+"$py" - "$dir/tuned.json" <<'PY' || exit 1
+import json, sys
+doc = json.load(open(sys.argv[1]))
+for l in doc["layers"]:
+    t = l["tuned"]
+    if t is None or not t.get("gflops_median", 0) > 0 or not t.get("schedule"):
+        print(f"bench.smoke: {l['pass']}: the tuned peer did not run: {t}"); sys.exit(1)
+    if l["check_ok"] is not True or l["tuned_vs_onednn"] is None:
+        print(f"bench.smoke: {l['pass']}: tuned peer unchecked or unrated"); sys.exit(1)
+for s in doc["summary"]:
+    if s.get("tuned_vs_onednn") is None:
+        print(f"bench.smoke: summary without tuned_vs_onednn: {s}"); sys.exit(1)
+PY
+usage "--peers tuned needs --schedules" --descriptor "$layer" --peers convgen,tuned
 echo "bench.smoke: ok"
