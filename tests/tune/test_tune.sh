@@ -66,6 +66,18 @@ done
   fail "compile-layer --schedules failed: $(cat "$work/err")"
 grep -q "record in" "$work/k/k.manifest.json" || fail "the manifest does not name the record: $(cat "$work/k/k.manifest.json")"
 
+# An inference model: its forward kernels at --batch, as compile plans them; compile
+# --schedules builds them with the records (its manifest says so).
+cifar="$root/models/cifar10_full.onnx"
+"$convgen" tune "$cifar" --batch 2 --records "$work/m.jsonl" --trials 2 >/dev/null 2>"$work/err" ||
+  fail "tune MODEL failed: $(cat "$work/err")"
+[[ $(key_count "$work/m.jsonl" schedule) -eq 3 ]] || fail "tune MODEL: want 3 forward kernels (3 Conv layers)"
+grep -q '"pass":"bwd' "$work/m.jsonl" && fail "tune MODEL (inference) tuned a backward pass"
+expect_error 2 "forward kernels only" tune "$cifar" --passes bwd_data --records "$work/m.jsonl"
+"$convgen" compile "$cifar" --batch 2 --target host --schedules "$work/m.jsonl" -o "$work/cm" --no-cache >/dev/null \
+  2>"$work/err" || fail "compile --schedules failed: $(cat "$work/err")"
+grep -q "record in" "$work/cm/cifar10_full.manifest.json" || fail "compile's manifest does not name the records"
+
 # --- kill -9 mid-run, then resume: no trial measured twice --------------------------------
 "$convgen" tune "$layer" --passes fwd,bwd_weights --records "$work/k9.jsonl" --trials 40 --seed 3 >/dev/null 2>&1 &
 pid=$!
