@@ -470,6 +470,8 @@ std::vector<ScheduleRecord> read_records(const std::string& path, int64_t* torn_
       try {
         records.push_back(parse_record_line(line, where));
       } catch (const Error& e) {
+        // Whole JSON that convgen refuses is a bad record, never a torn write.
+        if (json::accept(line)) throw;
         if (!torn_tail) {
           throw Error(ExitCode::BadRecord,
                       fmt::format("{} (the last line has no newline: a write cut short? `convgen tune` on this file "

@@ -106,8 +106,8 @@ std::string to_json_line(const ScheduleRecord& r);
 ScheduleRecord parse_record_line(const std::string& line, const std::string& where);
 
 // All records of a file in order; blank lines are skipped. Error(Io) if unreadable.
-// A last line without its newline that does not parse is a write a crash cut short (the
-// tuner appends one line per trial): with `torn_tail` non-null it is left out and
+// A last line without its newline that is not even JSON is a write a crash cut short
+// (the tuner appends one line per trial): with `torn_tail` non-null it is left out and
 // *torn_tail set to its byte offset (else -1), so the tuner can cut it off before
 // appending; without, it is an Error(BadRecord) that says so.
 std::vector<ScheduleRecord> read_records(const std::string& path, int64_t* torn_tail = nullptr);

@@ -44,13 +44,16 @@ Options:
                        --micro-batch M (default: the trainer's)
   --batch B            models: the batch; layer sets and descriptors: replaces mb
   --trials N           trials per layer and pass, the default included (default 64)
-  --budget TIME        wall time for the whole run, e.g. 45m, 2h, 900s; shared out over
-                       the layers still to tune (default: no limit)
+  --budget TIME        wall time for the whole run, e.g. 45m, 2h, 900s, shared out over
+                       the layers still to tune; a layer always gets its default, one
+                       batch of candidates and the final re-timing (default: no limit)
   --search S           guided (default) or random (the baseline it is measured against)
   --seed S             the search's seed (default 1)
-  --jobs J             candidates built at once, in threads (default 1); timing is
-                       always one kernel at a time, after the builds
-  --threads T          threads the candidates are timed on (default 1)
+  --jobs J             candidates proposed and built at once, in threads (default 1);
+                       timing is always one kernel at a time, after the builds
+  --threads T          threads the candidates are timed on (default 1): with --train the
+                       trainer's intra-kernel variant, else convgen-bench's (the records
+                       keep parallel=none, as compile builds them)
   --target STRING      Halide target string, or host (default host)
   --log FILE           JSON-lines log: one line per trial and per layer
   --verbose            a line per trial and the search's decisions
@@ -134,11 +137,16 @@ int tune(const Args& args) {
   sources.train = o.train;
   if (!o.batch.empty()) sources.batch = parse_count("--batch", o.batch);
   if (!o.micro_batch.empty()) sources.micro_batch = parse_count("--micro-batch", o.micro_batch);
-  const int trials = static_cast<int>(std::min<int64_t>(parse_count("--trials", o.trials), 100000));
+  auto bounded = [](const std::string& option, const std::string& text, int64_t most) {
+    const int64_t v = parse_count(option, text);
+    if (v > most) throw Error(ExitCode::Usage, fmt::format("{} {}: at most {}", option, text, most));
+    return static_cast<int>(v);
+  };
+  const int trials = bounded("--trials", o.trials, 100000);
   const double budget = parse_budget(o.budget);
   const uint64_t seed = static_cast<uint64_t>(parse_count("--seed", o.seed));
-  const int jobs = static_cast<int>(std::min<int64_t>(parse_count("--jobs", o.jobs), 64));
-  const int threads = static_cast<int>(std::min<int64_t>(parse_count("--threads", o.threads), 1024));
+  const int jobs = bounded("--jobs", o.jobs, 64);
+  const int threads = bounded("--threads", o.threads, 1024);
   const TargetInfo t = target_info(o.target);
 
   std::vector<std::string> why;
@@ -176,13 +184,12 @@ int tune(const Args& args) {
     const ConvDescriptor& d = item.descriptor;
     TuneKeyRequest rq;
     rq.key = {d.normalised(), item.pass, t.target, CONVGEN_GENERATOR_HASH};
-    const Parallel variant = consumer_variant(d, o.train, threads);
+    const Parallel variant = recorded_parallel(d, o.train), timing = intra_kernel_timing(d, o.train, threads);
     ConvSchedule def = analytic_schedule_for_pass(d, item.pass, t);
-    if (!o.train && threads > 1) def = parallel_variant(d, item.pass, def, variant);
     def.parallel = variant;
     rq.default_schedule = def;
     rq.provenance = base;
-    rq.provenance.variant = to_string(variant);
+    rq.provenance.variant = to_string(timing != Parallel::None ? timing : variant);
     rq.provenance.micro_batch = o.train ? d.mb : 0;
     rq.search.method = o.search;
     rq.search.seed = seed;
@@ -203,6 +210,7 @@ int tune(const Args& args) {
     EvaluatorOptions eo;
     eo.threads = threads;
     eo.jobs = jobs;
+    eo.intra_kernel = timing;
     std::unique_ptr<KernelEvaluator> evaluator;
     auto progress = [&](const TuneProgress& p) {
       const double elapsed = now_seconds() - start;
@@ -268,7 +276,7 @@ int tune(const Args& args) {
     const double gain = out.default_gflops > 0 ? out.tuned_gflops / out.default_gflops : 1.0;
     log_gain += std::log(gain);
     seeded += out.transferred > 0;
-    seed_found_best += out.accepted && out.best_trial >= 1 && out.best_trial <= out.transferred;
+    seed_found_best += out.transfer_won;
     fmt::print("{:<40} {:<11} {:>9.1f} {:>9.1f} {:>5.2f}x {:>7} {:>6} {:>8}\n", row.layer.substr(0, 40), row.pass,
                out.default_gflops, out.tuned_gflops, gain, out.trials,
                out.skipped ? std::string("-") : std::to_string(out.best_trial),

@@ -97,13 +97,30 @@ std::string first_difference(const std::vector<std::vector<float>>& got, const s
 KernelEvaluator::KernelEvaluator(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t,
                                  const ConvSchedule& default_schedule, EvaluatorOptions options)
     : d_(d), pass_(pass), t_(t), options_(std::move(options)) {
+  // Ranges that keep every partial sum of the pass below 2^24 in magnitude, where fp32
+  // adds integers exactly: x in [-3, 3], w in [-2, 2], dY in [-3, 3] while the longest
+  // sum allows it, else narrower, down to [-1, 1].
+  const double terms = pass == "fwd"        ? double(d.icg() * d.kh * d.kw) + 1
+                       : pass == "bwd_data" ? double(d.ocg() * d.kh * d.kw)
+                                            : double(d.mb * d.oh() * d.ow());
+  int rx = 3, rw = 2, rdy = 3;
+  const double exact = 16777216.0;
+  auto worst = [&] {  // the largest magnitude a partial sum can reach
+    const double product = pass == "fwd" ? rx * rw : pass == "bwd_data" ? rdy * rw : rx * rdy;
+    return terms * product + 4;  // + the bias
+  };
+  while (worst() >= exact && (rx > 1 || rw > 1 || rdy > 1)) rx = std::max(1, rx - 1), rw = std::max(1, rw - 1), rdy = std::max(1, rdy - 1);
+  if (worst() >= exact)
+    throw Error(ExitCode::Unsupported,
+                fmt::format("tune: {} {}: sums of {:.0f} terms are too long to check candidates exactly in fp32",
+                            d.normalised(), pass, terms));
   std::mt19937 rng(20261202u);
-  in_.x = integers(static_cast<size_t>(d.mb * d.ih * d.iw * d.ic), 3, rng);
-  in_.w = integers(static_cast<size_t>(d.oc * d.icg() * d.kh * d.kw), 2, rng);
+  in_.x = integers(static_cast<size_t>(d.mb * d.ih * d.iw * d.ic), rx, rng);
+  in_.w = integers(static_cast<size_t>(d.oc * d.icg() * d.kh * d.kw), rw, rng);
   in_.bias = integers(static_cast<size_t>(d.oc), 4, rng);
   const size_t y = static_cast<size_t>(d.mb * d.oh() * d.ow() * d.oc);
   in_.y = integers(y, 2, rng);  // only its sign matters: the ReLU mask
-  in_.dy = integers(y, 3, rng);
+  in_.dy = integers(y, rdy, rng);
 
   std::string error;
   auto kernel = build(default_schedule);
@@ -143,9 +160,12 @@ double KernelEvaluator::flops() const {
   return 2.0 * d_.mb * d_.oc * d_.icg() * d_.kh * d_.kw * d_.oh() * d_.ow();
 }
 
-std::shared_ptr<KernelEvaluator::Kernel> KernelEvaluator::build(const ConvSchedule& s) const {
+std::shared_ptr<KernelEvaluator::Kernel> KernelEvaluator::build(const ConvSchedule& candidate) const {
   ForwardBuildOptions o;
-  o.inject_padding_bug = !options_.plant_wrong.empty() && describe(s) == options_.plant_wrong;
+  o.inject_padding_bug = !options_.plant_wrong.empty() && describe(candidate) == options_.plant_wrong;
+  const ConvSchedule s = options_.intra_kernel == Parallel::None
+                             ? candidate
+                             : parallel_variant(d_, pass_, candidate, options_.intra_kernel);
   auto k = std::make_shared<Kernel>();
   if (pass_ == "fwd") k->fwd = std::make_unique<JitForwardKernel>(d_, s, t_, o);
   else if (pass_ == "bwd_data") k->bwd_data = std::make_unique<JitBackwardDataKernel>(d_, s, t_, o);
@@ -234,7 +254,8 @@ CandidateResult KernelEvaluator::evaluate(const ConvSchedule& s, double best_so_
     const int64_t reps = calibrate(*kernel);
     r.stats = time_until_stable([&] { return sample_seconds(*kernel, reps); }, options_.rule, best_so_far);
   }
-  // Only the finalists' kernels are needed again; the rest are freed as they go.
+  // Kernels of correct candidates are kept for the final re-timing (the finalists are
+  // among them); the others are freed at once.
   if (r.status != "ok") built_.erase(describe(s));
   return r;
 }

@@ -102,9 +102,13 @@ std::vector<TuneItem> tune_items(const TuneSources& src, const TargetInfo& t, st
   return items.take();
 }
 
-Parallel consumer_variant(const ConvDescriptor& d, bool train, int threads) {
+Parallel recorded_parallel(const ConvDescriptor& d, bool train) {
   if (train) return d.mb >= 8 ? Parallel::Images : Parallel::Pixels;  // generator/train: training_schedule
-  if (threads <= 1) return Parallel::None;
+  return Parallel::None;
+}
+
+Parallel intra_kernel_timing(const ConvDescriptor& d, bool train, int threads) {
+  if (train || threads <= 1) return Parallel::None;
   return d.mb >= 2 * threads ? Parallel::Images : Parallel::Pixels;  // bench/layer_bench.cpp
 }
 

@@ -37,7 +37,7 @@ class Search {
   std::optional<ConvSchedule> next();
 
   // The result of the last proposal: seconds per call, or a negative value for a
-  // candidate that was wrong or failed (never the best, its neighbours still explored).
+  // candidate that was wrong, failed or refused (never a centre of neighbourhood moves).
   void report(const ConvSchedule& s, double seconds);
 
   int proposed() const { return proposed_; }

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 
 #include <fmt/format.h>
 
@@ -20,7 +22,7 @@ namespace {
 
 }  // namespace
 
-TuneJournal::TuneJournal(std::string path) : path_(std::move(path)) {
+TuneJournal::TuneJournal(std::string path) : path_(std::move(path)), inflight_path_(path_ + ".inflight") {
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
   if (fd_ < 0) io_fail(path_, "cannot open for tuning", errno);
   // The lock goes with the process: a killed tuner never leaves the file locked.
@@ -40,6 +42,15 @@ TuneJournal::TuneJournal(std::string path) : path_(std::move(path)) {
       const off_t size = ::lseek(fd_, 0, SEEK_END);
       repaired_ = static_cast<int64_t>(size) - torn;
       if (::ftruncate(fd_, torn) != 0) io_fail(path_, "cannot cut off its incomplete last line", errno);
+      if (::fsync(fd_) != 0) io_fail(path_, "cannot fsync", errno);
+    }
+    // A whole last line without its newline (a hand-written file, or a write that lost
+    // only the newline) is ended, so the next line is not appended onto it.
+    const off_t size = ::lseek(fd_, 0, SEEK_END);
+    char last = '\n';
+    if (size > 0 && ::pread(fd_, &last, 1, size - 1) != 1) io_fail(path_, "cannot read", errno);
+    if (last != '\n') {
+      if (::write(fd_, "\n", 1) != 1) io_fail(path_, "cannot append", errno);
       if (::fsync(fd_) != 0) io_fail(path_, "cannot fsync", errno);
     }
   } catch (...) {
@@ -80,5 +91,33 @@ void TuneJournal::append(const ScheduleRecord& r) {
   if (::fsync(fd_) != 0) io_fail(path_, "cannot fsync", errno);
   records_.push_back(r);
 }
+
+// PATH.inflight: "<attempts> <key and schedule, one line>". Written whole through a
+// rename (no fsync: losing it after a power cut only means one more attempt).
+namespace {
+std::string inflight_id(const ScheduleKey& key, const ConvSchedule& s) {
+  return fmt::format("{}|{}|{}|{}|{}", key.descriptor, key.pass, key.target, key.generator_hash, describe(s));
+}
+}  // namespace
+
+int TuneJournal::begin_trial(const ScheduleKey& key, const ConvSchedule& s) {
+  const std::string id = inflight_id(key, s);
+  int begun = 0;
+  {
+    std::ifstream in(inflight_path_);
+    std::string noted;
+    if (in >> begun && std::getline(in >> std::ws, noted) && noted != id) begun = 0;
+  }
+  const std::string tmp = inflight_path_ + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << begun + 1 << ' ' << id << '\n';
+    if (!out) throw Error(ExitCode::Io, fmt::format("{}: cannot write", tmp));
+  }
+  if (std::rename(tmp.c_str(), inflight_path_.c_str()) != 0) io_fail(inflight_path_, "cannot write", errno);
+  return begun;
+}
+
+void TuneJournal::end_trial() { ::unlink(inflight_path_.c_str()); }
 
 }  // namespace convgen

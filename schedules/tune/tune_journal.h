@@ -35,10 +35,19 @@ class TuneJournal {
   // Writes one line with one write(), then fsyncs; checks first that it reads back.
   void append(const ScheduleRecord& r);
 
+  // A candidate that crashes the process leaves no trial line, so a resumed run would
+  // propose it again and crash again. Before a candidate runs, begin_trial notes it in
+  // PATH.inflight (with how often it was begun) and returns how many earlier runs began
+  // it without finishing; end_trial removes the note. The tuner journals a candidate
+  // begun twice before as failed instead of running it a third time.
+  int begin_trial(const ScheduleKey& key, const ConvSchedule& s);
+  void end_trial();
+
  private:
   std::string path_;
   int fd_ = -1;
   int64_t repaired_ = 0;
+  std::string inflight_path_;
   std::vector<ScheduleRecord> records_;
 };
 

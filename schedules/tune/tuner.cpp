@@ -108,9 +108,15 @@ TuneKeyOutcome tune_key(const TuneKeyRequest& rq, const TuningSpace& space, Cand
         r.workspace_bytes = t->tuning.workspace_bytes;
         replayed = true;
         ++out.replayed;
+      } else if (journal.begin_trial(rq.key, s) >= 2) {
+        r.status = "failed";
+        r.error = "the tuner died twice while checking or timing it (a crash, or killed)";
+        journal.append(trial_line(rq, s, index, r, flops));
+        journal.end_trial();
       } else {
         r = evaluator.evaluate(s, best);
         journal.append(trial_line(rq, s, index, r, flops));
+        journal.end_trial();
       }
       if (index == 0 && r.status != "ok")
         throw Error(ExitCode::Internal, fmt::format("tune: {} {}: the analytic default did not pass its check: {}",
@@ -188,6 +194,8 @@ TuneKeyOutcome tune_key(const TuneKeyRequest& rq, const TuningSpace& space, Cand
   journal.append(line);
   out.chosen = line;
   out.accepted = winner != 0;
+  for (const ConvSchedule& seed : rq.search.transfer)
+    out.transfer_won |= out.accepted && space.normalise(seed) == contest[winner];
   out.default_gflops = line.tuning.default_gflops;
   out.tuned_gflops = line.gflops;
   out.seconds = now_seconds() - start;

@@ -65,7 +65,8 @@ struct TuneKeyOutcome {
   bool accepted = false;        // a schedule other than the default won beyond noise
   int trials = 0, replayed = 0, wrong = 0, failed = 0, refused = 0;
   int best_trial = 0;           // trial that found the fastest candidate
-  int transferred = 0;          // transfer seeds proposed (trials 1..transferred when guided)
+  int transferred = 0;          // transfer seeds given to the search (guided)
+  bool transfer_won = false;    // the accepted winner is one of them
   bool space_exhausted = false;
   double default_gflops = 0, tuned_gflops = 0;  // from the interleaved re-timing
   double seconds = 0;
@@ -76,7 +77,7 @@ TuneKeyOutcome tune_key(const TuneKeyRequest& request, const TuningSpace& space,
                         TuneJournal& journal, const std::function<void(const TuneProgress&)>& progress = {});
 
 // Schedules of tuned keys similar to `key` (same pass, target and generator, same kernel
-// size, stride and grouping, channels and image within a factor of 2), most similar
+// size, stride and grouping, channels within 2x and image within 4x), most similar
 // first, at most `limit`: the search's transfer seeds.
 std::vector<ConvSchedule> similar_tuned_schedules(const std::vector<ScheduleRecord>& records, const ScheduleKey& key,
                                                   size_t limit = 2);

@@ -51,6 +51,10 @@ TuningSpace::TuningSpace(const ConvDescriptor& d, const std::string& pass, const
   if (pass != "fwd" && pass != "bwd_data" && pass != "bwd_weights")
     throw Error(ExitCode::Usage, "tune: unknown pass '" + pass + "' (expected fwd, bwd_data or bwd_weights)");
   tiled_ = pass == "bwd_data" ? largest_residue_class(d) : d;
+  pixels_ = tiled_.oh() * tiled_.ow();
+  if (pass == "bwd_data")
+    for (const ResidueClass& c : backward_data_classes(d))
+      if (!c.zero()) pixels_ = std::max(pixels_, c.derived.oh() * c.derived.ow());
   const int vl = t.vector_floats;
   const ConvDescriptor& e = tiled_;
   for (int v = 1; v <= 4; ++v) mr_.push_back(v * vl);
@@ -96,21 +100,34 @@ TuningSpace::TuningSpace(const ConvDescriptor& d, const std::string& pass, const
   std::sort(partitions_.begin(), partitions_.end());
 }
 
-int TuningSpace::channel_tiles(const ConvSchedule& s) const {
+TuningSpace::ChannelTiling TuningSpace::channel_tiling(const ConvSchedule& s) const {
   const ConvDescriptor& e = tiled_;
-  const int64_t channels = s.strategy == Strategy::Gemm ? e.ocg() : e.oc;
-  return static_cast<int>(ceil_div(channels, s.mr));
+  const int vl = t_.vector_floats;
+  if (s.strategy == Strategy::Gemm) {
+    const int mr = static_cast<int>(std::min<int64_t>(s.mr, round_up(e.ocg(), vl)));  // generator/conv/target.cpp
+    return {mr, static_cast<int>(ceil_div(e.ocg(), mr))};
+  }
+  if (s.strategy == Strategy::Grouped) {
+    const int64_t groups_per_tile = std::min<int64_t>(vl / e.icg(), e.g);
+    const int64_t per_tile = grouped_outputs_per_tile(e, s, t_);
+    return {static_cast<int>(per_tile * groups_per_tile),
+            static_cast<int>(ceil_div(e.ocg(), per_tile) * ceil_div(e.g, groups_per_tile))};
+  }
+  const int64_t chan = e.oc;
+  int64_t mr = std::min<int64_t>(s.mr, std::max<int64_t>(1, chan));
+  if (mr == chan && mr > vl && mr % vl != 0) mr = mr / vl * vl;
+  return {static_cast<int>(mr), static_cast<int>(ceil_div(chan, mr))};
 }
 
 // Channel blocks in whole tiles dividing the tile count (a ragged last block measured
 // 36 vs 83 GF/s, analytic_default.cpp), at most the six largest, as channels.
 std::vector<int> TuningSpace::mc_values(const ConvSchedule& s) const {
   std::vector<int> values = {0};
-  if (weights_pass_ || s.strategy == Strategy::Grouped) return values;
-  const int tiles = channel_tiles(s);
+  if (weights_pass_) return values;
+  const ChannelTiling ct = channel_tiling(s);
   std::vector<int> blocks;
-  for (int per = tiles - 1; per >= 1 && blocks.size() < 6; --per)
-    if (tiles % per == 0) blocks.push_back(per * s.mr);
+  for (int per = ct.tiles - 1; per >= 1 && blocks.size() < 6; --per)
+    if (ct.tiles % per == 0) blocks.push_back(per * ct.tile_channels);
   std::reverse(blocks.begin(), blocks.end());
   values.insert(values.end(), blocks.begin(), blocks.end());
   return values;
@@ -151,19 +168,40 @@ ConvSchedule TuningSpace::normalise(ConvSchedule s) const {
   }
   const ConvDescriptor& e = tiled_;
   s.partitions = 1;
-  s.nr = register_tile_pixels(e, s);
+  // Register tiles the generator clamps alike are one: GEMM's MR to the group's channels
+  // in whole vectors; a depthwise MR to all the channels; a grouped MR by the output
+  // channels per group it asks for (the smallest MR asking the same).
+  if (s.strategy == Strategy::Gemm) {
+    s.mr = channel_tiling(s).tile_channels;
+  } else if (s.strategy == Strategy::Depthwise) {
+    if (s.mr >= e.oc) s.mr = static_cast<int>(std::min<int64_t>(round_up(e.oc, vl), 4 * vl));
+  } else {
+    const int per_tile = grouped_outputs_per_tile(e, s, t_);
+    for (int mr = vl; mr <= 4 * vl; mr += vl) {
+      ConvSchedule probe = s;
+      probe.mr = mr;
+      if (grouped_outputs_per_tile(e, probe, t_) == per_tile) {
+        s.mr = mr;
+        break;
+      }
+    }
+  }
+  s.nr = static_cast<int>(std::min<int64_t>(s.nr, pixels_));
   if (s.strategy != Strategy::Gemm && s.pack_input == PackInput::Panel) s.pack_input = PackInput::Image;
   s.kc = reduction_block(e, s);
   // Cache blocks: 0 when one block covers everything, else whole tiles.
-  if (s.strategy == Strategy::Grouped) {
-    s.mc = 0;
-  } else {
-    const int tiles = channel_tiles(s), per = s.mc <= 0 ? tiles : static_cast<int>(ceil_div(s.mc, s.mr));
-    s.mc = per >= tiles ? 0 : per * s.mr;
-  }
-  const int64_t pix_tiles = ceil_div(e.oh() * e.ow(), s.nr);
+  const ChannelTiling ct = channel_tiling(s);
+  const int per = s.mc <= 0 ? ct.tiles : static_cast<int>(ceil_div(s.mc, ct.tile_channels));
+  s.mc = per >= ct.tiles ? 0 : per * ct.tile_channels;
+  const int64_t pix_tiles = ceil_div(pixels_, s.nr);
   const int64_t per_block = s.nc <= 0 ? pix_tiles : ceil_div(s.nc, s.nr);
-  s.nc = per_block >= pix_tiles ? 0 : static_cast<int>(per_block * s.nr);
+  if (per_block >= pix_tiles) {
+    s.nc = 0;
+  } else if (pass_ != "bwd_data") {
+    // Whole tiles. Not for backward-data: a residue class with fewer pixels than NR
+    // clamps its tile, and counts a block of NC pixels in its own tiles.
+    s.nc = static_cast<int>(per_block * s.nr);
+  }
   return s;
 }
 

@@ -61,7 +61,14 @@ class TuningSpace {
   mutable std::vector<ConvSchedule> all_;
   mutable bool enumerated_ = false;
 
-  int channel_tiles(const ConvSchedule& s) const;
+  int64_t pixels_ = 0;  // output pixels per image the tiles clamp to (backward-data: its largest class)
+
+  // The output channels one register tile covers and the tiles per image (and group),
+  // as generator/conv/loop_nest.cpp counts them for the strategy.
+  struct ChannelTiling {
+    int tile_channels, tiles;
+  };
+  ChannelTiling channel_tiling(const ConvSchedule& s) const;
   std::vector<int> mc_values(const ConvSchedule& s) const;
 };
 

@@ -36,6 +36,7 @@ expect_error 2 "--passes" tune "$layer" --records "$work/r.jsonl" --passes fwd,b
 expect_error 2 "--train needs a model" tune "$layer" --records "$work/r.jsonl" --train
 expect_error 2 "--search" tune "$layer" --records "$work/r.jsonl" --search annealing
 expect_error 2 "--budget" tune "$layer" --records "$work/r.jsonl" --budget 5x
+expect_error 2 "at most 64" tune "$layer" --records "$work/r.jsonl" --jobs 65
 expect_error 4 "missing.tsv" tune "$work/missing.tsv" --records "$work/r.jsonl"
 [[ -e "$work/r.jsonl" ]] && fail "a refused command created the records file"
 
@@ -104,14 +105,13 @@ grep -q "cut off an incomplete last line" "$work/err" || fail "the tuner did not
 "$convgen" schedule "$layer" --target host --schedules "$work/k9.jsonl" >/dev/null 2>&1 || fail "still torn after tune"
 
 # --- the lock: a second tuner is refused while the first holds the file ---------------------
-if command -v flock >/dev/null; then
-  flock "$work/r.jsonl" sleep 5 &
-  holder=$!
-  sleep 0.5
-  expect_error 11 "another convgen tune" tune "$layer" --records "$work/r.jsonl" --trials 5
-  kill "$holder" 2>/dev/null
-  wait "$holder" 2>/dev/null
-fi
+# (util-linux's flock(1) takes the same flock(2) lock the tuner takes.)
+flock "$work/r.jsonl" sleep 5 &
+holder=$!
+sleep 0.5
+expect_error 11 "another convgen tune" tune "$layer" --records "$work/r.jsonl" --trials 5
+kill "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
 
 # --- a tuned trainer: the same bits on 1, 2 and 3 threads -----------------------------------
 lenet="$root/models/lenet.onnx"
