@@ -30,6 +30,9 @@ struct OptionReader {
   // True (and stores the value, advancing) if the current argument is `name` with a value.
   bool value(const std::string& name, std::string* out);
   std::string positional();
+  // True (and advances) after printing `usage` for --help / -h, or the version for
+  // --version: the command then exits 0.
+  bool help_or_version(const std::string& usage);
 
  private:
   const Args& args_;

@@ -155,14 +155,7 @@ int compile_layer(const Args& args) {
   o.target = default_target().target;
   OptionReader r(args);
   while (!r.done()) {
-    if (r.flag("--help") || r.flag("-h")) {
-      fmt::print("{}", kCompileUsage);
-      return 0;
-    }
-    if (r.flag("--version")) {
-      print_version();
-      return 0;
-    }
+    if (r.help_or_version(kCompileUsage)) return 0;
     if (r.value("-o", &o.output_dir) || r.value("--output", &o.output_dir) || r.value("--name", &o.name) ||
         r.value("--target", &o.target) || r.value("--schedules", &o.schedules) || r.value("--emit", &o.emit) ||
         r.value("--schedule", &o.overrides) || r.value("--pass", &o.pass))
@@ -269,14 +262,7 @@ int schedule(const Args& args) {
   bool verbose = false;
   OptionReader r(args);
   while (!r.done()) {
-    if (r.flag("--help") || r.flag("-h")) {
-      fmt::print("{}", kScheduleUsage);
-      return 0;
-    }
-    if (r.flag("--version")) {
-      print_version();
-      return 0;
-    }
+    if (r.help_or_version(kScheduleUsage)) return 0;
     if (r.value("--target", &target) || r.value("--schedules", &records) || r.value("--schedule", &overrides) ||
         r.value("--pass", &pass))
       continue;

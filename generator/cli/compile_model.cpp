@@ -403,14 +403,7 @@ int compile_model(const Args& args) {
   Options o;
   OptionReader r(args);
   while (!r.done()) {
-    if (r.flag("--help") || r.flag("-h")) {
-      fmt::print("{}", kUsage);
-      return 0;
-    }
-    if (r.flag("--version")) {
-      print_version();
-      return 0;
-    }
+    if (r.help_or_version(kUsage)) return 0;
     if (r.value("-o", &o.output_dir) || r.value("--output", &o.output_dir) || r.value("--name", &o.name) ||
         r.value("--batch", &o.batch) || r.value("--target", &o.target) || r.value("--schedules", &o.schedules) ||
         r.value("--jobs", &o.jobs) || r.value("--cache-dir", &o.cache_dir) ||

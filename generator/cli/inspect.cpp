@@ -37,14 +37,7 @@ int inspect(const Args& args) {
   std::string path, batch_text;
   OptionReader r(args);
   while (!r.done()) {
-    if (r.flag("--help") || r.flag("-h")) {
-      fmt::print("{}", kInspectUsage);
-      return 0;
-    }
-    if (r.flag("--version")) {
-      print_version();
-      return 0;
-    }
+    if (r.help_or_version(kInspectUsage)) return 0;
     if (r.value("--batch", &batch_text)) continue;
     if (!path.empty()) throw Error(ExitCode::Usage, fmt::format("unexpected argument '{}'", r.peek()));
     path = r.positional();

@@ -38,6 +38,18 @@ bool OptionReader::value(const std::string& name, std::string* out) {
   return false;
 }
 
+bool OptionReader::help_or_version(const std::string& usage) {
+  if (flag("--help") || flag("-h")) {
+    fmt::print("{}", usage);
+    return true;
+  }
+  if (flag("--version")) {
+    print_version();
+    return true;
+  }
+  return false;
+}
+
 std::string OptionReader::positional() {
   const std::string& a = args_[pos_];
   if (a.size() > 1 && a[0] == '-') throw Error(ExitCode::Usage, fmt::format("unknown option {}", a));

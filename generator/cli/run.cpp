@@ -169,14 +169,7 @@ int run_model(const Args& args) {
   std::vector<std::string> input_files;
   OptionReader r(args);
   while (!r.done()) {
-    if (r.flag("--help") || r.flag("-h")) {
-      fmt::print("{}", kRunUsage);
-      return 0;
-    }
-    if (r.flag("--version")) {
-      print_version();
-      return 0;
-    }
+    if (r.help_or_version(kRunUsage)) return 0;
     std::string v;
     if (r.value("--input", &v)) {
       input_files.push_back(v);
@@ -216,14 +209,7 @@ int check_model(const Args& args) {
   std::string dir, rtol_text, atol_text;
   OptionReader r(args);
   while (!r.done()) {
-    if (r.flag("--help") || r.flag("-h")) {
-      fmt::print("{}", kCheckUsage);
-      return 0;
-    }
-    if (r.flag("--version")) {
-      print_version();
-      return 0;
-    }
+    if (r.help_or_version(kCheckUsage)) return 0;
     if (r.value("--rtol", &rtol_text) || r.value("--atol", &atol_text) || r.value("--target", &s.target) ||
         r.value("--schedules", &s.schedules))
       continue;

@@ -108,14 +108,7 @@ int tune(const Args& args) {
   Options o;
   OptionReader r(args);
   while (!r.done()) {
-    if (r.flag("--help") || r.flag("-h")) {
-      fmt::print("{}", kUsage);
-      return 0;
-    }
-    if (r.flag("--version")) {
-      print_version();
-      return 0;
-    }
+    if (r.help_or_version(kUsage)) return 0;
     if (r.value("--records", &o.records) || r.value("--passes", &o.passes) || r.value("--batch", &o.batch) ||
         r.value("--micro-batch", &o.micro_batch) || r.value("--trials", &o.trials) || r.value("--budget", &o.budget) ||
         r.value("--search", &o.search) || r.value("--seed", &o.seed) || r.value("--jobs", &o.jobs) ||

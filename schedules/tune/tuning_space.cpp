@@ -213,21 +213,17 @@ std::vector<ConvSchedule> TuningSpace::neighbours(const ConvSchedule& from) cons
     c = normalise(c);
     if (seen.insert(describe(c)).second) out.push_back(c);
   };
-  for (Strategy v : strategies_) {
-    ConvSchedule c = s;
-    c.strategy = v;
-    add(c);
-  }
-  for (int v : adjacent(mr_, s.mr)) {
-    ConvSchedule c = s;
-    c.mr = v;
-    add(c);
-  }
-  for (int v : adjacent(nr_, s.nr)) {
-    ConvSchedule c = s;
-    c.nr = v;
-    add(c);
-  }
+  // Each value of `values` in field `field` of s.
+  auto vary = [&](auto field, const auto& values) {
+    for (const auto& v : values) {
+      ConvSchedule c = s;
+      c.*field = v;
+      add(c);
+    }
+  };
+  vary(&ConvSchedule::strategy, strategies_);
+  vary(&ConvSchedule::mr, adjacent(mr_, s.mr));
+  vary(&ConvSchedule::nr, adjacent(nr_, s.nr));
   // The register tile reshaped at about the same number of accumulators.
   const int vl = t_.vector_floats, accumulators = s.mr / vl * s.nr;
   for (int mr : mr_) {
@@ -237,36 +233,12 @@ std::vector<ConvSchedule> TuningSpace::neighbours(const ConvSchedule& from) cons
     c.nr = std::clamp(static_cast<int>(std::lround(double(accumulators) / (mr / vl))), 1, 8);
     add(c);
   }
-  for (int v : adjacent(kc_, s.kc)) {
-    ConvSchedule c = s;
-    c.kc = v;
-    add(c);
-  }
-  for (int v : adjacent(mc_values(s), s.mc)) {
-    ConvSchedule c = s;
-    c.mc = v;
-    add(c);
-  }
-  for (int v : adjacent(nc_, s.nc)) {
-    ConvSchedule c = s;
-    c.nc = v;
-    add(c);
-  }
-  for (PackInput v : pack_input_) {
-    ConvSchedule c = s;
-    c.pack_input = v;
-    add(c);
-  }
-  for (LoopOrder v : loop_order_) {
-    ConvSchedule c = s;
-    c.loop_order = v;
-    add(c);
-  }
-  for (int v : adjacent(partitions_, s.partitions)) {
-    ConvSchedule c = s;
-    c.partitions = v;
-    add(c);
-  }
+  vary(&ConvSchedule::kc, adjacent(kc_, s.kc));
+  vary(&ConvSchedule::mc, adjacent(mc_values(s), s.mc));
+  vary(&ConvSchedule::nc, adjacent(nc_, s.nc));
+  vary(&ConvSchedule::pack_input, pack_input_);
+  vary(&ConvSchedule::loop_order, loop_order_);
+  vary(&ConvSchedule::partitions, adjacent(partitions_, s.partitions));
   return out;
 }
 
