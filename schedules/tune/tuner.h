@@ -34,6 +34,8 @@ class CandidateEvaluator {
   // `best_so_far` (seconds, 0 = none) lets a clearly slower candidate stop early.
   virtual CandidateResult evaluate(const ConvSchedule& s, double best_so_far) = 0;
   // `rounds` rounds, each timing every schedule once in order: statistics per schedule.
+  // A schedule listed twice is built twice (two kernels of the same code): the tuner
+  // lists the default twice to measure how much code placement alone moves a time.
   virtual std::vector<TimingStats> retime_interleaved(const std::vector<ConvSchedule>& schedules, int rounds) = 0;
   // Nominal flops of one call (2 N K (C/g) R S P Q).
   virtual double flops() const = 0;
