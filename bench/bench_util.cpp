@@ -65,22 +65,6 @@ int64_t available_memory_bytes() {
   return -1;
 }
 
-std::string cpu_model_name() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) != 0) continue;
-    const auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string name = line.substr(colon + 1);
-    const auto first = name.find_first_not_of(" \t");
-    const auto last = name.find_last_not_of(" \t\r");
-    if (first == std::string::npos) break;
-    return name.substr(first, last - first + 1);
-  }
-  return "unknown";
-}
-
 void fill_uniform(float* data, int64_t n, uint64_t seed, float lo, float hi) {
   uint64_t state = seed;
   const double scale = (static_cast<double>(hi) - lo) / 16777216.0;  // 2^24

@@ -40,8 +40,6 @@ int64_t peak_rss_bytes();
 // MemAvailable from /proc/meminfo in bytes; -1 if it cannot be read.
 int64_t available_memory_bytes();
 
-// "model name" of the first processor in /proc/cpuinfo, or "unknown".
-std::string cpu_model_name();
 
 // Deterministic pseudo-random floats uniform in [lo, hi), from a 64-bit seed
 // (splitmix64), identical on every run and machine.

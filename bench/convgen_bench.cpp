@@ -33,6 +33,7 @@
 #include "runtime/probe/fma_probe.h"
 #include "schedules/build_info.h"
 #include "schedules/errors.h"
+#include "schedules/host_cpu.h"
 
 namespace {
 
@@ -47,7 +48,7 @@ int run_bench(const Options& o) {
   const cb::PeerIsa peer_isa = cb::select_peer_isa(o.target.vector_floats, o.peer_isa_matched);
   omp_set_num_threads(o.threads);
 
-  const std::string cpu = cb::cpu_model_name();
+  const std::string cpu = convgen::host_cpu().model;
   fmt::print("convgen-bench {}  pass {}  mb {}  threads {}  runs {}  cpu \"{}\"\n", CONVGEN_VERSION,
              o.pass, o.mb, o.threads, o.runs, cpu);
   fmt::print("convgen target {}; peers {}: oneDNN ISA {}, BLIS kernels {} ({})\n", o.target.target,

@@ -2,6 +2,7 @@
 // convgen::Error; main() prints its one-line message and returns its code.
 #pragma once
 
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -30,5 +31,11 @@ class Error : public std::runtime_error {
  private:
   ExitCode code_;
 };
+
+// Error(Io) "<path>: <what>: <strerror(err)>". With err 0 the reason is left out:
+// std::ifstream does not promise to set errno, and "Success" would mislead.
+inline Error io_error(const std::string& path, const std::string& what, int err) {
+  return Error(ExitCode::Io, err == 0 ? path + ": " + what : path + ": " + what + ": " + std::strerror(err));
+}
 
 }  // namespace convgen

@@ -337,19 +337,13 @@ TargetInfo record_target(const ScheduleKey& k, const std::string& where) {
 
 // ---- files -----------------------------------------------------------------------
 
-[[noreturn]] void io_fail(const std::string& path, const std::string& what, int err) {
-  // std::ifstream does not promise to set errno; leave out a meaningless "Success".
-  if (err == 0) throw Error(ExitCode::Io, fmt::format("{}: {}", path, what));
-  throw Error(ExitCode::Io, fmt::format("{}: {}: {}", path, what, std::strerror(err)));
-}
-
 void write_all(int fd, const std::string& text, const std::string& path) {
   const char* p = text.data();
   std::size_t left = text.size();
   while (left > 0) {
     const ssize_t n = ::write(fd, p, left);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) io_fail(path, "cannot write", errno);
+    if (n < 0) throw io_error(path, "cannot write", errno);
     p += n;
     left -= static_cast<std::size_t>(n);
   }
@@ -358,10 +352,10 @@ void write_all(int fd, const std::string& text, const std::string& path) {
 // Writes and fsyncs a new file; removes it again on failure.
 void write_synced_file(const std::string& path, const std::string& text) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) io_fail(path, "cannot create", errno);
+  if (fd < 0) throw io_error(path, "cannot create", errno);
   try {
     write_all(fd, text, path);
-    if (::fsync(fd) != 0) io_fail(path, "cannot fsync", errno);
+    if (::fsync(fd) != 0) throw io_error(path, "cannot fsync", errno);
   } catch (...) {
     ::close(fd);
     ::unlink(path.c_str());
@@ -370,7 +364,7 @@ void write_synced_file(const std::string& path, const std::string& text) {
   if (::close(fd) != 0) {
     const int err = errno;
     ::unlink(path.c_str());
-    io_fail(path, "cannot close", err);
+    throw io_error(path, "cannot close", err);
   }
 }
 
@@ -455,9 +449,9 @@ ScheduleRecord parse_record_line(const std::string& line, const std::string& whe
 
 std::vector<ScheduleRecord> read_records(const std::string& path, int64_t* torn_tail) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) io_fail(path, "cannot read", errno);
+  if (!in) throw io_error(path, "cannot read", errno);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) io_fail(path, "read error", errno);
+  if (in.bad()) throw io_error(path, "read error", errno);
   if (torn_tail) *torn_tail = -1;
   std::vector<ScheduleRecord> records;
   size_t begin = 0;
@@ -504,7 +498,7 @@ void write_records(const std::string& path, const std::vector<ScheduleRecord>& r
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    io_fail(path, "cannot replace", err);
+    throw io_error(path, "cannot replace", err);
   }
   sync_parent_dir(path);
 }

@@ -2,7 +2,6 @@
 // that compile, train, convgen_add_model and convgen-bench read (docs/tuning.md).
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -17,6 +16,7 @@
 #include "schedules/build_info.h"
 #include "schedules/errors.h"
 #include "schedules/host_cpu.h"
+#include "schedules/tune/timing_rule.h"
 #include "schedules/tune/tune_journal.h"
 #include "schedules/tune/tuner.h"
 
@@ -90,10 +90,6 @@ double parse_budget(const std::string& text) {
   const double scale = unit == 'h' ? 3600 : unit == 'm' ? 60 : 1;
   const std::string number = (unit == 'h' || unit == 'm' || unit == 's') ? text.substr(0, text.size() - 1) : text;
   return static_cast<double>(parse_count("--budget", number)) * scale;
-}
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 std::string duration_text(double seconds) {
@@ -171,15 +167,16 @@ int tune(const Args& args) {
     TuneKeyOutcome outcome;
   };
   std::vector<Row> rows;
-  const double start = now_seconds();
+  const double start = monotonic_seconds();
   for (size_t i = 0; i < items.size(); ++i) {
     const TuneItem& item = items[i];
     const ConvDescriptor& d = item.descriptor;
     TuneKeyRequest rq;
     rq.key = {d.normalised(), item.pass, t.target, CONVGEN_GENERATOR_HASH};
     const Parallel variant = recorded_parallel(d, o.train), timing = intra_kernel_timing(d, o.train, threads);
-    ConvSchedule def = analytic_schedule_for_pass(d, item.pass, t);
-    def.parallel = variant;
+    const TuningSpace space(d, item.pass, t, variant);
+    // The analytic default in its normal form, with the consumer's parallel field.
+    const ConvSchedule def = space.normalise(analytic_schedule_for_pass(d, item.pass, t));
     rq.default_schedule = def;
     rq.provenance = base;
     rq.provenance.variant = to_string(timing != Parallel::None ? timing : variant);
@@ -189,16 +186,13 @@ int tune(const Args& args) {
     if (o.search == "guided") rq.search.transfer = similar_tuned_schedules(journal.records(), rq.key);
     rq.max_trials = trials;
     rq.jobs = jobs;
-    const double left = budget - (now_seconds() - start);
+    const double left = budget - (monotonic_seconds() - start);
     rq.seconds = std::isfinite(budget) ? std::max(0.0, left / static_cast<double>(items.size() - i)) : left;
 
-    const TuningSpace space(d, item.pass, t, variant);
-    def = space.normalise(def);
-    rq.default_schedule = def;
     const std::string what = fmt::format("{} {}", d.normalised(), item.pass);
     if (o.verbose)
       fmt::print(stderr, "convgen: [{}/{}] {} ({}): space of {} schedules, default {}{}\n", i + 1, items.size(), what,
-                 item.layers.front(), space.all().size(), describe(space.normalise(def)),
+                 item.layers.front(), space.all().size(), describe(def),
                  rq.search.transfer.empty() ? "" : fmt::format(", {} seed(s) from similar tuned layers", rq.search.transfer.size()));
     EvaluatorOptions eo;
     eo.threads = threads;
@@ -206,7 +200,7 @@ int tune(const Args& args) {
     eo.intra_kernel = timing;
     std::unique_ptr<KernelEvaluator> evaluator;
     auto progress = [&](const TuneProgress& p) {
-      const double elapsed = now_seconds() - start;
+      const double elapsed = monotonic_seconds() - start;
       const double done = static_cast<double>(i) + static_cast<double>(p.trial + 1) / trials;
       const double eta = std::isfinite(budget) ? budget - elapsed : elapsed / done * (items.size() - done);
       const double gain = p.default_gflops > 0 ? p.best_gflops / p.default_gflops : 1;
@@ -231,9 +225,7 @@ int tune(const Args& args) {
       std::vector<TimingStats> retime_interleaved(const std::vector<ConvSchedule>& s, int rounds) override {
         return get().retime_interleaved(s, rounds);
       }
-      double flops() const override {
-        return 2.0 * d.mb * d.oc * d.icg() * d.kh * d.kw * d.oh() * d.ow();
-      }
+      double flops() const override { return d.flops(); }
       ConvDescriptor d;
     } lazy;
     lazy.d = d;
@@ -279,7 +271,7 @@ int tune(const Args& args) {
     fmt::print("transfer: {} kernel(s) seeded from similar tuned layers; in {} of them a transferred schedule won\n",
                seeded, seed_found_best);
   fmt::print("geomean gain {:.3f}x over {} kernels in {}; records: {}\n",
-             rows.empty() ? 1.0 : std::exp(log_gain / rows.size()), rows.size(), duration_text(now_seconds() - start),
+             rows.empty() ? 1.0 : std::exp(log_gain / rows.size()), rows.size(), duration_text(monotonic_seconds() - start),
              o.records);
   return 0;
 }

@@ -3,7 +3,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -37,10 +36,6 @@ struct KernelEvaluator::Kernel {
 };
 
 namespace {
-
-double seconds_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Small integers: every product and sum the kernels form is exact in fp32 (the sweep's
 // method), so any correct schedule gives the same bits in any order of summation.
@@ -122,7 +117,6 @@ KernelEvaluator::KernelEvaluator(const ConvDescriptor& d, const std::string& pas
   in_.y = integers(y, 2, rng);  // only its sign matters: the ReLU mask
   in_.dy = integers(y, rdy, rng);
 
-  std::string error;
   auto kernel = build(default_schedule);
   expected_ = output_tensors(d, pass);
   kernel->run(d, in_, expected_);
@@ -130,11 +124,10 @@ KernelEvaluator::KernelEvaluator(const ConvDescriptor& d, const std::string& pas
     throw Error(ExitCode::Internal, fmt::format("tune: {} {}: the analytic default ({}) wrote past its output",
                                                 d.normalised(), pass, describe(default_schedule)));
   // The default against the plain reference, at sampled elements and both ends.
-  std::vector<int64_t> places;
   int64_t total = 0;
   for (const auto& tensor : expected_) total += static_cast<int64_t>(tensor.size() - kGuard);
   std::mt19937_64 pick(7);
-  places = {0, total - 1};
+  std::vector<int64_t> places = {0, total - 1};
   for (int i = 0; i < 512; ++i) places.push_back(static_cast<int64_t>(pick() % static_cast<uint64_t>(total)));
   for (int64_t at : places) {
     const double want = pass == "fwd"        ? reference_forward_at(d, in_, at)
@@ -156,9 +149,7 @@ KernelEvaluator::KernelEvaluator(const ConvDescriptor& d, const std::string& pas
 
 KernelEvaluator::~KernelEvaluator() = default;
 
-double KernelEvaluator::flops() const {
-  return 2.0 * d_.mb * d_.oc * d_.icg() * d_.kh * d_.kw * d_.oh() * d_.ow();
-}
+double KernelEvaluator::flops() const { return d_.flops(); }
 
 std::shared_ptr<KernelEvaluator::Kernel> KernelEvaluator::build(const ConvSchedule& candidate) const {
   ForwardBuildOptions o;
@@ -213,9 +204,9 @@ std::shared_ptr<KernelEvaluator::Kernel> KernelEvaluator::kernel_for(const ConvS
 }
 
 double KernelEvaluator::sample_seconds(Kernel& k, int64_t reps) {
-  const double start = seconds_now();
+  const double start = monotonic_seconds();
   for (int64_t i = 0; i < reps; ++i) k.run(d_, in_, expected_scratch_);
-  return (seconds_now() - start) / static_cast<double>(reps);
+  return (monotonic_seconds() - start) / static_cast<double>(reps);
 }
 
 int64_t KernelEvaluator::calibrate(Kernel& k) {

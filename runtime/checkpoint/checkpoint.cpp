@@ -121,10 +121,6 @@ bool parse_lr_bits(const std::string& text, double* lr) {
 
 // ---- writing ----
 
-Error io_error(const std::string& path, const std::string& what, int err) {
-  return Error(ExitCode::Io, path + ": " + what + ": " + std::strerror(err));
-}
-
 // Writes `bytes` to `path` atomically: a temporary file in the same directory, written
 // fully, fsync'ed and closed, renamed over `path`, then the directory fsync'ed. On any
 // failure the temporary is removed and an Io error naming `path` is thrown. Not safe for

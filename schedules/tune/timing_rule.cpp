@@ -1,8 +1,13 @@
 #include "schedules/tune/timing_rule.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace convgen {
+
+double monotonic_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 TimingStats summarise(std::vector<double> samples) {
   TimingStats st;

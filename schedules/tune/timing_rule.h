@@ -17,6 +17,9 @@ struct TimingRule {
   double clearly_slower = 1.3; // stop after min_samples when the best is this much slower than the best so far
 };
 
+// Seconds on a monotonic clock (steady_clock), for timing samples and budgets.
+double monotonic_seconds();
+
 // Statistics of samples (seconds per call): min, median, spread = (third-best - best) /
 // best (with fewer than three samples, of the slowest), count.
 TimingStats summarise(std::vector<double> samples);

@@ -14,17 +14,9 @@
 #include "schedules/errors.h"
 
 namespace convgen {
-namespace {
-
-[[noreturn]] void io_fail(const std::string& path, const std::string& what, int err) {
-  throw Error(ExitCode::Io, fmt::format("{}: {}: {}", path, what, std::strerror(err)));
-}
-
-}  // namespace
-
 TuneJournal::TuneJournal(std::string path) : path_(std::move(path)), inflight_path_(path_ + ".inflight") {
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
-  if (fd_ < 0) io_fail(path_, "cannot open for tuning", errno);
+  if (fd_ < 0) throw io_error(path_, "cannot open for tuning", errno);
   // The lock goes with the process: a killed tuner never leaves the file locked.
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
@@ -33,7 +25,7 @@ TuneJournal::TuneJournal(std::string path) : path_(std::move(path)), inflight_pa
       throw Error(ExitCode::Busy, fmt::format("{}: another convgen tune is writing this records file; wait for it "
                                               "to finish (or stop it), or tune into another file",
                                               path_));
-    io_fail(path_, "cannot lock", err);
+    throw io_error(path_, "cannot lock", err);
   }
   try {
     int64_t torn = -1;
@@ -41,17 +33,17 @@ TuneJournal::TuneJournal(std::string path) : path_(std::move(path)), inflight_pa
     if (torn >= 0) {
       const off_t size = ::lseek(fd_, 0, SEEK_END);
       repaired_ = static_cast<int64_t>(size) - torn;
-      if (::ftruncate(fd_, torn) != 0) io_fail(path_, "cannot cut off its incomplete last line", errno);
-      if (::fsync(fd_) != 0) io_fail(path_, "cannot fsync", errno);
+      if (::ftruncate(fd_, torn) != 0) throw io_error(path_, "cannot cut off its incomplete last line", errno);
+      if (::fsync(fd_) != 0) throw io_error(path_, "cannot fsync", errno);
     }
     // A whole last line without its newline (a hand-written file, or a write that lost
     // only the newline) is ended, so the next line is not appended onto it.
     const off_t size = ::lseek(fd_, 0, SEEK_END);
     char last = '\n';
-    if (size > 0 && ::pread(fd_, &last, 1, size - 1) != 1) io_fail(path_, "cannot read", errno);
+    if (size > 0 && ::pread(fd_, &last, 1, size - 1) != 1) throw io_error(path_, "cannot read", errno);
     if (last != '\n') {
-      if (::write(fd_, "\n", 1) != 1) io_fail(path_, "cannot append", errno);
-      if (::fsync(fd_) != 0) io_fail(path_, "cannot fsync", errno);
+      if (::write(fd_, "\n", 1) != 1) throw io_error(path_, "cannot append", errno);
+      if (::fsync(fd_) != 0) throw io_error(path_, "cannot fsync", errno);
     }
   } catch (...) {
     ::close(fd_);
@@ -87,8 +79,8 @@ void TuneJournal::append(const ScheduleRecord& r) {
   // One write: O_APPEND puts it at the end whole; a crash mid-way leaves a torn line
   // without its newline, which the next open cuts off.
   const ssize_t n = ::write(fd_, text.data(), text.size());
-  if (n != static_cast<ssize_t>(text.size())) io_fail(path_, "cannot append", n < 0 ? errno : EIO);
-  if (::fsync(fd_) != 0) io_fail(path_, "cannot fsync", errno);
+  if (n != static_cast<ssize_t>(text.size())) throw io_error(path_, "cannot append", n < 0 ? errno : EIO);
+  if (::fsync(fd_) != 0) throw io_error(path_, "cannot fsync", errno);
   records_.push_back(r);
 }
 
@@ -114,7 +106,7 @@ int TuneJournal::begin_trial(const ScheduleKey& key, const ConvSchedule& s) {
     out << begun + 1 << ' ' << id << '\n';
     if (!out) throw Error(ExitCode::Io, fmt::format("{}: cannot write", tmp));
   }
-  if (std::rename(tmp.c_str(), inflight_path_.c_str()) != 0) io_fail(inflight_path_, "cannot write", errno);
+  if (std::rename(tmp.c_str(), inflight_path_.c_str()) != 0) throw io_error(inflight_path_, "cannot write", errno);
   return begun;
 }
 

@@ -1,7 +1,6 @@
 #include "schedules/tune/tuner.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -12,10 +11,6 @@
 
 namespace convgen {
 namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 double gflops_of(double flops, double seconds) { return seconds > 0 ? flops / seconds * 1e-9 : 0; }
 
@@ -55,7 +50,7 @@ bool finished_before(const ScheduleRecord* tuned, const TuneKeyRequest& rq, size
 TuneKeyOutcome tune_key(const TuneKeyRequest& rq, const TuningSpace& space, CandidateEvaluator& evaluator,
                         TuneJournal& journal, const std::function<void(const TuneProgress&)>& progress) {
   TuneKeyOutcome out;
-  const double start = now_seconds();
+  const double start = monotonic_seconds();
   const double flops = evaluator.flops();
   const ConvSchedule def = space.normalise(rq.default_schedule);
 
@@ -89,10 +84,7 @@ TuneKeyOutcome tune_key(const TuneKeyRequest& rq, const TuningSpace& space, Cand
       if (!c) break;
       batch.push_back(*c);
     }
-    if (batch.empty()) {
-      out.space_exhausted = true;
-      break;
-    }
+    if (batch.empty()) break;  // every schedule of the space measured
     std::vector<ConvSchedule> to_build;
     for (const ConvSchedule& s : batch)
       if (!journal.find_trial(rq.key, s, rq.provenance)) to_build.push_back(s);
@@ -144,7 +136,7 @@ TuneKeyOutcome tune_key(const TuneKeyRequest& rq, const TuningSpace& space, Cand
         progress(p);
       }
     }
-    out_of_time = now_seconds() - start >= rq.seconds;
+    out_of_time = monotonic_seconds() - start >= rq.seconds;
   }
 
   // Finalists: the fastest candidates other than the default, re-timed interleaved
@@ -208,7 +200,7 @@ TuneKeyOutcome tune_key(const TuneKeyRequest& rq, const TuningSpace& space, Cand
     out.transfer_won |= out.accepted && space.normalise(seed) == contest[winner];
   out.default_gflops = line.tuning.default_gflops;
   out.tuned_gflops = line.gflops;
-  out.seconds = now_seconds() - start;
+  out.seconds = monotonic_seconds() - start;
   return out;
 }
 

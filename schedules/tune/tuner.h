@@ -69,7 +69,6 @@ struct TuneKeyOutcome {
   int best_trial = 0;           // trial that found the fastest candidate
   int transferred = 0;          // transfer seeds given to the search (guided)
   bool transfer_won = false;    // the accepted winner is one of them
-  bool space_exhausted = false;
   double default_gflops = 0, tuned_gflops = 0;  // from the interleaved re-timing
   double seconds = 0;
   std::vector<double> best_so_far_gflops;       // after each trial, for plots
