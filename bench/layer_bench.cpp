@@ -16,6 +16,7 @@
 #include "generator/conv/jit.h"
 #include "runtime/im2col/im2col_blis.h"
 #include "runtime/im2col/im2col_blis_backward.h"
+#include "runtime/ops/aligned_buffer.h"
 #include "schedules/errors.h"
 #include "schedules/schedule_records.h"
 #include "schedules/schedule_selection.h"
@@ -71,7 +72,7 @@ void sample(PeerResult& r, double flops) {
 }
 
 // max|a - b| / max|ref|; NaN if any value is NaN (e.g. an output never written).
-double relative_diff(const std::vector<float>& a, const std::vector<float>& ref) {
+double relative_diff(const FloatBuffer& a, const FloatBuffer& ref) {
   double max_diff = 0.0, max_ref = 0.0;
   for (size_t i = 0; i < ref.size(); ++i) {
     const double diff = std::fabs(static_cast<double>(a[i]) - ref[i]);
@@ -95,7 +96,7 @@ double worst_of(const std::vector<double>& values) {
 
 // A peer's output tensors of one pass: {y}, {dx}, or {dw} plus {db} when the layer has a
 // bias. Compared tensor by tensor, each relative to its own max|ref|.
-using Outputs = std::vector<std::vector<float>>;
+using Outputs = std::vector<FloatBuffer>;
 
 double outputs_diff(const Outputs& a, const Outputs& ref) {
   std::vector<double> diffs;
@@ -104,16 +105,17 @@ double outputs_diff(const Outputs& a, const Outputs& ref) {
 }
 
 // Outputs start as NaN so an element a kernel never writes fails the check.
-std::vector<float> unwritten(int64_t size) {
-  return std::vector<float>(static_cast<size_t>(size), std::numeric_limits<float>::quiet_NaN());
+FloatBuffer unwritten(int64_t size) {
+  return FloatBuffer(static_cast<size_t>(size), std::numeric_limits<float>::quiet_NaN());
 }
 
-// Deterministic inputs of one layer (fixed seeds): only those the pass reads.
+// Deterministic inputs of one layer (fixed seeds): only those the pass reads. Cache-line
+// aligned, as convgen's runtime stores tensors (oneDNN reorders into its own memory).
 struct Inputs {
-  std::vector<float> x, w, bias;  // NHWC input, OIHW weights, [oc] bias
-  std::vector<float> dy;          // NHWK output gradient, as the next layer hands it back
-  std::vector<float> y;           // NHWK forward output, whose ReLU mask (y > 0) convgen applies
-  std::vector<float> dy_masked;   // dy with that mask applied, for the peers (ReLU layers)
+  FloatBuffer x, w, bias;  // NHWC input, OIHW weights, [oc] bias
+  FloatBuffer dy;          // NHWK output gradient, as the next layer hands it back
+  FloatBuffer y;           // NHWK forward output, whose ReLU mask (y > 0) convgen applies
+  FloatBuffer dy_masked;   // dy with that mask applied, for the peers (ReLU layers)
   // The dY the peers read: they do not fuse the ReLU mask, so it is applied once, untimed.
   const float* dy_for_peers() const { return dy_masked.empty() ? dy.data() : dy_masked.data(); }
 };
@@ -123,7 +125,7 @@ Inputs make_inputs(const ConvDescriptor& d, Pass pass) {
   const int64_t w_size = d.oc * d.icg() * d.kh * d.kw;
   const int64_t y_size = d.mb * d.oh() * d.ow() * d.oc;
   auto filled = [](int64_t size, uint64_t seed) {
-    std::vector<float> v(static_cast<size_t>(size));
+    FloatBuffer v(static_cast<size_t>(size));
     cb::fill_uniform(v.data(), size, seed);
     return v;
   };

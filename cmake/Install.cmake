@@ -29,6 +29,7 @@ set(CONVGEN_INSTALLED_HEADERS
   runtime/driver/model_runtime.h
   runtime/graph/model_graph.h
   runtime/graph/train_graph.h
+  runtime/ops/aligned_buffer.h
   runtime/ops/layout.h
   runtime/ops/ops.h
   runtime/ops/tensor.h

@@ -139,9 +139,25 @@ Tile choose_tile(const ConvDescriptor& d, int64_t channels, const TargetInfo& t,
 // with the taps unrolled LLVM loads each input vector once for the neighbouring
 // pixels that share it (MobileNetV2 3x3 at 112x112: 16x7 29-30 GF/s vs 16x6 17-24;
 // stride 2: 9.4-10.7 vs 24x4 7.8-8.1; ResNeXt g32 via this strategy: 18-19 vs 14).
-Tile choose_depthwise_tile(const ConvDescriptor& d, int64_t channels, const TargetInfo& t,
+Tile choose_depthwise_tile(const ConvDescriptor& d, int64_t channels, const TargetInfo& t, bool in_place,
                            std::vector<std::string>* why) {
   const int vl = t.vector_floats;
+  if (in_place) {
+    // Input read in place (partitions_depthwise_borders): one vector of channels and a
+    // row segment of NR pixels. Measured against oneDNN on Zen 5 AVX-512, mb 8, with
+    // 16x7: MobileNetV2 3x3 at 112x112 1.09x (packed 0.86x), stride 2 1.10x (0.62x),
+    // 56x56x144 0.84x (0.58x; 32x4 0.89x), 14x14x576 0.85x (0.59x), 7x7x960 1.00x (0.61x).
+    int nr = 8;
+    for (int n : {7, 8, 6, 5, 4}) {
+      if (d.ow() % n == 0) {
+        nr = n;
+        break;
+      }
+    }
+    note(why, fmt::format("depthwise tile {}x{} read in place: one vector of channels, {} pixels of a row", vl, nr,
+                          nr));
+    return {vl, nr};
+  }
   int mr = 2 * vl;
   if (channels % (2 * vl) != 0) mr = channels % (3 * vl) == 0 ? 3 * vl : (channels % vl == 0 ? vl : 2 * vl);
   int nr = 6;
@@ -208,9 +224,15 @@ ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std
                           t.vector_floats));
   }
   const int64_t channels = s.strategy == Strategy::Gemm ? d.ocg() : d.oc;
+  // Depthwise taps are few per output: a packed copy of the input costs about as much as
+  // the convolution itself, so a kernel that is not staged reads its input in place.
+  ConvSchedule depthwise_in_place = s;
+  depthwise_in_place.pack_input = PackInput::None;
+  const bool dw_in_place = s.strategy == Strategy::Depthwise && !context.output_staged && !context.input_computed &&
+                           partitions_depthwise_borders(d, depthwise_in_place);
   const Tile tile = s.strategy == Strategy::Gemm        ? choose_tile(d, channels, t, why)
                     : s.strategy == Strategy::Grouped ? choose_grouped_tile(d, t, why)
-                                                      : choose_depthwise_tile(d, channels, t, why);
+                                                      : choose_depthwise_tile(d, channels, t, dw_in_place, why);
   s.mr = tile.mr;
   s.nr = tile.nr;
 
@@ -243,7 +265,10 @@ ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std
   in_place.pack_input = PackInput::None;
   const bool taps_skip_padding =
       padded && !context.output_staged && !context.input_computed && skips_padded_columns(d, in_place, t);
-  if (!padded && !tall_1x1) {
+  if (dw_in_place) {
+    s.pack_input = PackInput::None;
+    note(why, "depthwise: input read in place, border tiles and rows split off");
+  } else if (!padded && !tall_1x1) {
     s.pack_input = PackInput::None;
     note(why, "no padding: input read in place");
   } else if (taps_skip_padding) {

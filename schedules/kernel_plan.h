@@ -29,4 +29,10 @@ bool fuses_kernel_row_taps(const ConvDescriptor& d, const ConvSchedule& s, const
 // blocks. Staged outputs (strided backward-data classes) never do.
 bool skips_padded_columns(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t);
 
+// Depthwise with unpacked input reads the image in place: register tiles lie in output
+// rows and the padding test is a `likely` interior, so the border tiles and rows are
+// split off and the interior's loads carry no select (generator/conv/algorithm.cpp).
+// Pixel blocks (nc) do not apply: there is no packed band to keep in cache.
+bool partitions_depthwise_borders(const ConvDescriptor& d, const ConvSchedule& s);
+
 }  // namespace convgen

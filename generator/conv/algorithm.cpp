@@ -9,7 +9,7 @@ namespace {
 // Zero padding as a select on an in-bounds test; clamping the index keeps the
 // (discarded) load in bounds, so no boundary buffer is ever allocated.
 void define_in_padded(ConvAlgorithm& a, const ConvDescriptor& d, const Func& input,
-                      const ForwardBuildOptions& options) {
+                      const ForwardBuildOptions& options, bool partition_borders) {
   const int ih = static_cast<int>(d.ih), iw = static_cast<int>(d.iw);
   // The deliberately broken kernel treats the row just past the bottom edge as real.
   const int last_row_allowed = options.inject_padding_bug ? ih : ih - 1;
@@ -18,6 +18,13 @@ void define_in_padded(ConvAlgorithm& a, const ConvDescriptor& d, const Func& inp
     return;
   }
   Expr inside = a.x >= 0 && a.x < iw && a.y >= 0 && a.y <= last_row_allowed;
+  if (partition_borders) {
+    // `likely` marks the interior: Halide splits the tile loops into border and steady
+    // parts and drops the select and the clamps from the steady part.
+    Expr value = input(a.c, a.g, clamp(likely(a.x), 0, iw - 1), clamp(likely(a.y), 0, ih - 1), a.n);
+    a.in_padded(a.c, a.g, a.x, a.y, a.n) = select(inside, likely(value), 0.0f);
+    return;
+  }
   Expr value = input(a.c, a.g, clamp(a.x, 0, iw - 1), clamp(a.y, 0, ih - 1), a.n);
   a.in_padded(a.c, a.g, a.x, a.y, a.n) = select(inside, value, 0.0f);
 }
@@ -25,14 +32,15 @@ void define_in_padded(ConvAlgorithm& a, const ConvDescriptor& d, const Func& inp
 }  // namespace
 
 ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr, int skip_padded_rows,
-                             bool skip_padded_columns, const Func& input, const Func& weights, const Func& bias,
-                             const ForwardBuildOptions& options) {
+                             bool skip_padded_columns, bool partition_borders, const Func& input,
+                             const Func& weights, const Func& bias, const ForwardBuildOptions& options) {
   ConvAlgorithm a;
   a.strategy = strategy;
   a.mr = mr;
+  a.partitions_borders = partition_borders;
   const int cg = static_cast<int>(d.icg()), kgn = static_cast<int>(d.ocg());
   const int q_extent = static_cast<int>(d.ow());
-  define_in_padded(a, d, input, options);
+  define_in_padded(a, d, input, options, partition_borders);
 
   auto tap_x = [&](Expr pix, Expr s) {
     return (pix % q_extent) * static_cast<int>(d.sw) + s * static_cast<int>(d.dw) - static_cast<int>(d.pl);

@@ -28,6 +28,10 @@ struct ConvAlgorithm {
   // left/right padding are left out per pixel (see define_forward). The loop nest then
   // tiles rows by NR and unrolls a row's tiles, so those taps are known per tile.
   bool skips_padded_columns = false;
+  // Depthwise without packing: register tiles lie in output rows and the padding test
+  // is marked `likely` true, so Halide partitions the row and tile loops into borders
+  // and an interior whose loads carry no select (see partitions_depthwise_borders).
+  bool partitions_borders = false;
 
   // Pure variables, shared by every piece of the schedule.
   Halide::Var c{"c"}, g{"g"}, x{"x"}, y{"y"}, n{"n"};       // input / padded input
@@ -68,7 +72,7 @@ struct ConvAlgorithm {
 // schedule guarantees (row tiles unrolled, kernel columns unrolled) so that Halide drops
 // the padded taps' FMAs outright -- oneDNN's left/right border code, generated.
 ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr, int skip_padded_rows,
-                             bool skip_padded_columns, const Halide::Func& input,
+                             bool skip_padded_columns, bool partition_borders, const Halide::Func& input,
                              const Halide::Func& weights, const Halide::Func& bias,
                              const ForwardBuildOptions& options);
 

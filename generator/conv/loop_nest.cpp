@@ -38,7 +38,7 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
   // A staged output (computed inside a consumer) rounds its last tiles up instead: its
   // storage grows to whole tiles, and the extra pixels read clamped, in-bounds input.
   const bool staged = !a.may_shift_pixel_tail;
-  const int pix_tiles = ceil_div(pq, nest.nr);
+  int pix_tiles = ceil_div(pq, nest.nr);
   if (a.skips_padded_columns) {
     // Tiles within a row (NR divides Q): pix_tile is the output row, row_tile the tile in
     // it, unrolled so that each tile's columns -- and so its taps on padding -- are
@@ -51,6 +51,18 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
     explain(why, fmt::format("tiles of {} pixels within a row, the row's {} tiles unrolled: taps on left/right padding "
                              "left out per pixel",
                              nest.nr, ceil_div(q, nest.nr)));
+  } else if (a.partitions_borders) {
+    // Tiles within a row, as above, but the row's tiles stay a loop: Halide partitions it
+    // (and the row loop) on the `likely` interior of the padding test instead.
+    Var cols("ocols");
+    const int q = static_cast<int>(d.ow());
+    nest.nr = std::min(nest.nr, q);
+    out.split(nest.pix, nest.pix_tile, cols, q, TailStrategy::RoundUp);
+    out.split(cols, nest.row_tile, nest.pix_inner, nest.nr, output_tail(q, nest.nr, true));
+    pix_tiles = static_cast<int>(d.oh()) * ceil_div(q, nest.nr);
+    explain(why, fmt::format("tiles of {} pixels within a row; border tiles and rows split off by Halide, the interior "
+                             "reads the input with no padding test",
+                             nest.nr));
   } else {
     out.split(nest.pix, nest.pix_tile, nest.pix_inner, nest.nr,
               staged ? TailStrategy::RoundUp : output_tail(pq, nest.nr, true));
@@ -112,7 +124,8 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
 
   // Cache blocks, in whole tiles. Their loops only order work, so guards there are cheap.
   const int mc_tiles = s.mc == 0 ? k_tiles : ceil_div(s.mc, tile_channels);
-  const int nc_tiles = s.nc == 0 ? pix_tiles : ceil_div(s.nc, nest.nr);
+  // Row-tiled depthwise reads the input in place: no row band to block for.
+  const int nc_tiles = (s.nc == 0 || a.partitions_borders) ? pix_tiles : ceil_div(s.nc, nest.nr);
   nest.has_k_block = mc_tiles < k_tiles;
   nest.has_pix_block = nc_tiles < pix_tiles;
   if (nest.has_k_block) out.split(nest.k_tile, nest.k_block, nest.k_tile, mc_tiles, TailStrategy::GuardWithIf);
@@ -126,7 +139,7 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
   //   channels_outer: [g], k_block, n, pix_block, tiles -- a channel block's weights are
   //                   packed once and reused over every image of the call.
   std::vector<VarOrRVar> order = {nest.k_inner, nest.pix_inner, nest.k_tile};
-  if (a.skips_padded_columns) order.push_back(nest.row_tile);
+  if (a.skips_padded_columns || a.partitions_borders) order.push_back(nest.row_tile);
   order.push_back(nest.pix_tile);
   std::vector<Var> blocks;  // innermost first
   const bool channels_outer = s.loop_order == LoopOrder::ChannelsOuter;

@@ -166,15 +166,18 @@ std::string driver_source(const std::string& name, const Graph& g, const Plan& p
   (void)g;
   return fmt::format(
       "{0}"
-      "#include \"{1}.h\"\n\n#include <algorithm>\n\n#include \"runtime/driver/model_runtime.h\"\n#include \"runtime/parallel/parallel_runtime.h\"\n\n"
+      "#include \"{1}.h\"\n\n#include <algorithm>\n#include <cstdint>\n\n#include \"runtime/driver/model_runtime.h\"\n#include \"runtime/parallel/parallel_runtime.h\"\n\n"
       "namespace {ns} {{\n\n"
       "namespace {{\nconstexpr char kPlanKey[] = \"{2}\";\n}}  // namespace\n\n"
       "constexpr int64_t Model::kInputElements[];\nconstexpr int64_t Model::kOutputElements[];\n\n"
       "Model::Model(const std::string& weights_path)\n"
-      "    : weights_(convgen::read_weights_file(weights_path, {3}, kPlanKey)), arena_({4}) {{\n"
+      "    : weights_(convgen::read_weights_file(weights_path, {3}, kPlanKey)), arena_({4} + 15) {{\n"
       "  convgen::install_openmp_parallel_runtime();\n}}\n\n"
       "void Model::forward(const float* const* inputs, float* const* outputs) {{\n"
-      "  float* const A = arena_.data();\n  const float* const W = weights_.data();\n"
+      "  // The plan places buffers at multiples of 64 bytes from A: A itself starts on a cache line.\n"
+      "  float* const A = reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(arena_.data()) + 63) &\n"
+      "                                           ~std::uintptr_t{{63}});\n"
+      "  const float* const W = weights_.data();\n"
       "  (void)W;\n{5}}}\n\n"
       "}}  // namespace {ns}\n",
       provenance, name, plan_key, p.weights_floats, p.arena_floats, body, fmt::arg("ns", ns));

@@ -25,7 +25,7 @@ Tensor tensor_of(const Value& v) {
   if (v.is_int64) {
     for (size_t i = 0; i < v.int64_data.size(); ++i) t.data[i] = static_cast<float>(v.int64_data[i]);
   } else {
-    t.data = v.data;
+    t.data.assign(v.data.begin(), v.data.end());
   }
   return t;
 }
@@ -42,7 +42,8 @@ ModelExecutor::ModelExecutor(Graph graph, const TargetInfo& t, const std::string
     for (const auto& layer : k.layers) kernels_->by_layer[layer] = kernels_->owned.back().get();
   }
   plan_ = make_plan(g_, planned);
-  weights_ = weights_blob(g_, plan_);
+  const std::vector<float> blob = weights_blob(g_, plan_);
+  weights_.assign(blob.begin(), blob.end());
   arena_.assign(static_cast<size_t>(plan_.arena_floats), 0.0f);
   // The blob now holds every constant the plan reads: drop the graph's copies (half
   // the resident weights of AlexNet or VGG otherwise). Shapes and names stay.

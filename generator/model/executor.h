@@ -55,7 +55,7 @@ class ModelExecutor {
   struct Kernels;
   Graph g_;
   Plan plan_;
-  std::vector<float> weights_, arena_;
+  FloatBuffer weights_, arena_;
   std::unique_ptr<Kernels> kernels_;
   bool profiling_ = false;
   std::vector<StepTiming> profile_;

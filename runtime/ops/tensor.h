@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "runtime/ops/aligned_buffer.h"
+
 namespace convgen {
 
 struct Tensor {
   std::vector<int64_t> shape;  // logical, ONNX order
   bool channels_last = false;  // storage N, spatial..., C (rank 3 or 4 only)
-  std::vector<float> data;
+  FloatBuffer data;
 
   Tensor() = default;
   Tensor(std::vector<int64_t> logical_shape, bool channels_last_storage);

@@ -108,8 +108,10 @@ void Trainer::forward(const float* pixels, int64_t count, float* logits) {
 std::vector<std::vector<float>> Trainer::last_gradients() const {
   const Impl& s = *impl_;
   std::vector<std::vector<float>> out;
-  for (size_t p = 0; p < s.parameters.size(); ++p)
-    out.push_back(s.deferred_param[p] ? s.deferred_grad[p] : s.slots.at(0).param_grad[p]);  // the tree's root
+  for (size_t p = 0; p < s.parameters.size(); ++p) {
+    const FloatBuffer& g = s.deferred_param[p] ? s.deferred_grad[p] : s.slots.at(0).param_grad[p];  // the tree's root
+    out.emplace_back(g.begin(), g.end());
+  }
   return out;
 }
 

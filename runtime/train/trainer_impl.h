@@ -47,13 +47,13 @@ struct Trainer::Impl {
   // always runs that micro-batch.
   struct Slot {
     int64_t size = 0;
-    std::vector<std::vector<float>> act, grad;   // per value (activations; gradients where required)
-    std::vector<std::vector<float>> param_grad;  // per parameter
+    std::vector<FloatBuffer> act, grad;   // per value (activations; gradients where required)
+    std::vector<FloatBuffer> param_grad;  // per parameter
     std::vector<std::vector<float>> masks;       // per node (Dropout)
     std::vector<std::vector<int32_t>> argmax;    // per node (MaxPool): each output's source
     std::vector<std::vector<double>> bn_partial;  // per node (BatchNormalization): per-channel sums
     std::vector<char> grad_written, param_written;
-    std::vector<float> scratch;
+    FloatBuffer scratch;
     double loss = 0.0;
     int64_t correct = 0;
     std::vector<double> seconds;  // profiling: per node, [3 * node + pass]
@@ -107,7 +107,7 @@ struct Trainer::Impl {
   // Gemm / MatMul weight gradients computed once per mini-batch, after the backward pass,
   // as one GEMM over all its samples (below): by node, and the parameters they fill.
   std::vector<char> deferred_node, deferred_param;
-  std::vector<std::vector<float>> deferred_grad;   // per parameter (deferred ones only)
+  std::vector<FloatBuffer> deferred_grad;   // per parameter (deferred ones only)
   std::map<size_t, BatchStats> batch_stats;  // by node index
   std::vector<std::string> state_names;      // running statistics, in graph order
   int64_t active = 0;                        // micro-batches of the running mini-batch

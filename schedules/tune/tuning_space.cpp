@@ -51,6 +51,7 @@ TuningSpace::TuningSpace(const ConvDescriptor& d, const std::string& pass, const
   if (pass != "fwd" && pass != "bwd_data" && pass != "bwd_weights")
     throw Error(ExitCode::Usage, "tune: unknown pass '" + pass + "' (expected fwd, bwd_data or bwd_weights)");
   tiled_ = pass == "bwd_data" ? largest_residue_class(d) : d;
+  output_staged_ = pass == "bwd_data" && !single_class(backward_data_classes(d), d);
   pixels_ = tiled_.oh() * tiled_.ow();
   if (pass == "bwd_data")
     for (const ResidueClass& c : backward_data_classes(d))
@@ -188,6 +189,11 @@ ConvSchedule TuningSpace::normalise(ConvSchedule s) const {
   }
   s.nr = static_cast<int>(std::min<int64_t>(s.nr, pixels_));
   if (s.strategy != Strategy::Gemm && s.pack_input == PackInput::Panel) s.pack_input = PackInput::Image;
+  if (!output_staged_ && partitions_depthwise_borders(e, s)) {
+    // Tiles within rows, no pixel blocks (generator/conv/loop_nest.cpp).
+    s.nr = static_cast<int>(std::min<int64_t>(s.nr, e.ow()));
+    s.nc = 0;
+  }
   s.kc = reduction_block(e, s);
   // Cache blocks: 0 when one block covers everything, else whole tiles.
   const ChannelTiling ct = channel_tiling(s);

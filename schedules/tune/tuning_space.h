@@ -53,6 +53,7 @@ class TuningSpace {
   TargetInfo t_;
   Parallel variant_;
   bool weights_pass_;
+  bool output_staged_ = false;  // backward-data over several residue classes
   std::vector<Strategy> strategies_;
   std::vector<int> mr_, nr_, kc_, nc_, partitions_;
   std::vector<int> mc_tiles_;  // channel-block sizes in whole register tiles (0 = all)

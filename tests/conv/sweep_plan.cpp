@@ -18,6 +18,7 @@ namespace {
 
 constexpr int kCasesPerClass = 16;  // >= the largest number of values of any schedule field
 constexpr int kForcedBorderCases = 10;
+constexpr int kForcedInPlaceDepthwiseCases = 8;
 
 // Random small layer; `shape` then imposes the class's edge.
 ConvDescriptor base_shape(std::mt19937& rng) {
@@ -201,7 +202,12 @@ std::vector<SweepCase> sweep_cases(const std::string& edge_class) {
   std::vector<SweepCase> cases;
   // border_columns adds cases whose schedule takes the pruning path for certain (the
   // cycled ones reach it only by chance): GEMM, whole reduction, no pixel blocks.
-  const int forced = edge_class == "border_columns" ? kForcedBorderCases : 0;
+  // depthwise adds cases that read the input in place with partitioned borders (depthwise
+  // strategy, unpacked), NR cycling so that some tiles divide the row, some shift inwards
+  // and some are wider than it.
+  const int forced = edge_class == "border_columns" ? kForcedBorderCases
+                     : edge_class == "depthwise"    ? kForcedInPlaceDepthwiseCases
+                                                    : 0;
   for (int i = 0; i < kCasesPerClass + forced; ++i) {
     ConvDescriptor d = base_shape(rng);
     impose(edge_class, i, rng, d);
@@ -209,7 +215,12 @@ std::vector<SweepCase> sweep_cases(const std::string& edge_class) {
     while (d.ow() < 1) ++d.iw;
     d.name = edge_class + "_" + std::to_string(i);
     ConvSchedule s = schedule_for(i, t);
-    if (i >= kCasesPerClass) {
+    if (i >= kCasesPerClass && edge_class == "depthwise") {
+      s.strategy = Strategy::Depthwise;
+      s.pack_input = PackInput::None;
+      const std::vector<int> nrs = schedule_space(t).nr;
+      s.nr = nrs[static_cast<size_t>(i) % nrs.size()];
+    } else if (i >= kCasesPerClass) {
       s.strategy = Strategy::Gemm;
       s.kc = 0;
       s.nc = 0;

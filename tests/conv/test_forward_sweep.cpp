@@ -312,3 +312,19 @@ TEST_CASE("sweep plan: the padded-column pruning path runs in many cases and cla
   CHECK(cases >= 12);
   CHECK(classes.count("border_columns") == 1);
 }
+
+TEST_CASE("sweep plan: the in-place depthwise path with partitioned borders runs in many cases and classes", "[plan]") {
+  int cases = 0, ragged_rows = 0;
+  std::set<std::string> classes;
+  for (const auto& c : full_sweep()) {
+    if (!partitions_depthwise_borders(c.descriptor, c.schedule)) continue;
+    ++cases;
+    classes.insert(c.edge_class);
+    if (c.descriptor.ow() % c.schedule.nr != 0) ++ragged_rows;
+  }
+  INFO(cases << " cases in " << classes.size() << " classes, " << ragged_rows << " with NR not dividing the row");
+  CHECK(cases >= 12);
+  CHECK(classes.count("depthwise") == 1);
+  CHECK(classes.size() >= 4);
+  CHECK(ragged_rows >= 3);
+}

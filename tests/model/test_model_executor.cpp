@@ -26,7 +26,8 @@ std::vector<float> run_model(const std::string& path, int64_t batch, int threads
     for (float& v : t.data) v = normal(rng);
     inputs[name] = std::move(t);
   }
-  return exec.run(inputs).at(0).data;
+  const std::vector<Tensor> outputs = exec.run(inputs);
+  return std::vector<float>(outputs.at(0).data.begin(), outputs.at(0).data.end());
 }
 
 }  // namespace
