@@ -118,13 +118,31 @@ ConvSchedule backward_weights_default(const ConvDescriptor& d, const TargetInfo&
     s.kc = d.oh() * d.ow() < 14 * 14 ? 400 : 128;
     s.nc = 0;
   }
+  // Depthwise (one output per group, whole vectors of channels): the input and dY read in
+  // place, one vector of channels x the whole window (or one kernel row of a larger one),
+  // so each dY load feeds every tap. The packed row band and dY copy cost more than the
+  // FMAs: Zen 5 AVX-512, 1 thread, mb 8, in place vs packed 48x4 (GF/s): 96 ch 3x3/2 at
+  // 112x112 22-28 vs 12, 32 ch 3x3/1 at 112x112 37-46 vs 26-32, 144 ch 3x3/1 at 56x56
+  // 27 vs 1 (the packed path's ragged 48-channel tiles), 576 ch at 14x14 79-88 vs 29,
+  // 960 ch at 7x7 100 vs 24. Two vectors of channels: no better at 112x112, worse on
+  // 144 channels (padded to 160). Channels not in whole vectors keep the packed band:
+  // a ragged in-place tile gathers (72 ch 5x5: 5.5 vs 49 GF/s).
+  if (!gemm && d.ocg() == 1 && d.oc % vl == 0) {
+    s.pack_input = PackInput::None;
+    s.mr = vl;
+    s.nr = static_cast<int>(taps <= 9 ? taps : (d.kw <= 9 ? d.kw : 8));
+    s.kc = 256;
+    s.nc = 0;
+  }
   const int64_t tiles = (channels + s.mr - 1) / s.mr * ((taps + s.nr - 1) / s.nr) * (gemm ? d.g : 1);
   s.partitions = tiles < 16 ? 4 : 1;
   s.parallel = Parallel::None;
   note(why, fmt::format("backward-weights: {} tile {}x{} over {} channels x {} taps; {}; items of {} pixels; {} "
                         "partition(s) ({} tiles)",
                         gemm ? "gemm" : "across-groups", s.mr, s.nr, channels, taps,
-                        s.pack_input == PackInput::Panel ? "packed panels in blocks of 512 taps" : "direct tile loads",
+                        s.pack_input == PackInput::Panel  ? "packed panels in blocks of 512 taps"
+                        : s.pack_input == PackInput::None ? "input and dY read in place"
+                                                          : "direct tile loads",
                         s.kc, s.partitions, tiles));
   return s;
 }

@@ -228,8 +228,8 @@ ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std
   // the convolution itself, so a kernel that is not staged reads its input in place.
   ConvSchedule depthwise_in_place = s;
   depthwise_in_place.pack_input = PackInput::None;
-  const bool dw_in_place = s.strategy == Strategy::Depthwise && !context.output_staged && !context.input_computed &&
-                           partitions_depthwise_borders(d, depthwise_in_place);
+  const bool dw_in_place = !context.input_computed &&
+                           partitions_depthwise_borders(d, depthwise_in_place, context.output_staged);
   const Tile tile = s.strategy == Strategy::Gemm        ? choose_tile(d, channels, t, why)
                     : s.strategy == Strategy::Grouped ? choose_grouped_tile(d, t, why)
                                                       : choose_depthwise_tile(d, channels, t, dw_in_place, why);

@@ -191,7 +191,7 @@ ScheduleSpace schedule_space(const TargetInfo& t) {
   ScheduleSpace space;
   space.strategy = all_values(kStrategyNames);
   for (int vectors = 1; vectors <= 4; ++vectors) space.mr.push_back(vectors * t.vector_floats);
-  space.nr = {1, 2, 3, 4, 5, 6, 8};
+  space.nr = {1, 2, 3, 4, 5, 6, 8, 9};  // 9: a 3x3 window as one backward-weights tile
   space.kc = {0, 8, 24, 64};
   space.mc = {0, 48, 96};
   space.nc = {0, 8, 30, 96};
@@ -214,7 +214,7 @@ void validate(const ConvSchedule& s, const TargetInfo& t) {
   if (s.mr > 4 * vf) {
     invalid("mr", fmt::format("{} exceeds 4 vectors ({}) on {}", s.mr, 4 * vf, t.target));
   }
-  if (s.nr < 1 || s.nr > 8) invalid("nr", fmt::format("{} is outside 1..8", s.nr));
+  if (s.nr < 1 || s.nr > 9) invalid("nr", fmt::format("{} is outside 1..9", s.nr));
   // MC and NC need not be multiples of MR/NR: the generator rounds them up.
   require_non_negative("kc", s.kc);
   require_non_negative("mc", s.mc);

@@ -32,10 +32,16 @@ bool skips_padded_columns(const ConvDescriptor& d, const ConvSchedule& s, const 
          !stages_tap_panel(s) && !fuses_kernel_row_taps(d, s, t) && row_tiles_pay(d.ow(), nr) && whole_image_block;
 }
 
-bool partitions_depthwise_borders(const ConvDescriptor& d, const ConvSchedule& s) {
+bool partitions_depthwise_borders(const ConvDescriptor& d, const ConvSchedule& s, bool output_staged) {
   // Its taps must be unrolled (as the micro-kernel does up to 49) for the padding tests
   // to depend on the tile loops alone.
-  return s.strategy == Strategy::Depthwise && s.pack_input == PackInput::None && d.icg() * d.kh * d.kw <= 49;
+  return !output_staged && s.strategy == Strategy::Depthwise && s.pack_input == PackInput::None &&
+         d.icg() * d.kh * d.kw <= 49;
+}
+
+bool weights_read_in_place(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t) {
+  const bool gemm = s.strategy == Strategy::Gemm && d.ocg() >= t.vector_floats;
+  return !gemm && s.pack_input == PackInput::None;
 }
 
 }  // namespace convgen

@@ -32,7 +32,13 @@ bool skips_padded_columns(const ConvDescriptor& d, const ConvSchedule& s, const 
 // Depthwise with unpacked input reads the image in place: register tiles lie in output
 // rows and the padding test is a `likely` interior, so the border tiles and rows are
 // split off and the interior's loads carry no select (generator/conv/algorithm.cpp).
-// Pixel blocks (nc) do not apply: there is no packed band to keep in cache.
-bool partitions_depthwise_borders(const ConvDescriptor& d, const ConvSchedule& s);
+// Pixel blocks (nc) do not apply: there is no packed band to keep in cache. A staged
+// output (a strided backward-data residue class) never does: its tiles are the class's.
+bool partitions_depthwise_borders(const ConvDescriptor& d, const ConvSchedule& s, bool output_staged);
+
+// Backward-weights with vectors across groups (depthwise-like: K/g fills no vector) and
+// unpacked input reads the input, and dY when nothing masks it, where they lie; the
+// padding test is a `likely` interior as above (generator/conv/backward_weights.cpp).
+bool weights_read_in_place(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t);
 
 }  // namespace convgen

@@ -11,6 +11,10 @@
 //                   (dy_band: masked by the ReLU, zero past the last channel tile)
 //     loop nest     channel tiles outside tap tiles: an MR slice of the item's dY stays
 //                   in L1 while the taps stream from L2
+//   in place (depthwise-like, pack_input=none; weights_read_in_place)
+//     as direct tile loads, without the packing: the tile reads the input (and dY, when
+//     no ReLU masks it) where it lies; the padding test is a `likely` interior, so the
+//     border pixels and rows are split off and the interior's loads carry no select
 //   packed panels (gemm, pack_input=panel; define_gemm_partial)
 //     packing       per item: dY as MR-wide channel slices; per block of nc taps: the
 //                   item's im2col as NR-wide panels -- BLIS's packed A and B
@@ -26,6 +30,7 @@
 
 #include "generator/conv/backward.h"
 #include "generator/conv/schedule_pieces.h"
+#include "schedules/kernel_plan.h"
 
 namespace convgen {
 
@@ -235,6 +240,7 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
   // the tile's FMAs did (Zen 5 AVX-512, 3x3 3->32 stride 2: 0.49x oneDNN). x_band is
   // then a view of x_rows.
   const bool flat_rows = padded && gemm && d.g == 1 && cg < vl;
+  const bool in_place = weights_read_in_place(d, s, t);
   Func x_rows("x_rows");
   Var cx("cx");
   if (flat_rows) {
@@ -248,6 +254,13 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
     x_rows.update().vectorize(rc.x, vl, TailStrategy::GuardWithIf);
     x_band(c, grp, xx, yy, n) = x_rows(c + xx * cg, yy, n);
     explain(why, "input rows staged (column, channel) flat: the real columns copied densely over zeros");
+  } else if (padded && in_place) {
+    // Read in place: the padding test is `likely` true, so Halide's loop partitioning
+    // splits the border pixels and rows off and the interior loads carry no select.
+    Expr inside = xx >= 0 && xx < iw && yy >= 0 && yy <= last_row;
+    x_band(c, grp, xx, yy, n) =
+        select(inside, likely(p.x(c, grp, clamp(likely(xx), 0, iw - 1), clamp(likely(yy), 0, ih - 1), n)), 0.0f);
+    explain(why, "input read in place: border pixels and rows split off, no padded copy");
   } else if (padded) {
     Expr inside = xx >= 0 && xx < iw && yy >= 0 && yy <= last_row;
     x_band(c, grp, xx, yy, n) =
@@ -306,7 +319,7 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
     Expr tr = tile_shares_position ? base / (cg * kw) : tap_c / (cg * kw);
     Expr in_x = rb.x * int(d.sw) + ts * int(d.dw) - int(d.pl);
     Expr in_y = row * int(d.sh) + tr * int(d.dh) - int(d.pt);
-    if (tile_shares_position && padded) {
+    if (tile_shares_position && padded && !in_place) {
       rb.where(in_x >= 0 && in_x < iw && in_y >= 0 && in_y <= last_row);
       explain(why, "pixels whose tap lands on padding left out of each tap tile's reduction");
     }
@@ -370,7 +383,7 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
     bs.reorder(ki, ko, ti, rb.x, rb.y, rb.z).vectorize(ki).unroll(ko).unroll(ti);
     // Packing: the band's padded input rows once per item; dY masked once per item.
     LoopLevel item_level(partial, ri.x);
-    if (padded) {
+    if (padded && !in_place) {
       x_staged.compute_at(item_level);  // x_rows is vectorised where it is defined
       if (cg >= vl) {
         x_band.vectorize(c, vl, TailStrategy::ShiftInwards);
@@ -380,8 +393,14 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
       }
       explain(why, "input packed per reduction item into a zero-padded row band");
     }
-    dy_band.compute_at(item_level).bound(k, 0, chan_padded).vectorize(k, std::min(vl, mr), TailStrategy::RoundUp);
-    explain(why, d.relu ? "dY packed per reduction item, masked by the forward's ReLU" : "dY packed per reduction item");
+    // In place, dY is read where it lies too when there is nothing to mask or fill: its
+    // copy per item cost more than it saved once the input was no longer copied.
+    if (in_place && !d.relu && chan_padded == chan_extent) {
+      explain(why, "dY read in place");
+    } else {
+      dy_band.compute_at(item_level).bound(k, 0, chan_padded).vectorize(k, std::min(vl, mr), TailStrategy::RoundUp);
+      explain(why, d.relu ? "dY packed per reduction item, masked by the forward's ReLU" : "dY packed per reduction item");
+    }
 
   }
   p.dw = dw;

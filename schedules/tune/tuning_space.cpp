@@ -60,11 +60,13 @@ TuningSpace::TuningSpace(const ConvDescriptor& d, const std::string& pass, const
   const ConvDescriptor& e = tiled_;
   for (int v = 1; v <= 4; ++v) mr_.push_back(v * vl);
   for (int n = 1; n <= 8; ++n) nr_.push_back(n);
+  if (pass == "bwd_weights" && d.kh * d.kw * d.icg() >= 9) nr_.push_back(9);  // a 3x3 window as one tile
   if (weights_pass_) {
     // Backward-weights: GEMM over channels x taps when a group's outputs fill a vector.
     strategies_ = {d.ocg() >= vl ? Strategy::Gemm : Strategy::Depthwise};
     pack_input_ = {PackInput::Image};
     if (d.ocg() >= vl) pack_input_.push_back(PackInput::Panel);
+    if (d.ocg() < vl) pack_input_.push_back(PackInput::None);  // in place (weights_read_in_place)
     loop_order_ = {LoopOrder::PixelsOuter};
     // Reduction items: whole rows of about 1, 2, 4, 8 rows, or 1, 2, 4, 8 whole images.
     const int64_t q = d.ow(), pq = d.oh() * d.ow();
@@ -141,14 +143,16 @@ ConvSchedule TuningSpace::normalise(ConvSchedule s) const {
   s.pack_weights = PackWeights::PerCall;
   if (std::find(strategies_.begin(), strategies_.end(), s.strategy) == strategies_.end()) s.strategy = strategies_[0];
   s.mr = std::clamp(s.mr / vl * vl, vl, 4 * vl);
-  s.nr = std::clamp(s.nr, 1, 8);
+  s.nr = std::clamp(s.nr, 1, weights_pass_ ? 9 : 8);
   if (weights_pass_) {
     const ConvDescriptor& d = d_;
     const int64_t taps = d.icg() * d.kh * d.kw;
     const int64_t channels = s.strategy == Strategy::Gemm ? d.ocg() : d.oc;
     s.mr = static_cast<int>(std::min<int64_t>(s.mr, ceil_div(channels, vl) * vl));
     s.nr = static_cast<int>(std::min<int64_t>(s.nr, taps));
-    if (s.pack_input != PackInput::Panel || s.strategy != Strategy::Gemm) {
+    if (s.pack_input == PackInput::None && weights_read_in_place(d, s, t_)) {
+      s.nc = 0;
+    } else if (s.pack_input != PackInput::Panel || s.strategy != Strategy::Gemm) {
       s.pack_input = PackInput::Image;
       s.nc = 0;
     } else if (s.nc == 0) {
@@ -189,7 +193,7 @@ ConvSchedule TuningSpace::normalise(ConvSchedule s) const {
   }
   s.nr = static_cast<int>(std::min<int64_t>(s.nr, pixels_));
   if (s.strategy != Strategy::Gemm && s.pack_input == PackInput::Panel) s.pack_input = PackInput::Image;
-  if (!output_staged_ && partitions_depthwise_borders(e, s)) {
+  if (partitions_depthwise_borders(e, s, output_staged_)) {
     // Tiles within rows, no pixel blocks (generator/conv/loop_nest.cpp).
     s.nr = static_cast<int>(std::min<int64_t>(s.nr, e.ow()));
     s.nc = 0;

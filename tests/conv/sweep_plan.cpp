@@ -17,7 +17,7 @@ TargetInfo sweep_target() {
 namespace {
 
 constexpr int kCasesPerClass = 16;  // >= the largest number of values of any schedule field
-constexpr int kForcedBorderCases = 10;
+constexpr int kForcedBorderCases = 11;
 constexpr int kForcedInPlaceDepthwiseCases = 8;
 
 // Random small layer; `shape` then imposes the class's edge.

@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <random>
+#include <set>
 
 #include "generator/conv/backward.h"
 #include "generator/conv/jit.h"
 #include "generator/conv/pipeline.h"
 #include "schedules/backward_data_classes.h"
+#include "schedules/kernel_plan.h"
 #include "schedules/schedule_records.h"
 #include "tests/common/guarded_output.h"
 #include "tests/common/reference_conv_backward.h"
@@ -392,4 +394,67 @@ TEST_CASE("backward sweep plan: stride-1 backward-data runs the padded-column pr
   }
   INFO(cases << " cases");
   CHECK(cases >= 6);
+}
+
+TEST_CASE("backward sweep plan: backward-weights reads the input in place in many cases and classes", "[plan]") {
+  // The sweep's non-GEMM cases with pack_input=none take the in-place path (its `likely`
+  // border partitions); padded ones, NR = 9 (a whole 3x3 window) and ragged channel
+  // tiles must all be among them.
+  const TargetInfo t = sweep_target();
+  int cases = 0, padded = 0, whole_window = 0, ragged_channels = 0;
+  std::set<std::string> classes;
+  for (const auto& c : full_sweep()) {
+    const ConvDescriptor& d = c.descriptor;
+    if (!weights_read_in_place(d, c.schedule, t)) continue;
+    ++cases;
+    classes.insert(c.edge_class);
+    if (d.pt || d.pb || d.pl || d.pr) ++padded;
+    if (c.schedule.nr == 9 && d.icg() * d.kh * d.kw >= 9) ++whole_window;
+    if (d.oc % std::min<int64_t>(c.schedule.mr, d.oc) != 0) ++ragged_channels;
+  }
+  INFO(cases << " cases in " << classes.size() << " classes; " << padded << " padded, " << whole_window
+             << " with a 9-tap tile, " << ragged_channels << " with a ragged channel tile");
+  CHECK(cases >= 12);
+  CHECK(classes.count("depthwise") == 1);
+  CHECK(classes.size() >= 4);
+  CHECK(padded >= 6);
+  CHECK(whole_window >= 1);
+  CHECK(ragged_channels >= 2);
+}
+
+// The depthwise backward-weights default: whole vectors of channels read in place, one
+// vector x the 3x3 window (or a 5x5 kernel's row), dY read unpacked; a channel count off
+// the vector keeps the packed band, and so does a ReLU-masked dY (in place, packed dY).
+// Every choice runs bit-exact.
+TEST_CASE("backward sweep: depthwise backward-weights defaults read in place and run exact", "[bwd_sweep]") {
+  const TargetInfo t = sweep_target();
+  const int vl = t.vector_floats;
+  struct Shape {
+    std::string text;
+    bool in_place;
+    int nr;
+  };
+  const std::string c2 = std::to_string(2 * vl), c3 = std::to_string(3 * vl), odd = std::to_string(vl + vl / 2);
+  const Shape shapes[] = {
+      {"g" + c2 + "mb2ic" + c2 + "ih9iw11oc" + c2 + "kh3kw3sh2sw2pt1pb1pl1pr1", true, 9},
+      {"g" + c3 + "mb3ic" + c3 + "ih7iw7oc" + c3 + "kh3kw3pt1pb1pl1pr1+bias", true, 9},
+      {"g" + c2 + "mb2ic" + c2 + "ih10iw10oc" + c2 + "kh5kw5pt2pb2pl2pr2+relu", true, 5},
+      {"g" + c2 + "mb1ic" + c2 + "ih6iw13oc" + c2 + "kh3kw3dh2dw2pt2pb2pl2pr2", true, 9},
+      {"g" + odd + "mb2ic" + odd + "ih8iw8oc" + odd + "kh3kw3pt1pb1pl1pr1", false, 0},
+  };
+  for (const Shape& sh : shapes) {
+    const ConvDescriptor d = parse_descriptor(sh.text);
+    const ConvSchedule s = analytic_schedule_for_pass(d, "bwd_weights", t);
+    INFO(sh.text << "  schedule: " << describe(s));
+    CHECK(weights_read_in_place(d, s, t) == sh.in_place);
+    if (sh.in_place) {
+      CHECK(s.mr == vl);
+      CHECK(s.nr == sh.nr);
+      CHECK(weights_plan_says(d, s, t, "input read in place"));
+      CHECK(weights_plan_says(d, s, t, "dY read in place") == !d.relu);
+    }
+    JitBackwardWeightsKernel k(d, s, t);
+    check(run_backward_weights(k, d, true, 5));
+    check(run_backward_weights(k, d, false, 9));
+  }
 }
