@@ -34,6 +34,7 @@ set(CONVGEN_INSTALLED_HEADERS
   runtime/ops/ops.h
   runtime/ops/tensor.h
   runtime/ops/weights_file.h
+  runtime/parallel/kernel_heap.h
   runtime/parallel/parallel_runtime.h
   runtime/train/onnx_weights.h
   runtime/train/train_conv.h

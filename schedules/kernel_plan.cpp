@@ -39,6 +39,23 @@ bool partitions_depthwise_borders(const ConvDescriptor& d, const ConvSchedule& s
          d.icg() * d.kh * d.kw <= 49;
 }
 
+bool computes_depthwise_dx_in_place(const ConvDescriptor& d, const ConvSchedule& s) {
+  return s.strategy == Strategy::Depthwise && s.pack_input == PackInput::None && d.icg() == 1 && d.ocg() == 1 &&
+         (d.sh > 1 || d.sw > 1) && d.ih % d.sh == 0 && d.iw % d.sw == 0 && d.kh * d.kw <= 49;
+}
+
+int depthwise_dx_row_tile(const ConvDescriptor& d, const ConvSchedule& s) {
+  const int sw = static_cast<int>(d.sw), iw = static_cast<int>(d.iw);
+  int nr = std::max(sw, s.nr / sw * sw);
+  while (iw % nr != 0) nr -= sw;  // ends at sw at worst: iw is a multiple of sw
+  return nr;
+}
+
+int depthwise_dx_channel_tile(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t) {
+  const int vl = t.vector_floats, groups = static_cast<int>(d.g);
+  return groups >= vl ? std::clamp(s.mr / vl * vl, vl, groups / vl * vl) : vl;
+}
+
 bool weights_read_in_place(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t) {
   const bool gemm = s.strategy == Strategy::Gemm && d.ocg() >= t.vector_floats;
   return !gemm && s.pack_input == PackInput::None;

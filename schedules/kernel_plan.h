@@ -36,6 +36,16 @@ bool skips_padded_columns(const ConvDescriptor& d, const ConvSchedule& s, const 
 // output (a strided backward-data residue class) never does: its tiles are the class's.
 bool partitions_depthwise_borders(const ConvDescriptor& d, const ConvSchedule& s, bool output_staged);
 
+// Strided backward-data of a depthwise layer (one input and one output channel per
+// group) with unpacked input computes dX pixel by pixel in place instead of per residue
+// class (generator/conv/backward_data_depthwise.cpp): its rows and columns must hold
+// whole periods of the strides, and the window at most 49 taps (unrolled).
+bool computes_depthwise_dx_in_place(const ConvDescriptor& d, const ConvSchedule& s);
+// Its register tile: NR rounded down to a multiple of sw that divides the row, and MR in
+// whole vectors of at most the channels (one vector when there are fewer).
+int depthwise_dx_row_tile(const ConvDescriptor& d, const ConvSchedule& s);
+int depthwise_dx_channel_tile(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t);
+
 // Backward-weights with vectors across groups (depthwise-like: K/g fills no vector) and
 // unpacked input reads the input, and dY when nothing masks it, where they lie; the
 // padding test is a `likely` interior as above (generator/conv/backward_weights.cpp).

@@ -36,6 +36,14 @@ BackwardDataPipeline build_backward_data(const ConvDescriptor& d, const ConvSche
                                          std::vector<std::string>* why = nullptr,
                                          const ForwardBuildOptions& options = {});
 
+// Strided depthwise backward-data computed pixel by pixel where dX lies, each pixel's
+// residue taps read from dY in place (computes_depthwise_dx_in_place, kernel_plan.h;
+// generator/conv/backward_data_depthwise.cpp). dy_masked is dY (ReLU-masked) in the
+// forward input's 5-D view; the result is dX in its 4-D view.
+Halide::Func define_depthwise_backward_data_in_place(const ConvDescriptor& d, const ConvSchedule& s,
+                                                     const TargetInfo& t, const Halide::Func& dy_masked,
+                                                     const Halide::ImageParam& weights, std::vector<std::string>* why);
+
 // Backward-weights: dW = dY^T * im2col(X) per group as a GEMM whose reduction runs over
 // images x output pixels in row bands, with the im2col gather fused into the tile loads
 // of a zero-padded input slab; db = sum of dY in the same pipeline. The reduction order

@@ -4,6 +4,7 @@
 #include "generator/conv/backward.h"
 #include "generator/conv/schedule_pieces.h"
 #include "schedules/backward_data_classes.h"
+#include "schedules/kernel_plan.h"
 
 namespace convgen {
 
@@ -43,6 +44,11 @@ BackwardDataPipeline build_backward_data(const ConvDescriptor& d, const ConvSche
 
   const std::vector<ResidueClass> classes = backward_data_classes(d);
   const bool direct = single_class(classes, d);
+  if (computes_depthwise_dx_in_place(d, s)) {
+    p.dx = define_depthwise_backward_data_in_place(d, s, t, dy_masked, p.weights, why);
+    pin_buffers(p, d);
+    return p;
+  }
   // With channel blocks outermost the classes pack weights per block: staged per image,
   // that packing would repeat for every image (1x1/2 1024->2048: 11 vs 62 GF/s), so each
   // class is staged for the whole minibatch instead (C*H*W/(sh*sw) floats per image).

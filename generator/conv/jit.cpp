@@ -1,6 +1,7 @@
 #include "generator/conv/jit.h"
 
 #include "generator/conv/backward.h"
+#include "runtime/parallel/kernel_heap.h"
 #include "runtime/parallel/openmp_par_for.h"
 
 #include <atomic>
@@ -13,17 +14,17 @@ using namespace Halide;
 
 namespace {
 
-// Heap accounting for the packed panels, through Halide's JIT allocator hooks.
+// Heap accounting for the packed panels, through Halide's JIT allocator hooks; the
+// blocks come from the kernel heap (reused across calls, as AOT kernels' are).
 std::atomic<int64_t> g_live_bytes{0}, g_peak_bytes{0};
 
 struct AllocationHeader {
   int64_t size;
-  int64_t pad;  // keeps the payload 16-byte aligned
 };
+constexpr size_t kHeaderBytes = kKernelHeapAlignment;  // keeps the payload aligned as the heap's
 
 void* counting_malloc(JITUserContext*, size_t size) {
-  const size_t alignment = 64;
-  void* raw = std::aligned_alloc(alignment, ((size + alignment + alignment - 1) / alignment) * alignment);
+  void* raw = kernel_heap_allocate(size + kHeaderBytes);
   if (!raw) return nullptr;
   auto* header = static_cast<AllocationHeader*>(raw);
   header->size = static_cast<int64_t>(size);
@@ -31,14 +32,14 @@ void* counting_malloc(JITUserContext*, size_t size) {
   int64_t peak = g_peak_bytes.load();
   while (live > peak && !g_peak_bytes.compare_exchange_weak(peak, live)) {
   }
-  return static_cast<char*>(raw) + alignment;
+  return static_cast<char*>(raw) + kHeaderBytes;
 }
 
 void counting_free(JITUserContext*, void* p) {
   if (!p) return;
-  auto* header = reinterpret_cast<AllocationHeader*>(static_cast<char*>(p) - 64);
+  auto* header = reinterpret_cast<AllocationHeader*>(static_cast<char*>(p) - kHeaderBytes);
   g_live_bytes.fetch_sub(header->size);
-  std::free(header);
+  kernel_heap_release(header);
 }
 
 // Heap and parallel-loop hooks every convgen JIT pipeline uses.

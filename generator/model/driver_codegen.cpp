@@ -172,7 +172,7 @@ std::string driver_source(const std::string& name, const Graph& g, const Plan& p
       "constexpr int64_t Model::kInputElements[];\nconstexpr int64_t Model::kOutputElements[];\n\n"
       "Model::Model(const std::string& weights_path)\n"
       "    : weights_(convgen::read_weights_file(weights_path, {3}, kPlanKey)), arena_({4} + 15) {{\n"
-      "  convgen::install_openmp_parallel_runtime();\n}}\n\n"
+      "  convgen::install_kernel_runtime();\n}}\n\n"
       "void Model::forward(const float* const* inputs, float* const* outputs) {{\n"
       "  // The plan places buffers at multiples of 64 bytes from A: A itself starts on a cache line.\n"
       "  float* const A = reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(arena_.data()) + 63) &\n"

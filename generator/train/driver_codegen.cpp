@@ -258,7 +258,7 @@ std::string training_driver_source(const TrainGraph& tg, const TrainDriverSpec& 
       "{8}\n"
       "}}  // namespace\n\n"
       "Trainer::Trainer(const std::string& weights_path, const TrainOptions& options) {{\n"
-      "  convgen::install_openmp_parallel_runtime();\n"
+      "  convgen::install_kernel_runtime();\n"
       "  const std::vector<float> weights = convgen::read_weights_file(weights_path, kWeightFloats, kWeightsKey);\n"
       "  TrainerOptions o;\n"
       "  o.batch = kBatch;\n  o.micro_batch = kMicroBatch;\n"

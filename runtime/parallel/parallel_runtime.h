@@ -10,4 +10,9 @@ namespace convgen {
 // kernels. Idempotent; call before the first kernel runs.
 void install_openmp_parallel_runtime();
 
+// Installs every hook of the process into that Halide runtime: the OpenMP parallel
+// runtime and the kernel heap (runtime/parallel/kernel_heap.h). What generated drivers
+// call. Idempotent; call before the first kernel runs.
+void install_kernel_runtime();
+
 }  // namespace convgen

@@ -173,6 +173,14 @@ ConvSchedule TuningSpace::normalise(ConvSchedule s) const {
   }
   const ConvDescriptor& e = tiled_;
   s.partitions = 1;
+  if (pass_ == "bwd_data" && computes_depthwise_dx_in_place(d_, s)) {
+    // dX pixel by pixel (generator/conv/backward_data_depthwise.cpp): the tile is all.
+    s.mr = depthwise_dx_channel_tile(d_, s, t_);
+    s.nr = depthwise_dx_row_tile(d_, s);
+    s.kc = 0, s.mc = 0, s.nc = 0;
+    s.loop_order = LoopOrder::PixelsOuter;
+    return s;
+  }
   // Register tiles the generator clamps alike are one: GEMM's MR to the group's channels
   // in whole vectors; a depthwise MR to all the channels; a grouped MR by the output
   // channels per group it asks for (the smallest MR asking the same).

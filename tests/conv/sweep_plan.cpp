@@ -19,6 +19,7 @@ namespace {
 constexpr int kCasesPerClass = 16;  // >= the largest number of values of any schedule field
 constexpr int kForcedBorderCases = 11;
 constexpr int kForcedInPlaceDepthwiseCases = 8;
+constexpr int kForcedStridedDepthwiseCases = 8;
 
 // Random small layer; `shape` then imposes the class's edge.
 ConvDescriptor base_shape(std::mt19937& rng) {
@@ -204,15 +205,28 @@ std::vector<SweepCase> sweep_cases(const std::string& edge_class) {
   // cycled ones reach it only by chance): GEMM, whole reduction, no pixel blocks.
   // depthwise adds cases that read the input in place with partitioned borders (depthwise
   // strategy, unpacked), NR cycling so that some tiles divide the row, some shift inwards
-  // and some are wider than it.
+  // and some are wider than it; then strided ones whose rows and columns hold whole
+  // periods of the strides (2, 3 and 2x1), so that backward-data computes dX pixel by
+  // pixel in place (computes_depthwise_dx_in_place).
   const int forced = edge_class == "border_columns" ? kForcedBorderCases
-                     : edge_class == "depthwise"    ? kForcedInPlaceDepthwiseCases
+                     : edge_class == "depthwise"    ? kForcedInPlaceDepthwiseCases + kForcedStridedDepthwiseCases
                                                     : 0;
   for (int i = 0; i < kCasesPerClass + forced; ++i) {
     ConvDescriptor d = base_shape(rng);
     impose(edge_class, i, rng, d);
-    while (d.oh() < 1) ++d.ih;  // keep every case a valid layer
-    while (d.ow() < 1) ++d.iw;
+    const bool strided_depthwise =
+        edge_class == "depthwise" && i >= kCasesPerClass + kForcedInPlaceDepthwiseCases;
+    if (strided_depthwise) {
+      const int j = i - kCasesPerClass - kForcedInPlaceDepthwiseCases;
+      d.sh = j % 4 == 3 ? 2 : 2 + j % 2;
+      d.sw = j % 4 == 3 ? 1 : d.sh;
+      if (j % 4 == 2) d.kh = d.kw = 5, d.pt = d.pb = d.pl = d.pr = 2;
+      if (j == 5) d.dh = d.dw = 2, d.pt = d.pb = d.pl = d.pr = 2;
+      d.ih += (d.sh - d.ih % d.sh) % d.sh;
+      d.iw += (d.sw - d.iw % d.sw) % d.sw;
+    }
+    while (d.oh() < 1) d.ih += d.sh;  // keep every case a valid layer
+    while (d.ow() < 1) d.iw += d.sw;
     d.name = edge_class + "_" + std::to_string(i);
     ConvSchedule s = schedule_for(i, t);
     if (i >= kCasesPerClass && edge_class == "depthwise") {
@@ -220,6 +234,7 @@ std::vector<SweepCase> sweep_cases(const std::string& edge_class) {
       s.pack_input = PackInput::None;
       const std::vector<int> nrs = schedule_space(t).nr;
       s.nr = nrs[static_cast<size_t>(i) % nrs.size()];
+      if (strided_depthwise) s.mr = schedule_space(t).mr[static_cast<size_t>(i) % 3];
     } else if (i >= kCasesPerClass) {
       s.strategy = Strategy::Gemm;
       s.kc = 0;

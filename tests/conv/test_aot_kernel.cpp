@@ -24,7 +24,7 @@ using Kernel = int (*)(halide_buffer_t*, halide_buffer_t*, halide_buffer_t*, hal
 // Runs an AOT kernel of CONVGEN_AOT_LAYER on integer data with 1 and 2 OpenMP threads
 // and requires a bit-exact match with the reference.
 void check_aot_kernel(Kernel kernel) {
-  install_openmp_parallel_runtime();
+  install_kernel_runtime();
   const ConvDescriptor d = parse_descriptor(CONVGEN_AOT_LAYER);
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> ints(-3, 3);

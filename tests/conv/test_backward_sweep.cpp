@@ -458,3 +458,56 @@ TEST_CASE("backward sweep: depthwise backward-weights defaults read in place and
     check(run_backward_weights(k, d, false, 9));
   }
 }
+
+TEST_CASE("backward sweep plan: strided depthwise backward-data computes dX in place in many cases", "[plan]") {
+  // Sweep cases that take the pixel-by-pixel path: strides 2 and 3, ragged channel
+  // tiles, row tiles of more than one period, padded and dilated windows among them.
+  const TargetInfo t = sweep_target();
+  int cases = 0, stride3 = 0, ragged_channels = 0, wide_tiles = 0, dilated = 0;
+  for (const auto& c : full_sweep()) {
+    const ConvDescriptor& d = c.descriptor;
+    if (!computes_depthwise_dx_in_place(d, c.schedule)) continue;
+    ++cases;
+    if (d.sh == 3 || d.sw == 3) ++stride3;
+    if (d.g % depthwise_dx_channel_tile(d, c.schedule, t) != 0) ++ragged_channels;
+    if (depthwise_dx_row_tile(d, c.schedule) > d.sw) ++wide_tiles;
+    if (d.dh > 1 || d.dw > 1) ++dilated;
+  }
+  INFO(cases << " cases; " << stride3 << " with stride 3, " << ragged_channels << " with ragged channel tiles, "
+             << wide_tiles << " with row tiles of several periods, " << dilated << " dilated");
+  CHECK(cases >= 8);
+  CHECK(stride3 >= 1);
+  CHECK(ragged_channels >= 1);
+  CHECK(wide_tiles >= 2);
+}
+
+// The strided depthwise backward-data default: dX pixel by pixel in place, bit-exact on
+// shapes with strides 2 and 3, rectangular strides, 5x5 and dilated windows, a masked
+// dY and fewer channels than a vector; a row that holds no whole period of the stride
+// keeps the per-class form.
+TEST_CASE("backward sweep: strided depthwise backward-data defaults compute dX in place and run exact", "[bwd_sweep]") {
+  const TargetInfo t = sweep_target();
+  const int vl = t.vector_floats;
+  const std::string c2 = std::to_string(2 * vl), odd = std::to_string(vl + vl / 2), few = std::to_string(vl / 2);
+  struct Shape {
+    std::string text;
+    bool in_place;
+  };
+  const Shape shapes[] = {
+      {"g" + c2 + "mb2ic" + c2 + "ih10iw12oc" + c2 + "kh3kw3sh2sw2pt1pb1pl1pr1", true},
+      {"g" + odd + "mb2ic" + odd + "ih9iw12oc" + odd + "kh3kw3sh3sw3pt1pb1pl1pr1+relu", true},
+      {"g" + c2 + "mb1ic" + c2 + "ih8iw14oc" + c2 + "kh5kw5sh2sw2pt2pb2pl2pr2", true},
+      {"g" + few + "mb2ic" + few + "ih8iw6oc" + few + "kh3kw3sh2sw1pt1pb1pl1pr1", true},
+      {"g" + c2 + "mb1ic" + c2 + "ih12iw12oc" + c2 + "kh3kw3sh2sw2dh2dw2pt2pb2pl2pr2", true},
+      {"g" + c2 + "mb1ic" + c2 + "ih9iw9oc" + c2 + "kh3kw3sh2sw2pt1pb1pl1pr1", false},
+  };
+  for (const Shape& sh : shapes) {
+    const ConvDescriptor d = parse_descriptor(sh.text);
+    const ConvSchedule s = analytic_schedule_for_pass(d, "bwd_data", t);
+    INFO(sh.text << "  schedule: " << describe(s));
+    CHECK(computes_depthwise_dx_in_place(d, s) == sh.in_place);
+    JitBackwardDataKernel k(d, s, t);
+    check(run_backward_data(k, d, true, 5));
+    check(run_backward_data(k, d, false, 9));
+  }
+}
