@@ -32,6 +32,14 @@ bool skips_padded_columns(const ConvDescriptor& d, const ConvSchedule& s, const 
          !stages_tap_panel(s) && !fuses_kernel_row_taps(d, s, t) && row_tiles_pay(d.ow(), nr) && whole_image_block;
 }
 
+bool stages_flat_input_rows(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t) {
+  // Panels on a non-GEMM strategy fall back to the per-image slab (generator/conv/packing.cpp).
+  const bool staged = s.pack_input == PackInput::Image || s.pack_input == PackInput::Rows ||
+                      (s.pack_input == PackInput::Panel && s.strategy != Strategy::Gemm);
+  const bool padded = d.pt || d.pb || d.pl || d.pr;
+  return staged && padded && d.g == 1 && d.icg() < t.vector_floats;
+}
+
 bool partitions_depthwise_borders(const ConvDescriptor& d, const ConvSchedule& s, bool output_staged) {
   // Its taps must be unrolled (as the micro-kernel does up to 49) for the padding tests
   // to depend on the tile loops alone.

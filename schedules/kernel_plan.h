@@ -29,6 +29,11 @@ bool fuses_kernel_row_taps(const ConvDescriptor& d, const ConvSchedule& s, const
 // blocks. Staged outputs (strided backward-data classes) never do.
 bool skips_padded_columns(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t);
 
+// True when the schedule stages the padded input per image or row band and a pixel has
+// fewer channels than a vector in one group (first layers): the staged rows are then
+// (column, channel) flat, copied densely (define_flat_padded_rows, generator/conv).
+bool stages_flat_input_rows(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t);
+
 // Depthwise with unpacked input reads the image in place: register tiles lie in output
 // rows and the padding test is a `likely` interior, so the border tiles and rows are
 // split off and the interior's loads carry no select (generator/conv/algorithm.cpp).

@@ -9,12 +9,19 @@ namespace {
 // Zero padding as a select on an in-bounds test; clamping the index keeps the
 // (discarded) load in bounds, so no boundary buffer is ever allocated.
 void define_in_padded(ConvAlgorithm& a, const ConvDescriptor& d, const Func& input,
-                      const ForwardBuildOptions& options, bool partition_borders) {
+                      const ForwardBuildOptions& options, bool partition_borders, bool stage_flat_rows) {
   const int ih = static_cast<int>(d.ih), iw = static_cast<int>(d.iw);
   // The deliberately broken kernel treats the row just past the bottom edge as real.
   const int last_row_allowed = options.inject_padding_bug ? ih : ih - 1;
   if (d.pt == 0 && d.pb == 0 && d.pl == 0 && d.pr == 0 && !options.inject_padding_bug) {
     a.in_padded(a.c, a.g, a.x, a.y, a.n) = input(a.c, a.g, a.x, a.y, a.n);
+    return;
+  }
+  if (stage_flat_rows) {
+    const int cg = static_cast<int>(d.icg());
+    a.rows_rd = define_flat_padded_rows(a.in_rows, a.cx, a.y, a.n, input, cg, iw, ih, last_row_allowed);
+    a.in_padded(a.c, a.g, a.x, a.y, a.n) = a.in_rows(a.c + a.x * cg, a.y, a.n);
+    a.stages_flat_rows = true;
     return;
   }
   Expr inside = a.x >= 0 && a.x < iw && a.y >= 0 && a.y <= last_row_allowed;
@@ -31,16 +38,29 @@ void define_in_padded(ConvAlgorithm& a, const ConvDescriptor& d, const Func& inp
 
 }  // namespace
 
+RDom define_flat_padded_rows(Func rows, const Var& cx, const Var& y, const Var& n, const Func& input, int cg, int iw,
+                             int ih, int last_row) {
+  // Zeros, then the input's columns over them: an unclamped run of floats, so the copy's
+  // loads are dense (a clamped index made them gathers).
+  // (One definition with a `likely` interior copied the same run unaligned and measured
+  // 12% slower on the RGB stem than zeros-then-copy.)
+  RDom rc(0, iw * cg, "rc");
+  rows(cx, y, n) = 0.0f;
+  rows(rc, y, n) = select(y >= 0 && y <= last_row, input(rc % cg, 0, rc / cg, clamp(y, 0, ih - 1), n), 0.0f);
+  return rc;
+}
+
 ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr, int skip_padded_rows,
-                             bool skip_padded_columns, bool partition_borders, const Func& input,
-                             const Func& weights, const Func& bias, const ForwardBuildOptions& options) {
+                             bool skip_padded_columns, bool partition_borders, bool stage_flat_rows,
+                             const Func& input, const Func& weights, const Func& bias,
+                             const ForwardBuildOptions& options) {
   ConvAlgorithm a;
   a.strategy = strategy;
   a.mr = mr;
   a.partitions_borders = partition_borders;
   const int cg = static_cast<int>(d.icg()), kgn = static_cast<int>(d.ocg());
   const int q_extent = static_cast<int>(d.ow());
-  define_in_padded(a, d, input, options, partition_borders);
+  define_in_padded(a, d, input, options, partition_borders, stage_flat_rows);
 
   auto tap_x = [&](Expr pix, Expr s) {
     return (pix % q_extent) * static_cast<int>(d.sw) + s * static_cast<int>(d.dw) - static_cast<int>(d.pl);

@@ -32,6 +32,10 @@ struct ConvAlgorithm {
   // is marked `likely` true, so Halide partitions the row and tile loops into borders
   // and an interior whose loads carry no select (see partitions_depthwise_borders).
   bool partitions_borders = false;
+  // First layers (C/g below a vector, one group) staged per image or row band: the
+  // padded rows are in_rows, (column, channel) flat, and in_padded a view of it
+  // (define_flat_padded_rows). The packer stages in_rows instead of in_padded.
+  bool stages_flat_rows = false;
 
   // Pure variables, shared by every piece of the schedule.
   Halide::Var c{"c"}, g{"g"}, x{"x"}, y{"y"}, n{"n"};       // input / padded input
@@ -43,6 +47,9 @@ struct ConvAlgorithm {
   Halide::RDom rd;  // (rc, rs, rr): input channel innermost, then kernel column, row;
                     // grouped: (rs, rr) only, input channels are vector lanes
   Halide::Func in_padded{"in_padded"};
+  Halide::Func in_rows{"in_rows"};  // stages_flat_rows only
+  Halide::Var cx{"cx"};             // in_rows' flat (column, channel) index
+  Halide::RDom rows_rd;             // in_rows' update: the real columns' floats
   // GEMM only: the im2col panel of one register tile's pixels, (c, s, r) contiguous per
   // pixel -- BLIS's packed B micro-panel with the im2col fused in. Inlined (no storage)
   // unless the schedule stages it (pack_input = panel).
@@ -71,9 +78,23 @@ struct ConvAlgorithm {
 // It costs a blend unless the pixel's column and the tap are constants, which the
 // schedule guarantees (row tiles unrolled, kernel columns unrolled) so that Halide drops
 // the padded taps' FMAs outright -- oneDNN's left/right border code, generated.
+//
+// stage_flat_rows: the schedule stages the padded input and it has fewer channels than a
+// vector in one group, so the staged rows are (column, channel) flat (stages_flat_rows).
 ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr, int skip_padded_rows,
-                             bool skip_padded_columns, bool partition_borders, const Halide::Func& input,
-                             const Halide::Func& weights, const Halide::Func& bias,
+                             bool skip_padded_columns, bool partition_borders, bool stage_flat_rows,
+                             const Halide::Func& input, const Halide::Func& weights, const Halide::Func& bias,
                              const ForwardBuildOptions& options);
+
+// Rows of a zero-padded input staged (column, channel) flat, for inputs with fewer
+// channels than a vector: rows(cx, y, n) is zeros, then the real columns' iw*cg floats
+// copied over them as one dense run per row (rd, returned: the update's domain) -- a
+// vector copy with the zero fill at the borders, where staging per pixel was a select
+// per float (or a masked gather) that cost about what the convolution did. Rows past
+// last_row (ih - 1, or ih for the deliberately broken kernel) are zeros. The padded
+// input is then rows(c + x*cg, y, n) for any x.
+Halide::RDom define_flat_padded_rows(Halide::Func rows, const Halide::Var& cx, const Halide::Var& y,
+                                     const Halide::Var& n, const Halide::Func& input, int cg, int iw, int ih,
+                                     int last_row);
 
 }  // namespace convgen

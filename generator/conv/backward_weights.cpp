@@ -244,12 +244,7 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
   Func x_rows("x_rows");
   Var cx("cx");
   if (flat_rows) {
-    // Zeros, then the input's columns over them: an unclamped run of floats, so the
-    // copy's loads are dense (a clamped index made them gathers).
-    RDom rc(0, iw * cg, "rc");
-    x_rows(cx, yy, n) = 0.0f;
-    x_rows(rc, yy, n) =
-        select(yy >= 0 && yy <= last_row, p.x(rc % cg, 0, rc / cg, clamp(yy, 0, ih - 1), n), 0.0f);
+    RDom rc = define_flat_padded_rows(x_rows, cx, yy, n, p.x, cg, iw, ih, last_row);
     x_rows.vectorize(cx, vl, TailStrategy::ShiftInwards);
     x_rows.update().vectorize(rc.x, vl, TailStrategy::GuardWithIf);
     x_band(c, grp, xx, yy, n) = x_rows(c + xx * cg, yy, n);

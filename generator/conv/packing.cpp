@@ -85,11 +85,11 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
                           : "input not packed: no padding, taps read the input directly");
       return;
     case PackInput::Image:
-      a.in_padded.compute_at(nest.image_level);
+      (a.stages_flat_rows ? a.in_rows : a.in_padded).compute_at(nest.image_level);
       explain(why, "input packed per image into a zero-padded slab");
       break;
     case PackInput::Rows:
-      a.in_padded.compute_at(nest.rows_level);
+      (a.stages_flat_rows ? a.in_rows : a.in_padded).compute_at(nest.rows_level);
       explain(why, nest.has_pix_block ? "input packed per pixel block as a zero-padded row band"
                                       : "input packed per image (rows asked, but one pixel block covers the image)");
       break;
@@ -97,8 +97,13 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
       break;  // handled above
   }
   // Vectorise the copy along channels when a group's fill a vector, else across groups
-  // (a pixel's channels are adjacent in memory whatever the grouping).
-  if (d.icg() >= vl) {
+  // (a pixel's channels are adjacent in memory whatever the grouping); first layers'
+  // flat rows along the row's floats.
+  if (a.stages_flat_rows) {
+    a.in_rows.vectorize(a.cx, vl, TailStrategy::ShiftInwards);
+    a.in_rows.update().vectorize(a.rows_rd.x, vl, TailStrategy::GuardWithIf);
+    explain(why, "padded rows staged (column, channel) flat: the real columns copied densely over zeros");
+  } else if (d.icg() >= vl) {
     a.in_padded.vectorize(a.c, vl, TailStrategy::ShiftInwards);
   } else if (d.ic >= vl) {
     Var cgf("cgf");

@@ -92,7 +92,7 @@ Func define_scheduled_forward(const ConvDescriptor& d, const ConvSchedule& sched
   const bool skip_columns = skips_padded_columns(d, s, t) && !options.output_is_staged;
   const bool partition_borders = partitions_depthwise_borders(d, s, options.output_is_staged);
   ConvAlgorithm a = define_forward(d, s.strategy, mr, skip_rows ? register_tile_pixels(d, s) : 0, skip_columns,
-                                   partition_borders, input, weights, bias, options);
+                                   partition_borders, stages_flat_input_rows(d, s, t), input, weights, bias, options);
   a.may_shift_pixel_tail = !options.output_is_staged;
   a.weights_transposed = options.weights_transposed;
   LoopNest nest = apply_loop_nest(a, d, s, t, why);

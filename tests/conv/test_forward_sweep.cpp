@@ -328,3 +328,46 @@ TEST_CASE("sweep plan: the in-place depthwise path with partitioned borders runs
   CHECK(classes.size() >= 4);
   CHECK(ragged_rows >= 3);
 }
+
+TEST_CASE("sweep plan: first-layer inputs are staged as flat rows in many cases and classes", "[plan]") {
+  // Staged padded inputs with fewer channels than a vector in one group take the flat
+  // (column, channel) rows (stages_flat_input_rows): per image and per row band, several
+  // strategies and strides among them.
+  const TargetInfo t = sweep_target();
+  int cases = 0, row_bands = 0, strided = 0;
+  std::set<std::string> classes, strategies;
+  for (const auto& c : full_sweep()) {
+    if (!stages_flat_input_rows(c.descriptor, c.schedule, t)) continue;
+    ++cases;
+    classes.insert(c.edge_class);
+    strategies.insert(to_string(c.schedule.strategy));
+    if (c.schedule.pack_input == PackInput::Rows) ++row_bands;
+    if (c.descriptor.sh > 1 || c.descriptor.sw > 1) ++strided;
+  }
+  INFO(cases << " cases in " << classes.size() << " classes, " << strategies.size() << " strategies; " << row_bands
+             << " per row band, " << strided << " strided");
+  CHECK(cases >= 12);
+  CHECK(classes.size() >= 6);
+  CHECK(strategies.size() >= 2);
+  CHECK(row_bands >= 4);
+  CHECK(strided >= 4);
+}
+
+TEST_CASE("analytic default: first layers stage flat padded rows and run exact; the broken kernel fails", "[sweep]") {
+  // RGB and grey first layers at strides 1 and 2, a row whose floats leave a vector tail.
+  const TargetInfo t = sweep_target();
+  const char* shapes[] = {"mb2ic3ih17iw19oc32kh3kw3sh2sw2pt1pb1pl1pr1+bias+relu",
+                          "mb1ic3ih12iw13oc24kh7kw7sh2sw2pt3pb3pl3pr3",
+                          "mb2ic1ih10iw11oc8kh5kw5pt2pb2pl2pr2+bias"};
+  ForwardBuildOptions broken;
+  broken.inject_padding_bug = true;
+  for (const char* text : shapes) {
+    const ConvDescriptor d = parse_descriptor(text);
+    const ConvSchedule s = analytic_schedule(d, t);
+    INFO(text << "  schedule: " << describe(s));
+    CHECK(stages_flat_input_rows(d, s, t));
+    check_kernel(d, s, t);
+    JitForwardKernel kernel(d, s, t, broken);
+    CHECK(run_and_compare(kernel, d, true, 7).mismatches > 0);
+  }
+}
