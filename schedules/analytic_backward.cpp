@@ -142,7 +142,10 @@ ConvSchedule backward_weights_default(const ConvDescriptor& d, const TargetInfo&
   // come in nines (3 channels x 3x3): NR = 9, three whole tap tiles instead of five of
   // six with three padded taps. Zen 5 AVX-512, RGB stem 3x3/2 3->32 at 224x224, three
   // alternating runs against oneDNN: 0.71-0.73x vs 0.63-0.65x with 32x6.
-  if (t.vector_registers >= 32 && gemm && d.g == 1 && d.icg() < vl && taps % 9 == 0 && s.mr <= 2 * vl) s.nr = 9;
+  // (Not where 8 divides C/g: NR = 8 tiles then share a kernel position and skip padding.)
+  if (t.vector_registers >= 32 && gemm && d.g == 1 && d.icg() < vl && d.icg() % 8 != 0 && taps % 9 == 0 &&
+      s.mr <= 2 * vl)
+    s.nr = 9;
   // Depthwise (one output per group, whole vectors of channels): the input and dY read in
   // place, one vector of channels x the whole window (or one kernel row of a larger one),
   // so each dY load feeds every tap. The packed row band and dY copy cost more than the

@@ -358,7 +358,7 @@ TEST_CASE("analytic default: first layers stage flat padded rows and run exact; 
   const TargetInfo t = sweep_target();
   const char* shapes[] = {"mb2ic3ih17iw19oc32kh3kw3sh2sw2pt1pb1pl1pr1+bias+relu",
                           "mb1ic3ih12iw13oc24kh7kw7sh2sw2pt3pb3pl3pr3",
-                          "mb2ic1ih10iw11oc8kh5kw5pt2pb2pl2pr2+bias"};
+                          "mb2ic1ih10iw11oc32kh5kw5pt2pb2pl2pr2+bias"};
   ForwardBuildOptions broken;
   broken.inject_padding_bug = true;
   for (const char* text : shapes) {

@@ -276,7 +276,7 @@ TEST_CASE("strict reading: every malformed line is a BadRecord naming the field"
   }
   SECTION("schedule not legal for the record's target") {
     require_bad_line(replaced(kGolden, R"("mr":24)", R"("mr":20)"), {"mr", "multiple of the vector width 8"});
-    require_bad_line(replaced(kGolden, R"("nr":4)", R"("nr":9)"), {"nr"});
+    require_bad_line(replaced(kGolden, R"("nr":4)", R"("nr":10)"), {"nr"});
     // MR=64 is 4 AVX-512 vectors but 8 AVX2 vectors.
     const std::string mr64 = replaced(kGolden, R"("mr":24)", R"("mr":64)");
     require_bad_line(mr64, {"mr", "4 vectors"});
@@ -414,7 +414,7 @@ TEST_CASE("validate rejects illegal schedules naming the field", "[schedule]") {
   const std::vector<Case> cases = {
       {[](ConvSchedule& s) { s.mr = 0; }, "mr"},   {[](ConvSchedule& s) { s.mr = -8; }, "mr"},
       {[](ConvSchedule& s) { s.mr = 12; }, "mr"},  {[](ConvSchedule& s) { s.mr = 40; }, "mr"},
-      {[](ConvSchedule& s) { s.nr = 0; }, "nr"},   {[](ConvSchedule& s) { s.nr = 9; }, "nr"},
+      {[](ConvSchedule& s) { s.nr = 0; }, "nr"},   {[](ConvSchedule& s) { s.nr = 10; }, "nr"},
       {[](ConvSchedule& s) { s.kc = -1; }, "kc"},  {[](ConvSchedule& s) { s.mc = -1; }, "mc"},
       {[](ConvSchedule& s) { s.nc = -96; }, "nc"},
   };
