@@ -39,26 +39,26 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
   // storage grows to whole tiles, and the extra pixels read clamped, in-bounds input.
   const bool staged = !a.may_shift_pixel_tail;
   int pix_tiles = ceil_div(pq, nest.nr);
-  if (a.skips_padded_columns) {
-    // Tiles within a row (NR divides Q): pix_tile is the output row, row_tile the tile in
-    // it, unrolled so that each tile's columns -- and so its taps on padding -- are
-    // constants the micro-kernel's FMAs are pruned by.
+  // Tiles within a row: pix_tile is the output row, row_tile the tile in it.
+  const int q = static_cast<int>(d.ow());
+  auto tile_within_rows = [&](bool may_shift) {
     Var cols("ocols");
-    const int q = static_cast<int>(d.ow());
     out.split(nest.pix, nest.pix_tile, cols, q, TailStrategy::RoundUp);
-    out.split(cols, nest.row_tile, nest.pix_inner, nest.nr, output_tail(q, nest.nr, false));
+    out.split(cols, nest.row_tile, nest.pix_inner, nest.nr, output_tail(q, nest.nr, may_shift));
+  };
+  if (a.skips_padded_columns) {
+    // The row's tiles unrolled, so that each tile's columns -- and so its taps on
+    // padding -- are constants the micro-kernel's FMAs are pruned by.
+    tile_within_rows(false);
     out.unroll(nest.row_tile);
     explain(why, fmt::format("tiles of {} pixels within a row, the row's {} tiles unrolled: taps on left/right padding "
                              "left out per pixel",
                              nest.nr, ceil_div(q, nest.nr)));
   } else if (a.partitions_borders) {
-    // Tiles within a row, as above, but the row's tiles stay a loop: Halide partitions it
-    // (and the row loop) on the `likely` interior of the padding test instead.
-    Var cols("ocols");
-    const int q = static_cast<int>(d.ow());
+    // The row's tiles stay a loop: Halide partitions it (and the row loop) on the
+    // `likely` interior of the padding test instead.
     nest.nr = std::min(nest.nr, q);
-    out.split(nest.pix, nest.pix_tile, cols, q, TailStrategy::RoundUp);
-    out.split(cols, nest.row_tile, nest.pix_inner, nest.nr, output_tail(q, nest.nr, true));
+    tile_within_rows(true);
     pix_tiles = static_cast<int>(d.oh()) * ceil_div(q, nest.nr);
     explain(why, fmt::format("tiles of {} pixels within a row; border tiles and rows split off by Halide, the interior "
                              "reads the input with no padding test",
