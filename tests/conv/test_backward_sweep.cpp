@@ -479,6 +479,7 @@ TEST_CASE("backward sweep plan: strided depthwise backward-data computes dX in p
   CHECK(stride3 >= 1);
   CHECK(ragged_channels >= 1);
   CHECK(wide_tiles >= 2);
+  CHECK(dilated >= 1);
 }
 
 // The strided depthwise backward-data default: dX pixel by pixel in place, bit-exact on
