@@ -22,7 +22,9 @@ void kernel_heap_release(void* block);
 constexpr std::size_t kKernelHeapAlignment = 128;
 // Blocks at most this size bypass the cache (malloc serves them from its arenas).
 constexpr std::size_t kKernelHeapSmallBlock = 64 * 1024;
-// The cache keeps at most this many bytes of freed blocks, oldest dropped first.
-constexpr std::size_t kKernelHeapCacheBytes = 256u * 1024 * 1024;
+// The cache keeps at most this many bytes of freed blocks, oldest dropped first: enough
+// for a layer's workspace to be reused call after call (micro-batches, steps), bounded
+// so that the memory a run holds grows by at most this much.
+constexpr std::size_t kKernelHeapCacheBytes = 64u * 1024 * 1024;
 
 }  // namespace convgen

@@ -51,7 +51,7 @@ TEST_CASE("kernel heap: small blocks are aligned and go back to malloc", "[heap]
 TEST_CASE("kernel heap: the cache drops its oldest blocks beyond its bound", "[heap]") {
   // Fill the cache past its bound with blocks of one size; the first released is gone
   // (its address may be reused by the system, so only the newest is checked to stay).
-  const size_t bytes = 48 * 1024 * 1024;
+  const size_t bytes = 24 * 1024 * 1024;
   const int count = int(kKernelHeapCacheBytes / bytes) + 2;
   std::vector<void*> blocks;
   for (int i = 0; i < count; ++i) blocks.push_back(kernel_heap_allocate(bytes));
