@@ -24,14 +24,14 @@ using namespace Halide;
 
 namespace {
 
-// Floor division and remainder of integers (any sign), as C++ constants.
+// Floor division of integers of any sign (dY offsets left of the pixel are negative).
 int floor_div(int a, int b) { return (a >= 0 ? a : a - b + 1) / b; }
 
 }  // namespace
 
 Func define_depthwise_backward_data_in_place(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
                                              const Func& dy_masked, const ImageParam& weights, Why* why) {
-  const int sw = int(d.sw), sh = int(d.sh), iw = int(d.iw), ih = int(d.ih);
+  const int sw = int(d.sw), sh = int(d.sh), iw = int(d.iw);
   const int P = int(d.oh()), Q = int(d.ow()), vl = t.vector_floats;
   Var c("c"), g("g"), pix("pix"), n("n"), xr("xr"), xo("xo"), yr("yr"), yo("yo"), tap("tap");
 
