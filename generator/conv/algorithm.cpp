@@ -14,7 +14,15 @@ void define_in_padded(ConvAlgorithm& a, const ConvDescriptor& d, const Func& inp
   // The deliberately broken kernel treats the row just past the bottom edge as real.
   const int last_row_allowed = options.inject_padding_bug ? ih : ih - 1;
   if (d.pt == 0 && d.pb == 0 && d.pl == 0 && d.pr == 0 && !options.inject_padding_bug) {
-    a.in_padded(a.c, a.g, a.x, a.y, a.n) = input(a.c, a.g, a.x, a.y, a.n);
+    // A staged output rounds its last pixel tile up, and the extra pixels' taps fall past
+    // the last row: clamped, they stay inside the buffer (their results are dropped).
+    // Unclamped, a strided backward-data class read past the end of dY (AddressSanitizer,
+    // 3x3/2 with 8 -> 16 channels in 8 groups).
+    if (options.output_is_staged) {
+      a.in_padded(a.c, a.g, a.x, a.y, a.n) = input(a.c, a.g, clamp(a.x, 0, iw - 1), clamp(a.y, 0, ih - 1), a.n);
+    } else {
+      a.in_padded(a.c, a.g, a.x, a.y, a.n) = input(a.c, a.g, a.x, a.y, a.n);
+    }
     return;
   }
   if (stage_flat_rows) {
