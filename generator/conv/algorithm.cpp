@@ -6,8 +6,7 @@ using namespace Halide;
 
 namespace {
 
-// Zero padding as a select on an in-bounds test; clamping the index keeps the
-// (discarded) load in bounds, so no boundary buffer is ever allocated.
+// The padded input: a view of the input, flat staged rows, or zero_padded_read.
 void define_in_padded(ConvAlgorithm& a, const ConvDescriptor& d, const Func& input,
                       const ForwardBuildOptions& options, bool partition_borders, bool stage_flat_rows) {
   const int ih = static_cast<int>(d.ih), iw = static_cast<int>(d.iw);
@@ -32,19 +31,19 @@ void define_in_padded(ConvAlgorithm& a, const ConvDescriptor& d, const Func& inp
     a.stages_flat_rows = true;
     return;
   }
-  Expr inside = a.x >= 0 && a.x < iw && a.y >= 0 && a.y <= last_row_allowed;
-  if (partition_borders) {
-    // `likely` marks the interior: Halide splits the tile loops into border and steady
-    // parts and drops the select and the clamps from the steady part.
-    Expr value = input(a.c, a.g, clamp(likely(a.x), 0, iw - 1), clamp(likely(a.y), 0, ih - 1), a.n);
-    a.in_padded(a.c, a.g, a.x, a.y, a.n) = select(inside, likely(value), 0.0f);
-    return;
-  }
-  Expr value = input(a.c, a.g, clamp(a.x, 0, iw - 1), clamp(a.y, 0, ih - 1), a.n);
-  a.in_padded(a.c, a.g, a.x, a.y, a.n) = select(inside, value, 0.0f);
+  a.in_padded(a.c, a.g, a.x, a.y, a.n) =
+      zero_padded_read(input, a.c, a.g, a.x, a.y, a.n, iw, ih, last_row_allowed, partition_borders);
 }
 
 }  // namespace
+
+Expr zero_padded_read(const Func& input, const Expr& c, const Expr& g, const Expr& x, const Expr& y, const Expr& n,
+                      int iw, int ih, int last_row, bool likely_interior) {
+  Expr inside = x >= 0 && x < iw && y >= 0 && y <= last_row;
+  if (!likely_interior) return select(inside, input(c, g, clamp(x, 0, iw - 1), clamp(y, 0, ih - 1), n), 0.0f);
+  Expr value = input(c, g, clamp(likely(x), 0, iw - 1), clamp(likely(y), 0, ih - 1), n);
+  return select(inside, likely(value), 0.0f);
+}
 
 RDom define_flat_padded_rows(Func rows, const Var& cx, const Var& y, const Var& n, const Func& input, int cg, int iw,
                              int ih, int last_row) {

@@ -86,6 +86,15 @@ ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr,
                              const Halide::Func& input, const Halide::Func& weights, const Halide::Func& bias,
                              const ForwardBuildOptions& options);
 
+// The zero-padded input at (c, g, x, y, n): a select on the in-bounds test (rows up to
+// last_row: ih - 1, or ih for the deliberately broken kernel); clamping the index keeps
+// the discarded load in bounds, so no boundary buffer is ever allocated. With
+// likely_interior the test is marked `likely` true, so Halide's loop partitioning splits
+// the border loops off and the interior's loads carry neither select nor clamp.
+Halide::Expr zero_padded_read(const Halide::Func& input, const Halide::Expr& c, const Halide::Expr& g,
+                              const Halide::Expr& x, const Halide::Expr& y, const Halide::Expr& n, int iw, int ih,
+                              int last_row, bool likely_interior);
+
 // Rows of a zero-padded input staged (column, channel) flat, for inputs with fewer
 // channels than a vector: rows(cx, y, n) is zeros, then the real columns' iw*cg floats
 // copied over them as one dense run per row (rd, returned: the update's domain) -- a

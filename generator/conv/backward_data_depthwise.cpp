@@ -81,12 +81,9 @@ Func define_depthwise_backward_data_in_place(const ConvDescriptor& d, const Conv
   dx.split(pix, row, col, iw, TailStrategy::GuardWithIf)
       .split(col, ct, ci, nr, TailStrategy::GuardWithIf)
       .split(row, ro, rr, sh, TailStrategy::GuardWithIf);
-  if (groups >= vl) {
-    dx.split(g, rt, ri, mr, TailStrategy::ShiftInwards).split(ri, co, cv, vl, TailStrategy::GuardWithIf);
-  } else {
-    dx.split(g, rt, ri, mr, TailStrategy::GuardWithIf).split(ri, co, cv, vl, TailStrategy::GuardWithIf);
-  }
-  dx.reorder(c, cv, co, ci, rt, ct, rr, ro, n).vectorize(cv).unroll(co).unroll(ci).unroll(rr);
+  dx.split(g, rt, ri, mr, groups >= vl ? TailStrategy::ShiftInwards : TailStrategy::GuardWithIf)
+      .split(ri, co, cv, vl, TailStrategy::GuardWithIf)
+      .reorder(c, cv, co, ci, rt, ct, rr, ro, n).vectorize(cv).unroll(co).unroll(ci).unroll(rr);
   taps.compute_root().vectorize(g, vl, TailStrategy::GuardWithIf);
   if (s.parallel != Parallel::None) {
     dx.parallel(ro);

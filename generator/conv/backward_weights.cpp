@@ -249,17 +249,10 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
     x_rows.update().vectorize(rc.x, vl, TailStrategy::GuardWithIf);
     x_band(c, grp, xx, yy, n) = x_rows(c + xx * cg, yy, n);
     explain(why, "input rows staged (column, channel) flat: the real columns copied densely over zeros");
-  } else if (padded && in_place) {
-    // Read in place: the padding test is `likely` true, so Halide's loop partitioning
-    // splits the border pixels and rows off and the interior loads carry no select.
-    Expr inside = xx >= 0 && xx < iw && yy >= 0 && yy <= last_row;
-    x_band(c, grp, xx, yy, n) =
-        select(inside, likely(p.x(c, grp, clamp(likely(xx), 0, iw - 1), clamp(likely(yy), 0, ih - 1), n)), 0.0f);
-    explain(why, "input read in place: border pixels and rows split off, no padded copy");
   } else if (padded) {
-    Expr inside = xx >= 0 && xx < iw && yy >= 0 && yy <= last_row;
-    x_band(c, grp, xx, yy, n) =
-        select(inside, p.x(c, grp, clamp(xx, 0, iw - 1), clamp(yy, 0, ih - 1), n), 0.0f);
+    // Read in place, the padding test is a `likely` interior: border pixels and rows split off.
+    x_band(c, grp, xx, yy, n) = zero_padded_read(p.x, c, grp, xx, yy, n, iw, ih, last_row, in_place);
+    if (in_place) explain(why, "input read in place: border pixels and rows split off, no padded copy");
   } else {
     x_band(c, grp, xx, yy, n) = p.x(c, grp, xx, yy, n);
   }

@@ -79,17 +79,18 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
                                  : "im2col panel packed per cache block (kc splits the reduction)");
     return;
   }
+  Func staged_input = a.stages_flat_rows ? a.in_rows : a.in_padded;  // in_padded is a view of in_rows then
   switch (pack) {
     case PackInput::None:
       explain(why, padded ? "input not packed: every tap load checks the padding (refused the packer's zero fill)"
                           : "input not packed: no padding, taps read the input directly");
       return;
     case PackInput::Image:
-      (a.stages_flat_rows ? a.in_rows : a.in_padded).compute_at(nest.image_level);
+      staged_input.compute_at(nest.image_level);
       explain(why, "input packed per image into a zero-padded slab");
       break;
     case PackInput::Rows:
-      (a.stages_flat_rows ? a.in_rows : a.in_padded).compute_at(nest.rows_level);
+      staged_input.compute_at(nest.rows_level);
       explain(why, nest.has_pix_block ? "input packed per pixel block as a zero-padded row band"
                                       : "input packed per image (rows asked, but one pixel block covers the image)");
       break;

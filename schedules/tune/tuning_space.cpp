@@ -51,11 +51,13 @@ TuningSpace::TuningSpace(const ConvDescriptor& d, const std::string& pass, const
   if (pass != "fwd" && pass != "bwd_data" && pass != "bwd_weights")
     throw Error(ExitCode::Usage, "tune: unknown pass '" + pass + "' (expected fwd, bwd_data or bwd_weights)");
   tiled_ = pass == "bwd_data" ? largest_residue_class(d) : d;
-  output_staged_ = pass == "bwd_data" && !single_class(backward_data_classes(d), d);
   pixels_ = tiled_.oh() * tiled_.ow();
-  if (pass == "bwd_data")
-    for (const ResidueClass& c : backward_data_classes(d))
+  if (pass == "bwd_data") {
+    const std::vector<ResidueClass> classes = backward_data_classes(d);
+    output_staged_ = !single_class(classes, d);
+    for (const ResidueClass& c : classes)
       if (!c.zero()) pixels_ = std::max(pixels_, c.derived.oh() * c.derived.ow());
+  }
   const int vl = t.vector_floats;
   const ConvDescriptor& e = tiled_;
   for (int v = 1; v <= 4; ++v) mr_.push_back(v * vl);
