@@ -64,9 +64,6 @@ int depthwise_dx_channel_tile(const ConvDescriptor& d, const ConvSchedule& s, co
   return groups >= vl ? std::clamp(s.mr / vl * vl, vl, groups / vl * vl) : vl;
 }
 
-bool weights_read_in_place(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t) {
-  const bool gemm = s.strategy == Strategy::Gemm && d.ocg() >= t.vector_floats;
-  return !gemm && s.pack_input == PackInput::None;
-}
+bool weights_read_in_place(const ConvSchedule& s) { return s.pack_input == PackInput::None; }
 
 }  // namespace convgen

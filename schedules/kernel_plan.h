@@ -51,9 +51,9 @@ bool computes_depthwise_dx_in_place(const ConvDescriptor& d, const ConvSchedule&
 int depthwise_dx_row_tile(const ConvDescriptor& d, const ConvSchedule& s);
 int depthwise_dx_channel_tile(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t);
 
-// Backward-weights with vectors across groups (depthwise-like: K/g fills no vector) and
-// unpacked input reads the input, and dY when nothing masks it, where they lie; the
-// padding test is a `likely` interior as above (generator/conv/backward_weights.cpp).
-bool weights_read_in_place(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t);
+// Backward-weights with unpacked input (GEMM or across groups) reads the input where it
+// lies; the padding test is a `likely` interior as above (generator/conv/backward_weights.cpp).
+// (dY is read in place by every direct-tile form when nothing masks or fills it.)
+bool weights_read_in_place(const ConvSchedule& s);
 
 }  // namespace convgen

@@ -11,10 +11,12 @@
 //                   (dy_band: masked by the ReLU, zero past the last channel tile)
 //     loop nest     channel tiles outside tap tiles: an MR slice of the item's dY stays
 //                   in L1 while the taps stream from L2
-//   in place (depthwise-like, pack_input=none; weights_read_in_place)
-//     as direct tile loads, without the packing: the tile reads the input (and dY, when
-//     no ReLU masks it) where it lies; the padding test is a `likely` interior, so the
-//     border pixels and rows are split off and the interior's loads carry no select
+//   in place (pack_input=none; weights_read_in_place: depthwise, and first layers with
+//     few FMAs per input float)
+//     as direct tile loads, without the input's packing: the tile reads the input where
+//     it lies; the padding test is a `likely` interior, so the border pixels and rows
+//     are split off and the interior's loads carry no select
+// Both direct forms read dY in place unless a ReLU masks it or channel tiles overhang.
 //   packed panels (gemm, pack_input=panel; define_gemm_partial)
 //     packing       per item: dY as MR-wide channel slices; per block of nc taps: the
 //                   item's im2col as NR-wide panels -- BLIS's packed A and B
@@ -231,6 +233,9 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
   Var sv("s"), rv("r"), kout("kout");
 
   // Zero-padded input; the broken test kernel treats the row past the bottom as real.
+  // pack_input=panel: BLIS-style packed dY slices and im2col panels (define_gemm_partial);
+  // otherwise the tile loads read the (staged, padded) input rows and dY band directly.
+  const bool packed_panels = gemm && s.pack_input == PackInput::Panel;
   const bool padded = d.pt || d.pb || d.pl || d.pr || options.inject_padding_bug;
   const int last_row = options.inject_padding_bug ? ih : ih - 1;
   Func x_band("x_band");
@@ -239,8 +244,8 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
   // borders, where staging per pixel was a scalar select per float that cost about what
   // the tile's FMAs did (Zen 5 AVX-512, 3x3 3->32 stride 2: 0.49x oneDNN). x_band is
   // then a view of x_rows.
-  const bool flat_rows = padded && gemm && d.g == 1 && cg < vl;
-  const bool in_place = weights_read_in_place(d, s, t);
+  const bool in_place = weights_read_in_place(s);
+  const bool flat_rows = padded && gemm && d.g == 1 && cg < vl && !in_place;
   Func x_rows("x_rows");
   Var cx("cx");
   if (flat_rows) {
@@ -279,9 +284,6 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
     dw_block(kout, sv, rv, c, grp) = sum;
     dw(sv, rv, c, kout, grp) = dw_block(kout, sv, rv, c, grp);
   };
-  // pack_input=panel: BLIS-style packed dY slices and im2col panels (define_gemm_partial);
-  // otherwise the tile loads read the (staged, padded) input rows and dY band directly.
-  const bool packed_panels = gemm && s.pack_input == PackInput::Panel;
   if (packed_panels) {
     GemmPartial gp = define_gemm_partial(d, s, t, dy_masked, p.x, x_band, x_staged, padded, mr, nr, band_rows, bands,
                                          images_per_item, blocks, partitions, per_part, why);
@@ -381,9 +383,10 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
       }
       explain(why, "input packed per reduction item into a zero-padded row band");
     }
-    // In place, dY is read where it lies too when there is nothing to mask or fill: its
-    // copy per item cost more than it saved once the input was no longer copied.
-    if (in_place && !d.relu && chan_padded == chan_extent) {
+    // dY is read where it lies when there is nothing to mask or fill: the copy would hold
+    // the same layout, and LLVM turns it into a memcpy that streams the item from memory
+    // before any FMA runs (Zen 5 AVX-512, 3x3/2 3->32 at 224: a third of the time).
+    if (!d.relu && chan_padded == chan_extent) {
       explain(why, "dY read in place");
     } else {
       dy_band.compute_at(item_level).bound(k, 0, chan_padded).vectorize(k, std::min(vl, mr), TailStrategy::RoundUp);

@@ -68,7 +68,8 @@ TuningSpace::TuningSpace(const ConvDescriptor& d, const std::string& pass, const
     strategies_ = {d.ocg() >= vl ? Strategy::Gemm : Strategy::Depthwise};
     pack_input_ = {PackInput::Image};
     if (d.ocg() >= vl) pack_input_.push_back(PackInput::Panel);
-    if (d.ocg() < vl) pack_input_.push_back(PackInput::None);  // in place (weights_read_in_place)
+    // In place (weights_read_in_place): differs from a staged band only where there is padding.
+    if (d.pt || d.pb || d.pl || d.pr) pack_input_.push_back(PackInput::None);
     loop_order_ = {LoopOrder::PixelsOuter};
     // Reduction items: whole rows of about 1, 2, 4, 8 rows, or 1, 2, 4, 8 whole images.
     const int64_t q = d.ow(), pq = d.oh() * d.ow();
@@ -152,7 +153,8 @@ ConvSchedule TuningSpace::normalise(ConvSchedule s) const {
     const int64_t channels = s.strategy == Strategy::Gemm ? d.ocg() : d.oc;
     s.mr = static_cast<int>(std::min<int64_t>(s.mr, ceil_div(channels, vl) * vl));
     s.nr = static_cast<int>(std::min<int64_t>(s.nr, taps));
-    if (s.pack_input == PackInput::None && weights_read_in_place(d, s, t_)) {
+    const bool padded = d.pt || d.pb || d.pl || d.pr;
+    if (s.pack_input == PackInput::None && padded && weights_read_in_place(s)) {
       s.nc = 0;
     } else if (s.pack_input != PackInput::Panel || s.strategy != Strategy::Gemm) {
       s.pack_input = PackInput::Image;

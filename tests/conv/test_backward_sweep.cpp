@@ -242,7 +242,8 @@ TEST_CASE("backward sweep: first-layer shapes stage flat input rows", "[bwd_swee
       "mb2ic1ih12iw11oc16kh5kw5pt2pb1pl0pr2+relu",
       "mb2ic3ih19iw19oc24kh7kw7sh2sw2pt3pb3pl3pr3",
   };
-  const char* schedules[] = {"", "nr=6 kc=64", "pack_input=panel nr=4", "pack_input=panel nr=8 nc=32 partitions=2"};
+  const char* schedules[] = {"pack_input=image", "pack_input=image nr=6 kc=64", "pack_input=panel nr=4",
+                             "pack_input=panel nr=8 nc=32 partitions=2"};
   int broken_checked = 0;
   for (const char* text : shapes) {
     const ConvDescriptor d = parse_descriptor(text);
@@ -264,6 +265,52 @@ TEST_CASE("backward sweep: first-layer shapes stage flat input rows", "[bwd_swee
     }
   }
   CHECK(broken_checked >= 8);
+}
+
+// First layers read in place (pack_input=none): GEMM tiles whose taps straddle kernel
+// positions and channels, the `likely` border split along rows and columns, strides 1
+// to 3, asymmetric padding, partitions; the broken kernel must fail. With 32 vector
+// registers the RGB stem's default is this path (few FMAs per input float).
+TEST_CASE("backward sweep: first layers read their input in place", "[bwd_sweep]") {
+  const TargetInfo t = sweep_target();
+  const char* shapes[] = {
+      "mb2ic3ih13iw13oc16kh3kw3pt1pb1pl1pr1+bias",
+      "mb3ic3ih17iw15oc32kh3kw3sh2sw2pt1pb1pl1pr1",
+      "mb2ic1ih12iw11oc16kh5kw5pt2pb1pl0pr2+relu",
+      "mb2ic3ih19iw20oc24kh7kw7sh3sw2pt3pb3pl3pr2",
+  };
+  const char* schedules[] = {"pack_input=none nr=9", "pack_input=none nr=6 kc=40",
+                             "pack_input=none nr=4 kc=0 partitions=2"};
+  int broken_checked = 0;
+  for (const char* text : shapes) {
+    const ConvDescriptor d = parse_descriptor(text);
+    for (const char* words : schedules) {
+      ConvSchedule s = analytic_schedule_for_pass(d, "bwd_weights", t);
+      apply_schedule_overrides(words, &s);
+      INFO(text << "  schedule: " << describe(s));
+      CHECK(weights_plan_says(d, s, t, "input read in place"));
+      JitBackwardWeightsKernel k(d, s, t);
+      check(run_backward_weights(k, d, true, 3));
+      check(run_backward_weights(k, d, false, 4));
+      ForwardBuildOptions broken;
+      broken.inject_padding_bug = true;
+      if ((d.oh() - 1) * d.sh + (d.kh - 1) * d.dh - d.pt >= d.ih) {
+        JitBackwardWeightsKernel bad(d, s, t, broken);
+        CHECK(run_backward_weights(bad, d, true, 3).mismatches > 0);
+        ++broken_checked;
+      }
+    }
+  }
+  CHECK(broken_checked >= 6);
+  // The analytic choice, for a 32-register target (checked, not run).
+  const TargetInfo wide = target_info("x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41");
+  const ConvSchedule stem =
+      analytic_schedule_for_pass(parse_descriptor("mb8ic3ih224iw224oc32kh3kw3sh2sw2ph1pw1"), "bwd_weights", wide);
+  CHECK(stem.pack_input == PackInput::None);
+  CHECK(stem.nr == 9);
+  const ConvSchedule vgg_first =
+      analytic_schedule_for_pass(parse_descriptor("mb8ic3ih224iw224oc64kh3kw3ph1pw1"), "bwd_weights", wide);
+  CHECK(vgg_first.pack_input == PackInput::Image);
 }
 
 TEST_CASE("backward sweep: dW leaves the tiles in transposed blocks with ragged edges", "[bwd_sweep]") {
@@ -397,27 +444,31 @@ TEST_CASE("backward sweep plan: stride-1 backward-data runs the padded-column pr
 }
 
 TEST_CASE("backward sweep plan: backward-weights reads the input in place in many cases and classes", "[plan]") {
-  // The sweep's non-GEMM cases with pack_input=none take the in-place path (its `likely`
-  // border partitions); padded ones, NR = 9 (a whole 3x3 window) and ragged channel
+  // The sweep's cases with pack_input=none take the in-place path (its `likely` border
+  // partitions); padded ones, GEMM ones, NR = 9 (a whole 3x3 window) and ragged channel
   // tiles must all be among them.
   const TargetInfo t = sweep_target();
-  int cases = 0, padded = 0, whole_window = 0, ragged_channels = 0;
+  int cases = 0, padded = 0, gemm_padded = 0, whole_window = 0, ragged_channels = 0;
   std::set<std::string> classes;
   for (const auto& c : full_sweep()) {
     const ConvDescriptor& d = c.descriptor;
-    if (!weights_read_in_place(d, c.schedule, t)) continue;
+    if (!weights_read_in_place(c.schedule)) continue;
     ++cases;
     classes.insert(c.edge_class);
     if (d.pt || d.pb || d.pl || d.pr) ++padded;
+    if ((d.pt || d.pb || d.pl || d.pr) && c.schedule.strategy == Strategy::Gemm && d.ocg() >= t.vector_floats)
+      ++gemm_padded;
     if (c.schedule.nr == 9 && d.icg() * d.kh * d.kw >= 9) ++whole_window;
     if (d.oc % std::min<int64_t>(c.schedule.mr, d.oc) != 0) ++ragged_channels;
   }
-  INFO(cases << " cases in " << classes.size() << " classes; " << padded << " padded, " << whole_window
+  INFO(cases << " cases in " << classes.size() << " classes; " << padded << " padded (" << gemm_padded
+             << " GEMM), " << whole_window
              << " with a 9-tap tile, " << ragged_channels << " with a ragged channel tile");
   CHECK(cases >= 12);
   CHECK(classes.count("depthwise") == 1);
   CHECK(classes.size() >= 4);
   CHECK(padded >= 6);
+  CHECK(gemm_padded >= 3);
   CHECK(whole_window >= 1);
   CHECK(ragged_channels >= 2);
 }
@@ -446,7 +497,7 @@ TEST_CASE("backward sweep: depthwise backward-weights defaults read in place and
     const ConvDescriptor d = parse_descriptor(sh.text);
     const ConvSchedule s = analytic_schedule_for_pass(d, "bwd_weights", t);
     INFO(sh.text << "  schedule: " << describe(s));
-    CHECK(weights_read_in_place(d, s, t) == sh.in_place);
+    CHECK(weights_read_in_place(s) == sh.in_place);
     if (sh.in_place) {
       CHECK(s.mr == vl);
       CHECK(s.nr == sh.nr);
