@@ -232,10 +232,10 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
       pix("pix");
   Var sv("s"), rv("r"), kout("kout");
 
-  // Zero-padded input; the broken test kernel treats the row past the bottom as real.
   // pack_input=panel: BLIS-style packed dY slices and im2col panels (define_gemm_partial);
   // otherwise the tile loads read the (staged, padded) input rows and dY band directly.
   const bool packed_panels = gemm && s.pack_input == PackInput::Panel;
+  // Zero-padded input; the broken test kernel treats the row past the bottom as real.
   const bool padded = d.pt || d.pb || d.pl || d.pr || options.inject_padding_bug;
   const int last_row = options.inject_padding_bug ? ih : ih - 1;
   Func x_band("x_band");
