@@ -230,20 +230,15 @@ TEST_CASE("backward sweep: 16-register backward-weights defaults run as chosen",
   }
 }
 
-// First layers (fewer input channels than lanes, padded): the input rows are staged
-// flat, (column, channel) as one index, zeros first and the real columns copied over
-// them. Direct tile loads and packed panels, strides 1 and 2, asymmetric padding, a
-// row width that leaves a vector tail; the broken kernel must fail on them too.
-TEST_CASE("backward sweep: first-layer shapes stage flat input rows", "[bwd_sweep]") {
+namespace {
+
+// Runs each first-layer shape under each schedule override (over its default): the plan
+// must say `plan_phrase`, both dW checks must pass, and where the bottom padding row is
+// read the deliberately broken kernel must fail. Returns how many broken kernels ran.
+template <size_t S, size_t W>
+int check_first_layer_weights(const char* const (&shapes)[S], const char* const (&schedules)[W],
+                              const char* plan_phrase) {
   const TargetInfo t = sweep_target();
-  const char* shapes[] = {
-      "mb2ic3ih13iw13oc16kh3kw3pt1pb1pl1pr1+bias+relu",
-      "mb3ic3ih17iw15oc32kh3kw3sh2sw2pt1pb1pl1pr1+bias",
-      "mb2ic1ih12iw11oc16kh5kw5pt2pb1pl0pr2+relu",
-      "mb2ic3ih19iw19oc24kh7kw7sh2sw2pt3pb3pl3pr3",
-  };
-  const char* schedules[] = {"pack_input=image", "pack_input=image nr=6 kc=64", "pack_input=panel nr=4",
-                             "pack_input=panel nr=8 nc=32 partitions=2"};
   int broken_checked = 0;
   for (const char* text : shapes) {
     const ConvDescriptor d = parse_descriptor(text);
@@ -251,7 +246,7 @@ TEST_CASE("backward sweep: first-layer shapes stage flat input rows", "[bwd_swee
       ConvSchedule s = analytic_schedule_for_pass(d, "bwd_weights", t);
       apply_schedule_overrides(words, &s);
       INFO(text << "  schedule: " << describe(s));
-      CHECK(weights_plan_says(d, s, t, "(column, channel) flat"));  // the plan really runs the flat staging
+      CHECK(weights_plan_says(d, s, t, plan_phrase));  // the plan really takes the path
       JitBackwardWeightsKernel k(d, s, t);
       check(run_backward_weights(k, d, true, 3));
       check(run_backward_weights(k, d, false, 4));
@@ -264,7 +259,25 @@ TEST_CASE("backward sweep: first-layer shapes stage flat input rows", "[bwd_swee
       }
     }
   }
-  CHECK(broken_checked >= 8);
+  return broken_checked;
+}
+
+}  // namespace
+
+// First layers (fewer input channels than lanes, padded): the input rows are staged
+// flat, (column, channel) as one index, zeros first and the real columns copied over
+// them. Direct tile loads and packed panels, strides 1 and 2, asymmetric padding, a
+// row width that leaves a vector tail; the broken kernel must fail on them too.
+TEST_CASE("backward sweep: first-layer shapes stage flat input rows", "[bwd_sweep]") {
+  const char* const shapes[] = {
+      "mb2ic3ih13iw13oc16kh3kw3pt1pb1pl1pr1+bias+relu",
+      "mb3ic3ih17iw15oc32kh3kw3sh2sw2pt1pb1pl1pr1+bias",
+      "mb2ic1ih12iw11oc16kh5kw5pt2pb1pl0pr2+relu",
+      "mb2ic3ih19iw19oc24kh7kw7sh2sw2pt3pb3pl3pr3",
+  };
+  const char* const schedules[] = {"pack_input=image", "pack_input=image nr=6 kc=64", "pack_input=panel nr=4",
+                                   "pack_input=panel nr=8 nc=32 partitions=2"};
+  CHECK(check_first_layer_weights(shapes, schedules, "(column, channel) flat") >= 8);
 }
 
 // First layers read in place (pack_input=none): GEMM tiles whose taps straddle kernel
@@ -272,36 +285,15 @@ TEST_CASE("backward sweep: first-layer shapes stage flat input rows", "[bwd_swee
 // to 3, asymmetric padding, partitions; the broken kernel must fail. With 32 vector
 // registers the RGB stem's default is this path (few FMAs per input float).
 TEST_CASE("backward sweep: first layers read their input in place", "[bwd_sweep]") {
-  const TargetInfo t = sweep_target();
-  const char* shapes[] = {
+  const char* const shapes[] = {
       "mb2ic3ih13iw13oc16kh3kw3pt1pb1pl1pr1+bias",
       "mb3ic3ih17iw15oc32kh3kw3sh2sw2pt1pb1pl1pr1",
       "mb2ic1ih12iw11oc16kh5kw5pt2pb1pl0pr2+relu",
       "mb2ic3ih19iw20oc24kh7kw7sh3sw2pt3pb3pl3pr2",
   };
-  const char* schedules[] = {"pack_input=none nr=9", "pack_input=none nr=6 kc=40",
-                             "pack_input=none nr=4 kc=0 partitions=2"};
-  int broken_checked = 0;
-  for (const char* text : shapes) {
-    const ConvDescriptor d = parse_descriptor(text);
-    for (const char* words : schedules) {
-      ConvSchedule s = analytic_schedule_for_pass(d, "bwd_weights", t);
-      apply_schedule_overrides(words, &s);
-      INFO(text << "  schedule: " << describe(s));
-      CHECK(weights_plan_says(d, s, t, "input read in place"));
-      JitBackwardWeightsKernel k(d, s, t);
-      check(run_backward_weights(k, d, true, 3));
-      check(run_backward_weights(k, d, false, 4));
-      ForwardBuildOptions broken;
-      broken.inject_padding_bug = true;
-      if ((d.oh() - 1) * d.sh + (d.kh - 1) * d.dh - d.pt >= d.ih) {
-        JitBackwardWeightsKernel bad(d, s, t, broken);
-        CHECK(run_backward_weights(bad, d, true, 3).mismatches > 0);
-        ++broken_checked;
-      }
-    }
-  }
-  CHECK(broken_checked >= 6);
+  const char* const schedules[] = {"pack_input=none nr=9", "pack_input=none nr=6 kc=40",
+                                   "pack_input=none nr=4 kc=0 partitions=2"};
+  CHECK(check_first_layer_weights(shapes, schedules, "input read in place") >= 6);
   // The analytic choice, for a 32-register target (checked, not run).
   const TargetInfo wide = target_info("x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41");
   const ConvSchedule stem =
