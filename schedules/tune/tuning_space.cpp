@@ -154,7 +154,7 @@ ConvSchedule TuningSpace::normalise(ConvSchedule s) const {
     s.mr = static_cast<int>(std::min<int64_t>(s.mr, ceil_div(channels, vl) * vl));
     s.nr = static_cast<int>(std::min<int64_t>(s.nr, taps));
     const bool padded = d.pt || d.pb || d.pl || d.pr;
-    if (s.pack_input == PackInput::None && padded && weights_read_in_place(s)) {
+    if (padded && weights_read_in_place(s)) {
       s.nc = 0;
     } else if (s.pack_input != PackInput::Panel || s.strategy != Strategy::Gemm) {
       s.pack_input = PackInput::Image;
