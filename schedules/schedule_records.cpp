@@ -1,6 +1,6 @@
 // Schedule records as versioned JSON lines. Writing is done by hand with fmt so the key
 // order and number formatting are fixed; reading uses nlohmann::json and rejects
-// anything that is not exactly a record of a version it knows (1 to 3).
+// anything that is not exactly a record of a version it knows (1 to 4).
 #include "schedules/schedule_records.h"
 
 #include <fcntl.h>
@@ -26,9 +26,10 @@ namespace {
 using json = nlohmann::json;
 
 constexpr const char* kFormat = "convgen-schedule";
-// Written: version 3 (kinds, tuning statistics and provenance). Still read: version 2
-// (no "kind", no "tuning") and version 1 (no "partitions" either).
-constexpr int kRecordVersion = 3;
+// Written: version 4 (kinds, tuning statistics and provenance with its timing method).
+// Still read: version 3 (no "timing_method": method 1), version 2 (no "kind", no
+// "tuning") and version 1 (no "partitions" either).
+constexpr int kRecordVersion = 4;
 constexpr int kOldestReadableVersion = 1;
 const std::vector<std::string> kPasses = {"fwd", "bwd_data", "bwd_weights"};
 const std::vector<std::string> kSources = {"analytic", "tuned"};
@@ -80,13 +81,13 @@ std::string tuning_json(const TuningInfo& t) {
       R"({{"trial":{},"status":{},"seed":{},"search":{},"trials":{},"default_gflops":{},"workspace_bytes":{},)"
       R"("stats":{{"min_seconds":{},"median_seconds":{},"spread":{},"count":{}}},)"
       R"("provenance":{{"cpu":{},"l1_bytes":{},"l2_bytes":{},"l3_bytes":{},"halide":{},"threads":{},)"
-      R"("micro_batch":{},"variant":{}}}}})",
+      R"("micro_batch":{},"variant":{},"timing_method":{}}}}})",
       t.trial, quote(t.status, "tuning.status"), t.seed, quote(t.search, "tuning.search"), t.trials,
       number(t.default_gflops, "tuning.default_gflops"), t.workspace_bytes,
       number(st.min_seconds, "tuning.stats.min_seconds"), number(st.median_seconds, "tuning.stats.median_seconds"),
       number(st.spread, "tuning.stats.spread"), st.count, quote(p.cpu, "tuning.provenance.cpu"), p.l1_bytes,
       p.l2_bytes, p.l3_bytes, quote(p.halide, "tuning.provenance.halide"), p.threads, p.micro_batch,
-      quote(p.variant, "tuning.provenance.variant"));
+      quote(p.variant, "tuning.provenance.variant"), p.timing_method);
 }
 
 std::string key_json(const ScheduleKey& k) {
@@ -284,7 +285,7 @@ ConvSchedule read_schedule(const json& j, const ScheduleSpace& space, int versio
   return s;
 }
 
-TuningInfo read_tuning(const json& j, RecordKind kind, const std::string& where) {
+TuningInfo read_tuning(const json& j, RecordKind kind, int version, const std::string& where) {
   ObjectReader in(j, "tuning", where);
   in.reject_unknown({"trial", "status", "seed", "search", "trials", "default_gflops", "workspace_bytes", "stats",
                      "provenance"});
@@ -312,7 +313,11 @@ TuningInfo read_tuning(const json& j, RecordKind kind, const std::string& where)
   }
   {
     ObjectReader p(in.field("provenance"), "tuning.provenance", where);
-    p.reject_unknown({"cpu", "l1_bytes", "l2_bytes", "l3_bytes", "halide", "threads", "micro_batch", "variant"});
+    if (version >= 4)
+      p.reject_unknown({"cpu", "l1_bytes", "l2_bytes", "l3_bytes", "halide", "threads", "micro_batch", "variant",
+                        "timing_method"});
+    else
+      p.reject_unknown({"cpu", "l1_bytes", "l2_bytes", "l3_bytes", "halide", "threads", "micro_batch", "variant"});
     t.provenance.cpu = p.str("cpu");
     t.provenance.l1_bytes = p.non_negative_int64("l1_bytes");
     t.provenance.l2_bytes = p.non_negative_int64("l2_bytes");
@@ -322,6 +327,9 @@ TuningInfo read_tuning(const json& j, RecordKind kind, const std::string& where)
     if (t.provenance.threads < 1) fail(where, fmt::format("tuning.provenance.threads: {} must be >= 1", t.provenance.threads));
     t.provenance.micro_batch = p.non_negative_int64("micro_batch");
     t.provenance.variant = p.one_of("variant", kVariants);
+    t.provenance.timing_method = version >= 4 ? p.integer("timing_method") : 1;
+    if (t.provenance.timing_method < 1)
+      fail(where, fmt::format("tuning.provenance.timing_method: {} must be >= 1", t.provenance.timing_method));
   }
   return t;
 }
@@ -391,7 +399,8 @@ bool ScheduleKey::operator==(const ScheduleKey& o) const {
 
 bool Provenance::operator==(const Provenance& o) const {
   return cpu == o.cpu && l1_bytes == o.l1_bytes && l2_bytes == o.l2_bytes && l3_bytes == o.l3_bytes &&
-         halide == o.halide && threads == o.threads && micro_batch == o.micro_batch && variant == o.variant;
+         halide == o.halide && threads == o.threads && micro_batch == o.micro_batch && variant == o.variant &&
+         timing_method == o.timing_method;
 }
 
 bool TimingStats::operator==(const TimingStats& o) const {
@@ -438,7 +447,7 @@ ScheduleRecord parse_record_line(const std::string& line, const std::string& whe
   r.gflops = top.non_negative_number("gflops");
   r.note = top.str("note");
   if (version >= 3 && (r.kind == RecordKind::Trial || j.contains("tuning")))
-    r.tuning = read_tuning(top.field("tuning"), r.kind, where);
+    r.tuning = read_tuning(top.field("tuning"), r.kind, version, where);
   try {
     validate(r.schedule, target);
   } catch (const Error& e) {

@@ -25,6 +25,10 @@ struct ScheduleKey {
 
 // What a measurement depended on besides the key: a record measured on another CPU
 // still applies (the key decides correctness, not speed); `--verbose` notes the difference.
+// The tuner's timing method: 1 = tensors at a plain vector's 16-byte offset (records of
+// version 3 and older), 2 = cache-line aligned tensors, as the runtime stores them.
+inline constexpr int kTimingMethod = 2;
+
 struct Provenance {
   std::string cpu;            // CPU model name, as /proc/cpuinfo gives it
   int64_t l1_bytes = 0, l2_bytes = 0, l3_bytes = 0;  // data caches the timing ran with
@@ -32,6 +36,8 @@ struct Provenance {
   int threads = 1;            // threads the candidates were timed on
   int64_t micro_batch = 0;    // the trainer's micro-batch for --train tunings, else 0
   std::string variant;        // parallel variant timed: "none", "images" or "pixels"
+  // How candidates were timed (kTimingMethod); trials of another method are not replayed.
+  int timing_method = kTimingMethod;
 
   bool operator==(const Provenance& o) const;
   bool operator!=(const Provenance& o) const { return !(*this == o); }

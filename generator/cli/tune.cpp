@@ -58,12 +58,22 @@ Options:
   --log FILE           JSON-lines log: one line per trial and per layer
   --verbose            a line per trial and the search's decisions
   --help, --version
+
+Comparing instead of searching (no records needed, nothing written to them):
+  --compare WORDS      a schedule to check and time against the default, as field=value
+                       words over the default (describe()'s form, e.g. 'mr=32 nr=4
+                       pack_input=rows'); repeat for several. Each is checked bit for bit,
+                       then all are re-timed interleaved with the default (run twice, as
+                       two kernels, so code placement counts as noise): median, min and
+                       spread per schedule, on stdout and as JSON lines in --log
+  --rounds R           interleaved rounds of --compare (default 7)
 )";
 
 struct Options {
   std::vector<std::string> inputs;
   std::string records, passes = "all", batch, micro_batch, trials = "64", budget, search = "guided", seed = "1",
-              jobs = "1", threads = "1", target = "host", log;
+              jobs = "1", threads = "1", target = "host", log, rounds = "7";
+  std::vector<std::string> compare;
   bool train = false, verbose = false;
 };
 
@@ -98,6 +108,61 @@ std::string duration_text(double seconds) {
   return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
 }
 
+// The --log file, appended to; null without --log.
+std::unique_ptr<std::ofstream> open_log(const std::string& path) {
+  if (path.empty()) return nullptr;
+  auto log = std::make_unique<std::ofstream>(path, std::ios::app);
+  if (!*log) throw Error(ExitCode::Io, fmt::format("{}: cannot write", path));
+  return log;
+}
+
+// --compare: each schedule checked, then re-timed interleaved with the default.
+int compare(const Options& o, const std::vector<TuneItem>& items, const TargetInfo& t, int threads, int rounds) {
+  const std::unique_ptr<std::ofstream> log = open_log(o.log);
+  for (const TuneItem& item : items) {
+    const ConvDescriptor& d = item.descriptor;
+    const Parallel variant = recorded_parallel(d, o.train), timing = intra_kernel_timing(d, o.train, threads);
+    const TuningSpace space(d, item.pass, t, variant);
+    const ConvSchedule def = space.normalise(analytic_schedule_for_pass(d, item.pass, t));
+    std::vector<ConvSchedule> schedules;
+    for (const std::string& words : o.compare) {
+      ConvSchedule s = def;
+      apply_schedule_overrides(words, &s);
+      schedules.push_back(s);
+    }
+    EvaluatorOptions eo;
+    eo.threads = threads;
+    eo.intra_kernel = timing;
+    KernelEvaluator evaluator(d, item.pass, t, def, eo);
+    const Comparison c = compare_with_default(space, def, schedules, evaluator, rounds);
+    const double flops = d.flops();
+    auto gf = [&](double seconds) { return seconds > 0 ? flops / seconds * 1e-9 : 0.0; };
+    fmt::print("{} {}: {} rounds interleaved, median GF/s (min-time GF/s, spread)\n", d.normalised(), item.pass, rounds);
+    fmt::print("  default  {:7.1f} ({:.1f}, {:.1f}%)  {}\n", gf(c.default_stats.median_seconds),
+               gf(c.default_stats.min_seconds), 100 * c.default_stats.spread, describe(def));
+    auto emit = [&](const std::string& role, const ConvSchedule& s, const std::string& status, const std::string& error,
+                    const TimingStats& st) {
+      if (log)
+        *log << fmt::format(R"({{"event":"compare","descriptor":"{}","pass":"{}","role":"{}","schedule":"{}",)"
+                            R"("status":"{}","error":"{}","median_gflops":{:.3f},"min_gflops":{:.3f},"spread":{:.4f},)"
+                            R"("count":{},"rounds":{}}})",
+                            d.normalised(), item.pass, role, describe(s), status, json_escape(error),
+                            gf(st.median_seconds), gf(st.min_seconds), st.spread, st.count, rounds)
+             << std::endl;
+    };
+    emit("default", def, "ok", "", c.default_stats);
+    for (const ComparedSchedule& s : c.schedules) {
+      if (s.check.status != "ok")
+        fmt::print("  {:<8} {}: {}  {}\n", s.check.status, "not timed", s.check.error, describe(s.schedule));
+      else
+        fmt::print("  {:.3f}x  {:7.1f} ({:.1f}, {:.1f}%)  {}\n", c.default_stats.median_seconds / s.retimed.median_seconds,
+                   gf(s.retimed.median_seconds), gf(s.retimed.min_seconds), 100 * s.retimed.spread, describe(s.schedule));
+      emit("candidate", s.schedule, s.check.status, s.check.error, s.retimed);
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int tune(const Args& args) {
@@ -108,14 +173,20 @@ int tune(const Args& args) {
     if (r.value("--records", &o.records) || r.value("--passes", &o.passes) || r.value("--batch", &o.batch) ||
         r.value("--micro-batch", &o.micro_batch) || r.value("--trials", &o.trials) || r.value("--budget", &o.budget) ||
         r.value("--search", &o.search) || r.value("--seed", &o.seed) || r.value("--jobs", &o.jobs) ||
-        r.value("--threads", &o.threads) || r.value("--target", &o.target) || r.value("--log", &o.log))
+        r.value("--threads", &o.threads) || r.value("--target", &o.target) || r.value("--log", &o.log) ||
+        r.value("--rounds", &o.rounds))
       continue;
+    if (std::string words; r.value("--compare", &words)) {
+      o.compare.push_back(words);
+      continue;
+    }
     if (r.flag("--train")) { o.train = true; continue; }
     if (r.flag("--verbose") || r.flag("-v")) { o.verbose = true; continue; }
     o.inputs.push_back(r.positional());
   }
   if (o.inputs.empty()) throw Error(ExitCode::Usage, "tune: nothing to tune: give a model, a layer set or a descriptor (see --help)");
-  if (o.records.empty()) throw Error(ExitCode::Usage, "tune: --records FILE is required (the records file to append to)");
+  if (o.records.empty() && o.compare.empty())
+    throw Error(ExitCode::Usage, "tune: --records FILE is required (the records file to append to)");
   if (!o.train && !o.micro_batch.empty()) throw Error(ExitCode::Usage, "tune: --micro-batch needs --train");
   if (o.search != "guided" && o.search != "random")
     throw Error(ExitCode::Usage, fmt::format("--search {}: expected guided or random", o.search));
@@ -142,15 +213,12 @@ int tune(const Args& args) {
   const std::vector<TuneItem> items = tune_items(sources, t, &why);
   if (o.verbose)
     for (const auto& line : why) fmt::print(stderr, "convgen: {}\n", line);
+  if (!o.compare.empty()) return compare(o, items, t, threads, bounded("--rounds", o.rounds, 1000));
   TuneJournal journal(o.records);
   if (journal.repaired_bytes() > 0)
     fmt::print(stderr, "convgen: {}: cut off an incomplete last line ({} bytes, a write interrupted by a crash)\n",
                o.records, journal.repaired_bytes());
-  std::unique_ptr<std::ofstream> log;
-  if (!o.log.empty()) {
-    log = std::make_unique<std::ofstream>(o.log, std::ios::app);
-    if (!*log) throw Error(ExitCode::Io, fmt::format("{}: cannot write", o.log));
-  }
+  const std::unique_ptr<std::ofstream> log = open_log(o.log);
   const bool terminal = ::isatty(STDERR_FILENO);
 
   Provenance base;
@@ -212,9 +280,10 @@ int tune(const Args& args) {
                    items.size(), what, p.trial + 1, trials, p.best_gflops, gain, duration_text(eta));
       if (log)
         *log << fmt::format(R"({{"event":"trial","descriptor":"{}","pass":"{}","trial":{},"replayed":{},)"
-                            R"("status":"{}","gflops":{:.3f},"best_gflops":{:.3f},"default_gflops":{:.3f}}})",
+                            R"("status":"{}","gflops":{:.3f},"best_gflops":{:.3f},"default_gflops":{:.3f},)"
+                            R"("schedule":"{}"}})",
                             d.normalised(), item.pass, p.trial, p.replayed, p.status, p.gflops, p.best_gflops,
-                            p.default_gflops)
+                            p.default_gflops, describe(p.schedule))
              << std::endl;
     };
     // The evaluator is built lazily: a key an earlier run finished needs no kernels.

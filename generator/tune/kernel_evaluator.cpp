@@ -22,7 +22,7 @@ struct KernelEvaluator::Kernel {
   std::unique_ptr<JitBackwardWeightsKernel> bwd_weights;
 
   // One call over the evaluator's tensors into `out` (y; dx; or dw and db).
-  void run(const ConvDescriptor& d, const PassTensors& in, std::vector<std::vector<float>>& out) {
+  void run(const ConvDescriptor& d, const PassTensors& in, std::vector<FloatBuffer>& out) {
     if (fwd) fwd->run(in.x.data(), in.w.data(), d.bias ? in.bias.data() : nullptr, out[0].data());
     if (bwd_data) bwd_data->run(in.dy.data(), in.w.data(), d.relu ? in.y.data() : nullptr, out[0].data());
     if (bwd_weights)
@@ -39,9 +39,9 @@ namespace {
 
 // Small integers: every product and sum the kernels form is exact in fp32 (the sweep's
 // method), so any correct schedule gives the same bits in any order of summation.
-std::vector<float> integers(size_t n, int range, std::mt19937& rng) {
+FloatBuffer integers(size_t n, int range, std::mt19937& rng) {
   std::uniform_int_distribution<int> pick(-range, range);
-  std::vector<float> v(n);
+  FloatBuffer v(n);
   for (auto& e : v) e = static_cast<float>(pick(rng));
   return v;
 }
@@ -52,17 +52,17 @@ constexpr size_t kGuard = 64;
 
 // The pass's output tensors, NaN-filled so an element a kernel never writes fails, each
 // followed by kGuard NaNs.
-std::vector<std::vector<float>> output_tensors(const ConvDescriptor& d, const std::string& pass) {
+std::vector<FloatBuffer> output_tensors(const ConvDescriptor& d, const std::string& pass) {
   const auto nan = std::numeric_limits<float>::quiet_NaN();
   const size_t y = static_cast<size_t>(d.mb * d.oh() * d.ow() * d.oc), x = static_cast<size_t>(d.mb * d.ih * d.iw * d.ic),
                w = static_cast<size_t>(d.oc * d.icg() * d.kh * d.kw);
-  if (pass == "fwd") return {std::vector<float>(y + kGuard, nan)};
-  if (pass == "bwd_data") return {std::vector<float>(x + kGuard, nan)};
-  return {std::vector<float>(w + kGuard, nan), std::vector<float>((d.bias ? static_cast<size_t>(d.oc) : 0) + kGuard, nan)};
+  if (pass == "fwd") return {FloatBuffer(y + kGuard, nan)};
+  if (pass == "bwd_data") return {FloatBuffer(x + kGuard, nan)};
+  return {FloatBuffer(w + kGuard, nan), FloatBuffer((d.bias ? static_cast<size_t>(d.oc) : 0) + kGuard, nan)};
 }
 
 // True when every guard float is still the quiet NaN it was filled with.
-bool guards_intact(const std::vector<std::vector<float>>& out) {
+bool guards_intact(const std::vector<FloatBuffer>& out) {
   const auto nan = std::numeric_limits<float>::quiet_NaN();
   for (const auto& t : out)
     if (std::memcmp(t.data() + (t.size() - kGuard), std::vector<float>(kGuard, nan).data(), kGuard * sizeof(float)) != 0)
@@ -74,7 +74,7 @@ bool guards_intact(const std::vector<std::vector<float>>& out) {
 // are equal whatever the sign of a zero: a sum that starts from the first product rather
 // than from +0 gives -0 where every product is -0 (-3 x 0), an order effect with the
 // same value. Anything else -- another value, a NaN (an element never written) -- differs.
-std::string first_difference(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want) {
+std::string first_difference(const std::vector<FloatBuffer>& got, const std::vector<FloatBuffer>& want) {
   if (!guards_intact(got)) return "it wrote past the end of its output";
   for (size_t t = 0; t < want.size(); ++t) {
     const size_t n = want[t].size() - kGuard;

@@ -59,8 +59,8 @@ class KernelEvaluator : public CandidateEvaluator {
   TargetInfo t_;
   EvaluatorOptions options_;
   PassTensors in_;
-  std::vector<std::vector<float>> expected_;  // the default's outputs
-  std::vector<std::vector<float>> expected_scratch_;  // a candidate's outputs
+  std::vector<FloatBuffer> expected_;          // the default's outputs
+  std::vector<FloatBuffer> expected_scratch_;  // a candidate's outputs
   int64_t workspace_limit_ = 0;
   std::map<std::string, std::shared_ptr<Kernel>> built_;  // prepared, by describe()
   std::map<std::string, std::string> build_errors_;

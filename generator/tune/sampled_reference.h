@@ -7,12 +7,17 @@
 #include <cstdint>
 #include <vector>
 
+#include "runtime/ops/aligned_buffer.h"
 #include "schedules/conv_descriptor.h"
 
 namespace convgen {
 
+// Cache-line aligned, as the runtime and convgen-bench store tensors: the kernels load
+// whole vectors along channels, and at a plain std::vector's 16-byte offset every
+// AVX-512 access straddles two lines (a depthwise kernel then times ~40% slower, and a
+// schedule that stages its input into an aligned workspace looks better than it is).
 struct PassTensors {
-  std::vector<float> x, w, bias, y, dy;  // inputs (y: the forward output whose ReLU mask backward passes apply)
+  FloatBuffer x, w, bias, y, dy;  // inputs (y: the forward output whose ReLU mask backward passes apply)
 };
 
 // y[n][p][q][k], bias and fused ReLU included.

@@ -60,7 +60,8 @@ const ScheduleRecord* TuneJournal::find_trial(const ScheduleKey& key, const Conv
   for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
     if (it->kind != RecordKind::Trial || it->key != key || it->schedule != s) continue;
     const Provenance& q = it->tuning.provenance;
-    if (q.cpu == p.cpu && q.threads == p.threads && q.variant == p.variant && q.micro_batch == p.micro_batch)
+    if (q.cpu == p.cpu && q.threads == p.threads && q.variant == p.variant && q.micro_batch == p.micro_batch &&
+        q.timing_method == p.timing_method)
       return &*it;
   }
   return nullptr;

@@ -26,7 +26,8 @@ class TuneJournal {
   int64_t repaired_bytes() const { return repaired_; }
 
   // A finished trial of this key and (normalised) schedule timed the same way (same
-  // CPU, threads and parallel variant), or nullptr. The last one wins.
+  // CPU, threads, parallel variant, micro-batch and timing method), or nullptr. The
+  // last one wins.
   const ScheduleRecord* find_trial(const ScheduleKey& key, const ConvSchedule& s, const Provenance& p) const;
 
   // The key's last tuned schedule line, or nullptr.

@@ -41,11 +41,44 @@ bool finished_before(const ScheduleRecord* tuned, const TuneKeyRequest& rq, size
   const Provenance& p = t.provenance;
   const bool same = t.seed == rq.search.seed && t.search == rq.search.method && p.cpu == rq.provenance.cpu &&
                     p.threads == rq.provenance.threads && p.variant == rq.provenance.variant &&
-                    p.micro_batch == rq.provenance.micro_batch;
+                    p.micro_batch == rq.provenance.micro_batch && p.timing_method == rq.provenance.timing_method;
   return same && (t.trials >= rq.max_trials || static_cast<size_t>(t.trials) >= space_size);
 }
 
 }  // namespace
+
+Contest retime_against_default(const ConvSchedule& def, const std::vector<ConvSchedule>& others,
+                               CandidateEvaluator& evaluator, int rounds) {
+  std::vector<ConvSchedule> contest = {def, def};
+  contest.insert(contest.end(), others.begin(), others.end());
+  const std::vector<TimingStats> retimed = evaluator.retime_interleaved(contest, rounds);
+  Contest out;
+  out.reference = retimed[0].median_seconds <= retimed[1].median_seconds ? retimed[0] : retimed[1];
+  const double placement = std::fabs(retimed[0].median_seconds - retimed[1].median_seconds) /
+                           std::max(out.reference.median_seconds, 1e-12);
+  out.reference.spread = std::max({retimed[0].spread, retimed[1].spread, placement});
+  out.others.assign(retimed.begin() + 2, retimed.end());
+  return out;
+}
+
+Comparison compare_with_default(const TuningSpace& space, const ConvSchedule& def,
+                                const std::vector<ConvSchedule>& schedules, CandidateEvaluator& evaluator, int rounds) {
+  Comparison out;
+  std::vector<ConvSchedule> correct;
+  for (const ConvSchedule& raw : schedules) {
+    ComparedSchedule c;
+    c.schedule = space.normalise(raw);
+    c.check = evaluator.evaluate(c.schedule, 0);
+    if (c.check.status == "ok") correct.push_back(c.schedule);
+    out.schedules.push_back(c);
+  }
+  const Contest timed = retime_against_default(space.normalise(def), correct, evaluator, rounds);
+  out.default_stats = timed.reference;
+  size_t next = 0;
+  for (ComparedSchedule& c : out.schedules)
+    if (c.check.status == "ok") c.retimed = timed.others[next++];
+  return out;
+}
 
 TuneKeyOutcome tune_key(const TuneKeyRequest& rq, const TuningSpace& space, CandidateEvaluator& evaluator,
                         TuneJournal& journal, const std::function<void(const TuneProgress&)>& progress) {
@@ -128,6 +161,7 @@ TuneKeyOutcome tune_key(const TuneKeyRequest& rq, const TuningSpace& space, Cand
       if (progress) {
         TuneProgress p;
         p.trial = index;
+        p.schedule = s;
         p.replayed = replayed;
         p.status = r.status;
         p.gflops = ok ? gflops_of(flops, r.stats.min_seconds) : 0;
@@ -152,19 +186,11 @@ TuneKeyOutcome tune_key(const TuneKeyRequest& rq, const TuningSpace& space, Cand
   ranked.erase(std::remove_if(ranked.begin(), ranked.end(),
                               [&](const Done* d) { return d->result.stats.min_seconds > 1.1 * default_seconds; }),
                ranked.end());
-  // The default runs twice, as two separately built kernels: identical code at other
-  // addresses has measured up to 10% apart (convgen-bench, ResNet-50 res5 1x1 backward-
-  // weights, Zen 5), so a winner must beat the faster of the two by more than their gap.
-  std::vector<ConvSchedule> contest = {def, def};
+  std::vector<ConvSchedule> contest = {def};
   for (const Done* d : ranked) contest.push_back(d->schedule);
-  std::vector<TimingStats> retimed = evaluator.retime_interleaved(contest, rq.retime_rounds);
-  TimingStats reference = retimed[0].median_seconds <= retimed[1].median_seconds ? retimed[0] : retimed[1];
-  const double placement =
-      std::fabs(retimed[0].median_seconds - retimed[1].median_seconds) / std::max(reference.median_seconds, 1e-12);
-  reference.spread = std::max({retimed[0].spread, retimed[1].spread, placement});
-  contest.erase(contest.begin() + 1);
-  retimed.erase(retimed.begin() + 1);
-  retimed[0] = reference;
+  const Contest timed = retime_against_default(def, {contest.begin() + 1, contest.end()}, evaluator, rq.retime_rounds);
+  std::vector<TimingStats> retimed = {timed.reference};
+  retimed.insert(retimed.end(), timed.others.begin(), timed.others.end());
   size_t winner = 0;
   for (size_t i = 1; i < contest.size(); ++i)
     if (retimed[i].median_seconds < retimed[winner].median_seconds) winner = i;

@@ -55,6 +55,7 @@ struct TuneKeyRequest {
 
 struct TuneProgress {
   int trial = 0;                // index of the trial just finished
+  ConvSchedule schedule;        // its schedule (normal form)
   bool replayed = false;        // its result came from the journal
   std::string status;
   double gflops = 0;            // this trial (0 unless ok)
@@ -73,6 +74,31 @@ struct TuneKeyOutcome {
   double seconds = 0;
   std::vector<double> best_so_far_gflops;       // after each trial, for plots
 };
+
+// The default re-timed `rounds` rounds interleaved with `others`. The default runs twice,
+// as two separately built kernels: identical code at other addresses has measured up to
+// 10% apart, so its statistics are the faster of the two, with a spread that covers
+// their gap as well as each one's own spread.
+struct Contest {
+  TimingStats reference;           // the default
+  std::vector<TimingStats> others;  // in the order given
+};
+Contest retime_against_default(const ConvSchedule& def, const std::vector<ConvSchedule>& others,
+                               CandidateEvaluator& evaluator, int rounds);
+
+// `convgen tune --compare`: each schedule (normal form) is checked bit for bit, then the
+// correct ones are re-timed interleaved with the default (retime_against_default).
+struct ComparedSchedule {
+  ConvSchedule schedule;
+  CandidateResult check;  // its status; a wrong or failed one is not re-timed
+  TimingStats retimed;    // count 0 unless re-timed
+};
+struct Comparison {
+  TimingStats default_stats;
+  std::vector<ComparedSchedule> schedules;
+};
+Comparison compare_with_default(const TuningSpace& space, const ConvSchedule& def,
+                                const std::vector<ConvSchedule>& schedules, CandidateEvaluator& evaluator, int rounds);
 
 TuneKeyOutcome tune_key(const TuneKeyRequest& request, const TuningSpace& space, CandidateEvaluator& evaluator,
                         TuneJournal& journal, const std::function<void(const TuneProgress&)>& progress = {});

@@ -27,6 +27,15 @@ const char* const kAvx512 = "x86-64-linux-avx512_skylake-avx2-fma";
 
 // The example line of docs/schedules.md: the default schedule, analytic, unmeasured.
 const std::string kGolden =
+    R"({"format":"convgen-schedule","version":4,"kind":"schedule","key":{"descriptor":"mb1ic64ih56oc64oh56kh3ph1",)"
+    R"("pass":"fwd","target":"x86-64-linux-avx-avx2-f16c-fma-sse41","generator_hash":"abc123"},)"
+    R"("schedule":{"strategy":"gemm","mr":24,"nr":4,"kc":0,"mc":0,"nc":0,"layout":"nhwc",)"
+    R"("pack_input":"image","pack_weights":"per_call","loop_order":"pixels_outer","parallel":"none",)"
+    R"("partitions":1},"source":"analytic","gflops":0,"note":""})";
+
+// The same record as version 3 wrote it: a schedule line without tuning is the same
+// but for the version (version 4 added only the tuning provenance's timing method).
+const std::string kGoldenVersion3 =
     R"({"format":"convgen-schedule","version":3,"kind":"schedule","key":{"descriptor":"mb1ic64ih56oc64oh56kh3ph1",)"
     R"("pass":"fwd","target":"x86-64-linux-avx-avx2-f16c-fma-sse41","generator_hash":"abc123"},)"
     R"("schedule":{"strategy":"gemm","mr":24,"nr":4,"kc":0,"mc":0,"nc":0,"layout":"nhwc",)"
@@ -125,8 +134,9 @@ void require_bad_line(const std::string& line, std::vector<std::string> needles)
 TEST_CASE("the default record prints as the documented line", "[schedule_records]") {
   CHECK(to_json_line(golden_record()) == kGolden);
   CHECK(parse_record_line(kGolden, "golden") == golden_record());
-  // Version 1 lines read as partitions=1, version 2 lines as schedule lines; both are
-  // written back as version 3.
+  // Version 1 lines read as partitions=1, version 2 lines as schedule lines; all are
+  // written back as version 4.
+  CHECK(parse_record_line(kGoldenVersion3, "golden v3") == golden_record());
   CHECK(parse_record_line(kGoldenVersion1, "golden v1") == golden_record());
   CHECK(parse_record_line(kGoldenVersion2, "golden v2") == golden_record());
 }
@@ -230,15 +240,15 @@ TEST_CASE("strict reading: every malformed line is a BadRecord naming the field"
     require_bad_line(replaced(kGolden, R"("pass":"fwd")", R"("pass":"fwd","cpu":"zen3")"), {"unknown field", "key.cpu"});
   }
   SECTION("version and format") {
-    require_bad_line(replaced(kGolden, R"("version":3)", R"("version":4)"), {"version 4", "reads versions 1 to 3"});
-    require_bad_line(replaced(kGolden, R"("version":3)", R"("version":0)"), {"version 0", "reads versions 1 to 3"});
+    require_bad_line(replaced(kGolden, R"("version":4)", R"("version":5)"), {"version 5", "reads versions 1 to 4"});
+    require_bad_line(replaced(kGolden, R"("version":4)", R"("version":0)"), {"version 0", "reads versions 1 to 4"});
     // A newer version is reported as such even when it has new fields.
-    require_bad_line(replaced(replaced(kGolden, R"("version":3)", R"("version":4)"), R"("note":"")",
+    require_bad_line(replaced(replaced(kGolden, R"("version":4)", R"("version":5)"), R"("note":"")",
                               R"("note":"","new":true)"),
-                     {"version 4"});
-    require_bad_line(replaced(kGolden, R"("version":3)", R"("version":"3")"), {"version", "expected an integer"});
+                     {"version 5"});
+    require_bad_line(replaced(kGolden, R"("version":4)", R"("version":"4")"), {"version", "expected an integer"});
     // Version 2 had no kind; version 1 no partitions either: present there, unknown.
-    require_bad_line(replaced(kGolden, R"("version":3)", R"("version":2)"), {"unknown field", "\"kind\""});
+    require_bad_line(replaced(kGolden, R"("version":4)", R"("version":2)"), {"unknown field", "\"kind\""});
     require_bad_line(replaced(kGoldenVersion2, R"("version":2)", R"("version":1)"),
                      {"unknown field", "schedule.partitions"});
     require_bad_line(replaced(kGolden, R"("kind":"schedule",)", ""), {"missing field", "\"kind\""});

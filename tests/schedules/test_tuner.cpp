@@ -131,10 +131,11 @@ ScheduleRecord sample_trial() {
 
 }  // namespace
 
-TEST_CASE("records version 3: trial and tuned lines read back as written, byte for byte", "[tune][records]") {
+TEST_CASE("records version 4: trial and tuned lines read back as written, byte for byte", "[tune][records]") {
   const ScheduleRecord trial = sample_trial();
   const std::string line = to_json_line(trial);
-  CHECK(line.find(R"("version":3,"kind":"trial")") != std::string::npos);
+  CHECK(line.find(R"("version":4,"kind":"trial")") != std::string::npos);
+  CHECK(line.find(R"("variant":"none","timing_method":2})") != std::string::npos);
   const ScheduleRecord back = parse_record_line(line, "t:1");
   CHECK(back == trial);
   CHECK(to_json_line(back) == line);
@@ -162,6 +163,30 @@ TEST_CASE("records version 3: trial and tuned lines read back as written, byte f
   bad(line, R"("threads":1)", R"("threads":0)", "tuning.provenance.threads");
   bad(line, R"("kind":"trial")", R"("kind":"guess")", "kind");
   bad(line, R"(,"tuning":{)", R"(,"tuned":{)", "unknown field \"tuned\"");
+}
+
+TEST_CASE("a version-3 trial reads as timing method 1 and is never replayed by today's tuner", "[tune][records]") {
+  // Version 3 journals were timed on tensors at a 16-byte offset: their times are not
+  // comparable with today's aligned ones, so a resumed run measures those schedules again.
+  std::string v3 = to_json_line(sample_trial());
+  v3.replace(v3.find(R"("version":4)"), 11, R"("version":3)");
+  v3.replace(v3.find(R"(,"timing_method":2)"), 18, "");
+  const ScheduleRecord old = parse_record_line(v3, "old.jsonl:1");
+  CHECK(old.tuning.provenance.timing_method == 1);
+  CHECK(old.schedule == sample_trial().schedule);
+  TempDir dir;
+  const std::string path = (dir.path / "old.jsonl").string();
+  std::ofstream(path) << v3 << "\n";
+  TuneJournal journal(path);
+  Provenance now = sample_trial().tuning.provenance;
+  CHECK(now.timing_method == kTimingMethod);
+  CHECK(journal.find_trial(old.key, old.schedule, now) == nullptr);
+  now.timing_method = 1;
+  CHECK(journal.find_trial(old.key, old.schedule, now) != nullptr);
+  // A version-3 line that names a timing method is malformed.
+  std::string bad = to_json_line(sample_trial());
+  bad.replace(bad.find(R"("version":4)"), 11, R"("version":3)");
+  CHECK_THROWS_WITH(parse_record_line(bad, "old.jsonl:2"), Catch::Contains("timing_method"));
 }
 
 TEST_CASE("a trial line is never applied; a record of another target or generator is refused, and said",
@@ -415,7 +440,7 @@ TEST_CASE("a whole last line without its newline is ended before the next append
   {
     std::ofstream out(path, std::ios::binary | std::ios::app);
     std::string newer = line;
-    newer.replace(newer.find(R"("version":3)"), 11, R"("version":9)");
+    newer.replace(newer.find(R"("version":4)"), 11, R"("version":9)");
     out << newer;
   }
   try {
@@ -456,6 +481,34 @@ TEST_CASE("a wrong candidate is journaled as such and never wins; noise keeps th
   CHECK_FALSE(kept.accepted);
   CHECK(kept.chosen.schedule == s.def);
   CHECK_THAT(kept.chosen.note, Catch::Contains("default kept"));
+}
+
+TEST_CASE("comparing schedules: every one checked, only correct ones re-timed beside the default, in order",
+          "[tune][compare]") {
+  Setup s;
+  StubEvaluator stub(s.space, s.def);
+  std::vector<ConvSchedule> schedules;
+  for (const ConvSchedule& c : s.space.neighbours(s.def)) {
+    schedules.push_back(c);
+    if (schedules.size() == 3) break;
+  }
+  REQUIRE(schedules.size() == 3);
+  stub.wrong = describe(s.space.normalise(schedules[1]));
+  const Comparison c = compare_with_default(s.space, s.def, schedules, stub, 5);
+  REQUIRE(c.schedules.size() == 3);
+  CHECK(c.default_stats.count == 5);
+  CHECK(c.default_stats.median_seconds == Approx(stub.seconds(s.def)));
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(c.schedules[i].schedule == s.space.normalise(schedules[i]));
+    if (i == 1) {
+      CHECK(c.schedules[i].check.status == "wrong");
+      CHECK(c.schedules[i].retimed.count == 0);  // never timed
+    } else {
+      CHECK(c.schedules[i].check.status == "ok");
+      CHECK(c.schedules[i].retimed.count == 5);
+      CHECK(c.schedules[i].retimed.median_seconds == Approx(stub.seconds(schedules[i])));
+    }
+  }
 }
 
 TEST_CASE("the timing rule stops when the best runs agree, or early when clearly slower", "[tune][timing]") {

@@ -79,6 +79,15 @@ expect_error 2 "forward kernels only" tune "$cifar" --passes bwd_data --records 
   2>"$work/err" || fail "compile --schedules failed: $(cat "$work/err")"
 grep -q "record in" "$work/cm/cifar10_full.manifest.json" || fail "compile's manifest does not name the records"
 
+# --- --compare: schedules checked, then re-timed beside the default; no records needed -----
+"$convgen" tune "$layer" --passes fwd --compare "nr=2" --compare "mr=16 nr=3" --rounds 3 --log "$work/cmp.jsonl" \
+  >"$work/cmp" 2>"$work/err" || fail "tune --compare exited non-zero: $(cat "$work/err")"
+[[ $(grep -c '"event":"compare"' "$work/cmp.jsonl") -eq 3 ]] || fail "--compare: want 3 compare events (default + 2)"
+[[ $(grep -c '"status":"ok"' "$work/cmp.jsonl") -eq 3 ]] || fail "--compare: a correct schedule was not ok: $(cat "$work/cmp.jsonl")"
+grep -q '"count":3,' "$work/cmp.jsonl" || fail "--compare: not re-timed over 3 rounds"
+grep -q "^  default" "$work/cmp" || fail "--compare: no default row: $(cat "$work/cmp")"
+expect_error 2 "bogus" tune "$layer" --passes fwd --compare "bogus=1"
+
 # --- kill -9 mid-run, then resume: no trial measured twice --------------------------------
 "$convgen" tune "$layer" --passes fwd,bwd_weights --records "$work/k9.jsonl" --trials 40 --seed 3 >/dev/null 2>&1 &
 pid=$!
