@@ -108,6 +108,27 @@ std::string duration_text(double seconds) {
   return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
 }
 
+// What tuning and comparing a layer's pass share: the parallel field its consumer
+// records, the intra-kernel variant candidates are timed with, the space, and the
+// analytic default in its normal form (with the consumer's parallel field).
+struct KeySetup {
+  Parallel variant, timing;
+  TuningSpace space;
+  ConvSchedule def;
+  KeySetup(const TuneItem& item, const TargetInfo& t, bool train, int threads)
+      : variant(recorded_parallel(item.descriptor, train)),
+        timing(intra_kernel_timing(item.descriptor, train, threads)),
+        space(item.descriptor, item.pass, t, variant),
+        def(space.normalise(analytic_schedule_for_pass(item.descriptor, item.pass, t))) {}
+  EvaluatorOptions evaluator_options(int threads, int jobs) const {
+    EvaluatorOptions eo;
+    eo.threads = threads;
+    eo.jobs = jobs;
+    eo.intra_kernel = timing;
+    return eo;
+  }
+};
+
 // The --log file, appended to; null without --log.
 std::unique_ptr<std::ofstream> open_log(const std::string& path) {
   if (path.empty()) return nullptr;
@@ -121,20 +142,16 @@ int compare(const Options& o, const std::vector<TuneItem>& items, const TargetIn
   const std::unique_ptr<std::ofstream> log = open_log(o.log);
   for (const TuneItem& item : items) {
     const ConvDescriptor& d = item.descriptor;
-    const Parallel variant = recorded_parallel(d, o.train), timing = intra_kernel_timing(d, o.train, threads);
-    const TuningSpace space(d, item.pass, t, variant);
-    const ConvSchedule def = space.normalise(analytic_schedule_for_pass(d, item.pass, t));
+    const KeySetup key(item, t, o.train, threads);
+    const ConvSchedule& def = key.def;
     std::vector<ConvSchedule> schedules;
     for (const std::string& words : o.compare) {
       ConvSchedule s = def;
       apply_schedule_overrides(words, &s);
       schedules.push_back(s);
     }
-    EvaluatorOptions eo;
-    eo.threads = threads;
-    eo.intra_kernel = timing;
-    KernelEvaluator evaluator(d, item.pass, t, def, eo);
-    const Comparison c = compare_with_default(space, def, schedules, evaluator, rounds);
+    KernelEvaluator evaluator(d, item.pass, t, def, key.evaluator_options(threads, 1));
+    const Comparison c = compare_with_default(key.space, def, schedules, evaluator, rounds);
     const double flops = d.flops();
     auto gf = [&](double seconds) { return seconds > 0 ? flops / seconds * 1e-9 : 0.0; };
     fmt::print("{} {}: {} rounds interleaved, median GF/s (min-time GF/s, spread)\n", d.normalised(), item.pass, rounds);
@@ -241,13 +258,12 @@ int tune(const Args& args) {
     const ConvDescriptor& d = item.descriptor;
     TuneKeyRequest rq;
     rq.key = {d.normalised(), item.pass, t.target, CONVGEN_GENERATOR_HASH};
-    const Parallel variant = recorded_parallel(d, o.train), timing = intra_kernel_timing(d, o.train, threads);
-    const TuningSpace space(d, item.pass, t, variant);
-    // The analytic default in its normal form, with the consumer's parallel field.
-    const ConvSchedule def = space.normalise(analytic_schedule_for_pass(d, item.pass, t));
+    const KeySetup key(item, t, o.train, threads);
+    const TuningSpace& space = key.space;
+    const ConvSchedule& def = key.def;
     rq.default_schedule = def;
     rq.provenance = base;
-    rq.provenance.variant = to_string(timing != Parallel::None ? timing : variant);
+    rq.provenance.variant = to_string(key.timing != Parallel::None ? key.timing : key.variant);
     rq.provenance.micro_batch = o.train ? d.mb : 0;
     rq.search.method = o.search;
     rq.search.seed = seed;
@@ -262,10 +278,7 @@ int tune(const Args& args) {
       fmt::print(stderr, "convgen: [{}/{}] {} ({}): space of {} schedules, default {}{}\n", i + 1, items.size(), what,
                  item.layers.front(), space.all().size(), describe(def),
                  rq.search.transfer.empty() ? "" : fmt::format(", {} seed(s) from similar tuned layers", rq.search.transfer.size()));
-    EvaluatorOptions eo;
-    eo.threads = threads;
-    eo.jobs = jobs;
-    eo.intra_kernel = timing;
+    const EvaluatorOptions eo = key.evaluator_options(threads, jobs);
     std::unique_ptr<KernelEvaluator> evaluator;
     auto progress = [&](const TuneProgress& p) {
       const double elapsed = monotonic_seconds() - start;

@@ -186,44 +186,50 @@ TuneKeyOutcome tune_key(const TuneKeyRequest& rq, const TuningSpace& space, Cand
   ranked.erase(std::remove_if(ranked.begin(), ranked.end(),
                               [&](const Done* d) { return d->result.stats.min_seconds > 1.1 * default_seconds; }),
                ranked.end());
-  std::vector<ConvSchedule> contest = {def};
-  for (const Done* d : ranked) contest.push_back(d->schedule);
-  const Contest timed = retime_against_default(def, {contest.begin() + 1, contest.end()}, evaluator, rq.retime_rounds);
-  std::vector<TimingStats> retimed = {timed.reference};
-  retimed.insert(retimed.end(), timed.others.begin(), timed.others.end());
-  size_t winner = 0;
-  for (size_t i = 1; i < contest.size(); ++i)
-    if (retimed[i].median_seconds < retimed[winner].median_seconds) winner = i;
-  if (winner != 0 && !beats_beyond_noise(retimed[winner], retimed[0])) winner = 0;
+  std::vector<ConvSchedule> finalists;
+  for (const Done* d : ranked) finalists.push_back(d->schedule);
+  const Contest timed = retime_against_default(def, finalists, evaluator, rq.retime_rounds);
+  const ConvSchedule* winner = &def;
+  const TimingStats* winner_stats = &timed.reference;
+  for (size_t i = 0; i < finalists.size(); ++i)
+    if (timed.others[i].median_seconds < winner_stats->median_seconds) {
+      winner = &finalists[i];
+      winner_stats = &timed.others[i];
+    }
+  if (winner != &def && !beats_beyond_noise(*winner_stats, timed.reference)) {
+    winner = &def;
+    winner_stats = &timed.reference;
+  }
+  const bool accepted = winner != &def;
 
   ScheduleRecord line;
   line.key = rq.key;
-  line.schedule = contest[winner];
+  line.schedule = *winner;
   line.source = "tuned";
-  line.gflops = gflops_of(flops, retimed[winner].median_seconds);
+  line.gflops = gflops_of(flops, winner_stats->median_seconds);
   line.tuning.present = true;
   line.tuning.seed = rq.search.seed;
   line.tuning.search = rq.search.method;
   line.tuning.trials = out.trials;
-  line.tuning.default_gflops = gflops_of(flops, retimed[0].median_seconds);
-  line.tuning.stats = retimed[winner];
+  line.tuning.default_gflops = gflops_of(flops, timed.reference.median_seconds);
+  line.tuning.stats = *winner_stats;
   line.tuning.provenance = rq.provenance;
   for (const Done& d : done)
-    if (d.schedule == contest[winner]) line.tuning.workspace_bytes = d.result.workspace_bytes;
-  if (winner == 0) {
-    line.note = contest.size() > 1
+    if (d.schedule == *winner) line.tuning.workspace_bytes = d.result.workspace_bytes;
+  if (!accepted) {
+    line.note = !finalists.empty()
                     ? fmt::format("default kept: the best candidate ({}) did not beat it beyond noise",
-                                  describe(contest[1]))
+                                  describe(finalists[0]))
                     : "default kept: no candidate came within 10% of it";
   } else {
     line.note = fmt::format("{:.2f}x the default, median of {} interleaved rounds",
-                            retimed[0].median_seconds / retimed[winner].median_seconds, rq.retime_rounds);
+                            timed.reference.median_seconds / winner_stats->median_seconds, rq.retime_rounds);
   }
   journal.append(line);
   out.chosen = line;
-  out.accepted = winner != 0;
+  out.accepted = accepted;
   for (const ConvSchedule& seed : rq.search.transfer)
-    out.transfer_won |= out.accepted && space.normalise(seed) == contest[winner];
+    out.transfer_won |= accepted && space.normalise(seed) == *winner;
   out.default_gflops = line.tuning.default_gflops;
   out.tuned_gflops = line.gflops;
   out.seconds = monotonic_seconds() - start;
