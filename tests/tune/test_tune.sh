@@ -87,6 +87,7 @@ grep -q "record in" "$work/cm/cifar10_full.manifest.json" || fail "compile's man
 grep -q '"count":3,' "$work/cmp.jsonl" || fail "--compare: not re-timed over 3 rounds"
 grep -q "^  default" "$work/cmp" || fail "--compare: no default row: $(cat "$work/cmp")"
 expect_error 2 "bogus" tune "$layer" --passes fwd --compare "bogus=1"
+expect_error 2 "--rounds" tune "$layer" --passes fwd --compare "nr=2" --rounds 0
 
 # --- kill -9 mid-run, then resume: no trial measured twice --------------------------------
 "$convgen" tune "$layer" --passes fwd,bwd_weights --records "$work/k9.jsonl" --trials 40 --seed 3 >/dev/null 2>&1 &
