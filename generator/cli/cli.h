@@ -49,6 +49,13 @@ std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& text);
 std::string json_escape(const std::string& s);
 
+// --cache-dir DIR / --no-cache: the kernel cache of the commands that run kernels
+// in-process (generator/kernel_cache). True (and applies it, advancing) if the current
+// argument is one of them.
+bool kernel_cache_option(OptionReader& r);
+// Their --help lines.
+extern const char* const kKernelCacheHelp;
+
 // A positive integer option value ("--batch 32"); Usage error otherwise.
 int64_t parse_count(const std::string& option, const std::string& text);
 

@@ -12,6 +12,7 @@
 
 #include "generator/cli/cli.h"
 #include "generator/cli/subprocess.h"
+#include "generator/kernel_cache/kernel_cache.h"
 #include "generator/model/driver_codegen.h"
 #include "generator/model/fusion.h"
 #include "generator/model/kernels.h"
@@ -113,13 +114,6 @@ std::string identifier_from(const std::string& stem) {
 }
 
 
-fs::path default_cache_dir() {
-  if (const char* d = std::getenv("CONVGEN_CACHE_DIR"); d && *d) return d;
-  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return fs::path(d) / "convgen";
-  if (const char* d = std::getenv("HOME"); d && *d) return fs::path(d) / ".cache" / "convgen";
-  return fs::temp_directory_path() / "convgen-cache";
-}
-
 void make_dirs(const fs::path& p) {
   std::error_code ec;
   fs::create_directories(p, ec);
@@ -135,9 +129,10 @@ std::string first_line_of_file(const fs::path& p) {
   }
 }
 
-// A kernel's cache entry: its directory holds K.a, K.h and K.manifest.json.
+// A kernel's cache entry (generator/kernel_cache): its directory holds K.a, K.h and
+// K.manifest.json, and K.so when a process has loaded the same kernel.
 fs::path cache_entry(const fs::path& cache, const model::PlannedKernel& k) {
-  return cache / "kernels" / sha256_hex(k.key).substr(0, 32);
+  return kernel_cache_entry(cache, k.key);
 }
 
 // Generates the kernels missing from the cache (or all of them into `scratch` with
@@ -145,7 +140,7 @@ fs::path cache_entry(const fs::path& cache, const model::PlannedKernel& k) {
 std::vector<fs::path> generate_kernels(const std::vector<model::PlannedKernel>& kernels, const Options& o,
                                        const std::string& target, const fs::path& scratch,
                                        std::vector<std::string>* why) {
-  const fs::path cache = o.cache_dir.empty() ? default_cache_dir() : fs::path(o.cache_dir);
+  const fs::path cache = o.cache_dir.empty() ? default_kernel_cache_dir() : fs::path(o.cache_dir);
   std::vector<fs::path> where(kernels.size());
   std::vector<ChildJob> jobs;
   std::vector<size_t> job_kernel;
@@ -192,14 +187,18 @@ std::vector<fs::path> generate_kernels(const std::vector<model::PlannedKernel>& 
       where[job_kernel[j]] = job_dir[j];
       continue;
     }
-    // Publish into the cache with one rename; a concurrent compile that got there
-    // first wins and this copy is dropped (both are the same bytes).
+    // Publish into the cache file by file, each with one rename, the library last: a
+    // reader that finds K.a finds K.h and the manifest too. A concurrent compile of the
+    // same kernel writes the same bytes; the entry may also hold the kernel's shared
+    // object already (generator/kernel_cache).
     const fs::path entry = where[job_kernel[j]];
-    make_dirs(entry.parent_path());
-    std::error_code ec;
-    fs::rename(job_dir[j], entry, ec);
-    if (ec && !fs::exists(entry / (k.name + ".a")))
-      throw Error(ExitCode::Io, fmt::format("{}: cannot store the kernel in the cache: {}", entry.string(), ec.message()));
+    make_dirs(entry);
+    for (const char* suffix : {".h", ".manifest.json", ".a"}) {
+      std::error_code ec;
+      fs::rename(job_dir[j] / (k.name + suffix), entry / (k.name + suffix), ec);
+      if (ec)
+        throw Error(ExitCode::Io, fmt::format("{}: cannot store the kernel in the cache: {}", entry.string(), ec.message()));
+    }
   }
   return where;
 }

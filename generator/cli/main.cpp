@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "generator/cli/cli.h"
+#include "generator/kernel_cache/kernel_cache.h"
 #include "schedules/build_info.h"
 #include "schedules/errors.h"
 
@@ -55,6 +56,27 @@ std::string OptionReader::positional() {
   if (a.size() > 1 && a[0] == '-') throw Error(ExitCode::Usage, fmt::format("unknown option {}", a));
   ++pos_;
   return a;
+}
+
+const char* const kKernelCacheHelp =
+    "  --cache-dir DIR      the kernel cache: kernels compiled once per machine, loaded by\n"
+    "                       every process (default $CONVGEN_CACHE_DIR, else\n"
+    "                       $XDG_CACHE_HOME/convgen, else ~/.cache/convgen; docs/kernel-cache.md)\n"
+    "  --no-cache           JIT-compile every kernel in this process and store nothing\n"
+    "                       (also CONVGEN_CACHE=off)\n";
+
+bool kernel_cache_option(OptionReader& r) {
+  std::string dir;
+  if (r.value("--cache-dir", &dir)) {
+    if (dir.empty()) throw Error(ExitCode::Usage, "--cache-dir: expected a directory");
+    set_kernel_cache_dir(dir);
+    return true;
+  }
+  if (r.flag("--no-cache")) {
+    disable_kernel_cache();
+    return true;
+  }
+  return false;
 }
 
 int64_t parse_count(const std::string& option, const std::string& text) {

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "generator/cli/cli.h"
+#include "generator/kernel_cache/kernel_cache.h"
 #include "generator/model/executor.h"
 #include "generator/model/fusion.h"
 #include "generator/onnx/import.h"
@@ -134,6 +135,7 @@ std::vector<Tensor> execute(Prepared p, const RunSetup& s, std::vector<std::stri
 
 void print_why(const std::vector<std::string>& why) {
   for (const auto& l : why) fmt::print(stderr, "convgen: {}\n", l);
+  fmt::print(stderr, "convgen: {}\n", kernel_cache_summary());
 }
 
 double parse_double(const std::string& option, const std::string& text) {
@@ -169,7 +171,8 @@ int run_model(const Args& args) {
   std::vector<std::string> input_files;
   OptionReader r(args);
   while (!r.done()) {
-    if (r.help_or_version(kRunUsage)) return 0;
+    if (r.help_or_version(std::string(kRunUsage) + kKernelCacheHelp)) return 0;
+    if (kernel_cache_option(r)) continue;
     std::string v;
     if (r.value("--input", &v)) {
       input_files.push_back(v);
@@ -209,7 +212,8 @@ int check_model(const Args& args) {
   std::string dir, rtol_text, atol_text;
   OptionReader r(args);
   while (!r.done()) {
-    if (r.help_or_version(kCheckUsage)) return 0;
+    if (r.help_or_version(std::string(kCheckUsage) + kKernelCacheHelp)) return 0;
+    if (kernel_cache_option(r)) continue;
     if (r.value("--rtol", &rtol_text) || r.value("--atol", &atol_text) || r.value("--target", &s.target) ||
         r.value("--schedules", &s.schedules))
       continue;

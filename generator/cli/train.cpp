@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "generator/cli/cli.h"
+#include "generator/kernel_cache/kernel_cache.h"
 #include "generator/onnx/export.h"
 #include "generator/train/trainer_from_model.h"
 #include "runtime/checkpoint/checkpoint.h"
@@ -75,7 +76,9 @@ SOURCE: fashion-mnist (Debian's dataset-fashion-mnist; accuracy on its test spli
                        x86-64-linux-avx-avx2-f16c-fma-sse41). Results are bit-identical
                        for one target; pin it to compare runs across machines
   --verbose            kernels and schedules chosen, and why
+)";
 
+const char* kTrainExitCodes = R"(
 Exit codes: 0 done, 130 stopped by SIGINT (after the running step, checkpointing if
 asked; during set-up at once), 10 a non-finite loss or weights (the step is named),
 others as in docs/exit-codes.md.
@@ -151,6 +154,7 @@ TrainSetup parse(const Args& args, bool* help) {
     if (r.value("--weight-decay", &v)) { s.trainer.weight_decay = parse_float("--weight-decay", v); continue; }
     if (r.flag("--no-shuffle")) { s.shuffle = false; continue; }
     if (r.flag("--intra-kernel")) { s.trainer.intra_kernel = true; continue; }
+    if (kernel_cache_option(r)) continue;
     if (r.flag("--profile")) { s.trainer.profile = true; continue; }
     if (r.flag("--verbose") || r.flag("-v")) { s.verbose = true; continue; }
     if (!r.peek().empty() && r.peek()[0] == '-')
@@ -206,7 +210,7 @@ int train_model(const Args& args) {
   bool help = false;
   TrainSetup s = parse(args, &help);
   if (help) {
-    fmt::print("{}", kTrainUsage);
+    fmt::print("{}{}{}", kTrainUsage, kKernelCacheHelp, kTrainExitCodes);
     return 0;
   }
   learning_rate(s, 0);  // validates --lr-schedule before any work
@@ -222,6 +226,7 @@ int train_model(const Args& args) {
   // mini-batch's now, so their schedules (and where they came from) are printed up front.
   if (s.verbose) trainer.prepare(s.trainer.batch);
   for (const auto& line : why) fmt::print(stderr, "{}\n", line);
+  if (s.verbose) fmt::print(stderr, "convgen: {}\n", kernel_cache_summary());
 
   const model::TrainGraph& tg = trainer.graph();
   data::SampleSpec spec;

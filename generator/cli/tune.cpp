@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "generator/cli/cli.h"
+#include "generator/kernel_cache/kernel_cache.h"
 #include "generator/tune/kernel_evaluator.h"
 #include "generator/tune/tune_plan.h"
 #include "schedules/build_info.h"
@@ -186,7 +187,10 @@ int tune(const Args& args) {
   Options o;
   OptionReader r(args);
   while (!r.done()) {
-    if (r.help_or_version(kUsage)) return 0;
+    if (r.help_or_version(std::string(kUsage) + "\nKernel cache (candidates and winners are compiled once per machine):\n" +
+                          kKernelCacheHelp))
+      return 0;
+    if (kernel_cache_option(r)) continue;
     if (r.value("--records", &o.records) || r.value("--passes", &o.passes) || r.value("--batch", &o.batch) ||
         r.value("--micro-batch", &o.micro_batch) || r.value("--trials", &o.trials) || r.value("--budget", &o.budget) ||
         r.value("--search", &o.search) || r.value("--seed", &o.seed) || r.value("--jobs", &o.jobs) ||
@@ -352,6 +356,7 @@ int tune(const Args& args) {
   if (seeded)
     fmt::print("transfer: {} kernel(s) seeded from similar tuned layers; in {} of them a transferred schedule won\n",
                seeded, seed_found_best);
+  if (o.verbose) fmt::print(stderr, "convgen: {}\n", kernel_cache_summary());
   fmt::print("geomean gain {:.3f}x over {} kernels in {}; records: {}\n",
              rows.empty() ? 1.0 : std::exp(log_gain / rows.size()), rows.size(), duration_text(monotonic_seconds() - start),
              o.records);

@@ -1,11 +1,14 @@
 #include "generator/conv/jit.h"
 
 #include "generator/conv/backward.h"
+#include "generator/kernel_cache/kernel_cache.h"
+#include "generator/kernel_cache/loaded_kernel.h"
 #include "runtime/parallel/kernel_heap.h"
 #include "runtime/parallel/openmp_par_for.h"
 
 #include <atomic>
 #include <cstdlib>
+#include <optional>
 #include <stdexcept>
 
 namespace convgen {
@@ -23,7 +26,7 @@ struct AllocationHeader {
 };
 constexpr size_t kHeaderBytes = kKernelHeapAlignment;  // keeps the payload aligned as the heap's
 
-void* counting_malloc(JITUserContext*, size_t size) {
+void* counted_allocate(size_t size) {
   void* raw = kernel_heap_allocate(size + kHeaderBytes);
   if (!raw) return nullptr;
   auto* header = static_cast<AllocationHeader*>(raw);
@@ -35,11 +38,49 @@ void* counting_malloc(JITUserContext*, size_t size) {
   return static_cast<char*>(raw) + kHeaderBytes;
 }
 
-void counting_free(JITUserContext*, void* p) {
+void counted_release(void* p) {
   if (!p) return;
   auto* header = reinterpret_cast<AllocationHeader*>(static_cast<char*>(p) - kHeaderBytes);
   g_live_bytes.fetch_sub(header->size);
   kernel_heap_release(header);
+}
+
+void* counting_malloc(JITUserContext*, size_t size) { return counted_allocate(size); }
+void counting_free(JITUserContext*, void* p) { counted_release(p); }
+
+// The same heap for kernels loaded from the kernel cache (generator/kernel_cache).
+KernelHeapHooks loaded_kernel_heap() {
+  KernelHeapHooks hooks;
+  hooks.allocate = [](void*, size_t size) { return counted_allocate(size); };
+  hooks.release = [](void*, void* p) { counted_release(p); };
+  return hooks;
+}
+
+// The kernel cache's key of a JIT kernel: compile's key, plus the build options that
+// change the code. nullopt: never cached (the test-only planted bug).
+std::optional<std::string> cache_key(const ConvDescriptor& d, const std::string& pass, const ConvSchedule& s,
+                                     const TargetInfo& t, const ForwardBuildOptions& options) {
+  if (options.inject_padding_bug) return std::nullopt;
+  std::string key = kernel_cache_key(d, pass, s, t.target);
+  if (options.output_is_staged) key += "|output_is_staged";
+  if (options.weights_transposed) key += "|weights_transposed";
+  return key;
+}
+
+// The kernel from the kernel cache (loaded, or compiled and stored first); nullptr when
+// it must be JIT-compiled here (cache off, no linker, planted bug, KernelSource::InProcess).
+std::unique_ptr<LoadedKernel> open_cached(const ConvDescriptor& d, const std::string& pass, const ConvSchedule& s,
+                                          const TargetInfo& t, const ForwardBuildOptions& options, KernelSource source,
+                                          const Target& target, const LoadedKernel::Build& build) {
+  if (source == KernelSource::InProcess) return nullptr;
+  const std::optional<std::string> key = cache_key(d, pass, s, t, options);
+  if (!key) return nullptr;
+  return LoadedKernel::open(*key, pass, target, build, loaded_kernel_heap());
+}
+
+void check_status(int status, const char* kernel) {
+  if (status != 0)
+    throw std::runtime_error(std::string(kernel) + ": the kernel failed with Halide status " + std::to_string(status));
 }
 
 // Heap and parallel-loop hooks every convgen JIT pipeline uses.
@@ -76,6 +117,7 @@ Halide::Buffer<float> unused_mask() {
 }  // namespace
 
 struct JitForwardKernel::Impl {
+  std::unique_ptr<LoadedKernel> loaded;  // from the kernel cache; else JIT-compiled below
   ForwardPipeline fp;
   Pipeline pipeline;
   Target target;
@@ -83,12 +125,18 @@ struct JitForwardKernel::Impl {
 };
 
 JitForwardKernel::JitForwardKernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
-                                   const ForwardBuildOptions& options)
+                                   const ForwardBuildOptions& options, KernelSource source)
     : d_(d), s_(s), impl_(std::make_unique<Impl>()) {
+  impl_->target = halide_target(t.target);
+  impl_->loaded = open_cached(d, "fwd", s, t, options, source, impl_->target, [&](Pipeline* p, std::vector<Argument>* a) {
+    const ForwardPipeline fp = build_forward(d, s, t, nullptr, options);
+    *p = Pipeline(fp.output);
+    *a = fp.arguments();
+  });
+  if (impl_->loaded) return;
   impl_->fp = build_forward(d, s, t, nullptr, options);
   impl_->pipeline = Pipeline(impl_->fp.output);
   install_handlers(impl_->pipeline);
-  impl_->target = halide_target(t.target);
   impl_->pipeline.compile_jit(impl_->target);
 }
 
@@ -104,6 +152,13 @@ void JitForwardKernel::run(const float* x, const float* w, const float* bias, fl
   B bs = bias ? B(const_cast<float*>(bias), {int(d.oc)}) : B(no_bias_storage, {1});
   if (!bias && d.bias) throw std::invalid_argument("JitForwardKernel::run: the layer has a bias but none was given");
   B out(y, {kg, g, int(d.oh() * d.ow()), n});
+  if (impl_->loaded) {
+    impl_->last_peak = measure_workspace([&] {
+      check_status(impl_->loaded->call({in.raw_buffer(), wt.raw_buffer(), bs.raw_buffer(), out.raw_buffer()}),
+                   "JitForwardKernel");
+    });
+    return;
+  }
   ParamMap params;
   params.set(impl_->fp.input, in);
   params.set(impl_->fp.weights, wt);
@@ -116,6 +171,7 @@ int64_t JitForwardKernel::last_workspace_bytes() const { return impl_->last_peak
 // ---- backward-data ------------------------------------------------------------------
 
 struct JitBackwardDataKernel::Impl {
+  std::unique_ptr<LoadedKernel> loaded;
   BackwardDataPipeline bp;
   Pipeline pipeline;
   Target target;
@@ -123,12 +179,18 @@ struct JitBackwardDataKernel::Impl {
 };
 
 JitBackwardDataKernel::JitBackwardDataKernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
-                                             const ForwardBuildOptions& options)
+                                             const ForwardBuildOptions& options, KernelSource source)
     : d_(d), impl_(std::make_unique<Impl>()) {
+  impl_->target = halide_target(t.target);
+  impl_->loaded = open_cached(d, "bwd_data", s, t, options, source, impl_->target, [&](Pipeline* p, std::vector<Argument>* a) {
+    const BackwardDataPipeline bp = build_backward_data(d, s, t, nullptr, options);
+    *p = Pipeline(bp.dx);
+    *a = bp.arguments();
+  });
+  if (impl_->loaded) return;
   impl_->bp = build_backward_data(d, s, t, nullptr, options);
   impl_->pipeline = Pipeline(impl_->bp.dx);
   install_handlers(impl_->pipeline);
-  impl_->target = halide_target(t.target);
   impl_->pipeline.compile_jit(impl_->target);
 }
 
@@ -140,6 +202,14 @@ void JitBackwardDataKernel::run(const float* dy, const float* w, const float* y,
   using B = Halide::Buffer<float>;
   B wt(const_cast<float*>(w), {int(d.kw), int(d.kh), int(d.icg()), int(d.ocg()), int(d.g)});
   B out(dx, {int(d.icg()), int(d.g), int(d.ih * d.iw), int(d.mb)});
+  if (impl_->loaded) {
+    B dy_view = nhwk_view(d, dy), y_view = d.relu ? nhwk_view(d, y) : unused_mask();
+    impl_->last_peak = measure_workspace([&] {
+      check_status(impl_->loaded->call({dy_view.raw_buffer(), wt.raw_buffer(), y_view.raw_buffer(), out.raw_buffer()}),
+                   "JitBackwardDataKernel");
+    });
+    return;
+  }
   ParamMap params;
   params.set(impl_->bp.dy, nhwk_view(d, dy));
   params.set(impl_->bp.weights, wt);
@@ -152,6 +222,7 @@ int64_t JitBackwardDataKernel::last_workspace_bytes() const { return impl_->last
 // ---- backward-weights ---------------------------------------------------------------
 
 struct JitBackwardWeightsKernel::Impl {
+  std::unique_ptr<LoadedKernel> loaded;
   BackwardWeightsPipeline bp;
   Pipeline pipeline;
   Target target;
@@ -159,12 +230,19 @@ struct JitBackwardWeightsKernel::Impl {
 };
 
 JitBackwardWeightsKernel::JitBackwardWeightsKernel(const ConvDescriptor& d, const ConvSchedule& s,
-                                                   const TargetInfo& t, const ForwardBuildOptions& options)
+                                                   const TargetInfo& t, const ForwardBuildOptions& options,
+                                                   KernelSource source)
     : d_(d), impl_(std::make_unique<Impl>()) {
+  impl_->target = halide_target(t.target);
+  impl_->loaded = open_cached(d, "bwd_weights", s, t, options, source, impl_->target, [&](Pipeline* p, std::vector<Argument>* a) {
+    const BackwardWeightsPipeline bp = build_backward_weights(d, s, t, nullptr, options);
+    *p = Pipeline(bp.outputs());
+    *a = bp.arguments();
+  });
+  if (impl_->loaded) return;
   impl_->bp = build_backward_weights(d, s, t, nullptr, options);
   impl_->pipeline = Pipeline(impl_->bp.outputs());
   install_handlers(impl_->pipeline);
-  impl_->target = halide_target(t.target);
   impl_->pipeline.compile_jit(impl_->target);
 }
 
@@ -177,6 +255,16 @@ void JitBackwardWeightsKernel::run(const float* x, const float* dy, const float*
   using B = Halide::Buffer<float>;
   B in(const_cast<float*>(x), {int(d.icg()), int(d.g), int(d.iw), int(d.ih), int(d.mb)});
   B dw_out(dw, {int(d.kw), int(d.kh), int(d.icg()), int(d.ocg()), int(d.g)});
+  if (impl_->loaded) {
+    B dy_view = nhwk_view(d, dy), y_view = d.relu ? nhwk_view(d, y) : unused_mask();
+    std::vector<halide_buffer_t*> buffers = {in.raw_buffer(), dy_view.raw_buffer(), y_view.raw_buffer(),
+                                             dw_out.raw_buffer()};
+    B db_out = d.bias ? B(db, {int(d.oc)}) : B();
+    if (d.bias) buffers.push_back(db_out.raw_buffer());
+    impl_->last_peak = measure_workspace(
+        [&] { check_status(impl_->loaded->call(buffers), "JitBackwardWeightsKernel"); });
+    return;
+  }
   ParamMap params;
   params.set(impl_->bp.x, in);
   params.set(impl_->bp.dy, nhwk_view(d, dy));

@@ -14,10 +14,16 @@
 
 namespace convgen {
 
+// Where a kernel's code comes from. Cache: the kernel cache (generator/kernel_cache),
+// loaded or built and stored there, JIT-compiled in-process when the cache is off or
+// cannot make shared objects. InProcess: always JIT-compiled here, a private copy --
+// the tuner's second default, whose code must sit at other addresses than the first's.
+enum class KernelSource { Cache, InProcess };
+
 class JitForwardKernel {
  public:
   JitForwardKernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
-                   const ForwardBuildOptions& options = {});
+                   const ForwardBuildOptions& options = {}, KernelSource source = KernelSource::Cache);
   ~JitForwardKernel();
   JitForwardKernel(const JitForwardKernel&) = delete;
   JitForwardKernel& operator=(const JitForwardKernel&) = delete;
@@ -43,7 +49,7 @@ class JitForwardKernel {
 class JitBackwardDataKernel {
  public:
   JitBackwardDataKernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
-                        const ForwardBuildOptions& options = {});
+                        const ForwardBuildOptions& options = {}, KernelSource source = KernelSource::Cache);
   ~JitBackwardDataKernel();
   JitBackwardDataKernel(const JitBackwardDataKernel&) = delete;
   JitBackwardDataKernel& operator=(const JitBackwardDataKernel&) = delete;
@@ -64,7 +70,7 @@ class JitBackwardDataKernel {
 class JitBackwardWeightsKernel {
  public:
   JitBackwardWeightsKernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
-                           const ForwardBuildOptions& options = {});
+                           const ForwardBuildOptions& options = {}, KernelSource source = KernelSource::Cache);
   ~JitBackwardWeightsKernel();
   JitBackwardWeightsKernel(const JitBackwardWeightsKernel&) = delete;
   JitBackwardWeightsKernel& operator=(const JitBackwardWeightsKernel&) = delete;

@@ -151,16 +151,17 @@ KernelEvaluator::~KernelEvaluator() = default;
 
 double KernelEvaluator::flops() const { return d_.flops(); }
 
-std::shared_ptr<KernelEvaluator::Kernel> KernelEvaluator::build(const ConvSchedule& candidate) const {
+std::shared_ptr<KernelEvaluator::Kernel> KernelEvaluator::build(const ConvSchedule& candidate,
+                                                                KernelSource source) const {
   ForwardBuildOptions o;
   o.inject_padding_bug = !options_.plant_wrong.empty() && describe(candidate) == options_.plant_wrong;
   const ConvSchedule s = options_.intra_kernel == Parallel::None
                              ? candidate
                              : parallel_variant(d_, pass_, candidate, options_.intra_kernel);
   auto k = std::make_shared<Kernel>();
-  if (pass_ == "fwd") k->fwd = std::make_unique<JitForwardKernel>(d_, s, t_, o);
-  else if (pass_ == "bwd_data") k->bwd_data = std::make_unique<JitBackwardDataKernel>(d_, s, t_, o);
-  else k->bwd_weights = std::make_unique<JitBackwardWeightsKernel>(d_, s, t_, o);
+  if (pass_ == "fwd") k->fwd = std::make_unique<JitForwardKernel>(d_, s, t_, o, source);
+  else if (pass_ == "bwd_data") k->bwd_data = std::make_unique<JitBackwardDataKernel>(d_, s, t_, o, source);
+  else k->bwd_weights = std::make_unique<JitBackwardWeightsKernel>(d_, s, t_, o, source);
   return k;
 }
 
@@ -258,11 +259,12 @@ std::vector<TimingStats> KernelEvaluator::retime_interleaved(const std::vector<C
   std::vector<std::string> seen;
   for (const ConvSchedule& s : schedules) {
     std::string error;
-    // A schedule listed again is built again: the same code at another address, whose
-    // difference in time is the noise of code placement.
+    // A schedule listed again is built again, in-process (the kernel cache would hand
+    // back the first copy): the same code at another address, whose difference in time
+    // is the noise of code placement.
     const bool again = std::find(seen.begin(), seen.end(), describe(s)) != seen.end();
     seen.push_back(describe(s));
-    auto k = again ? build(s) : kernel_for(s, &error);
+    auto k = again ? build(s, KernelSource::InProcess) : kernel_for(s, &error);
     if (!k) throw Error(ExitCode::Internal, "tune: a finalist no longer builds: " + error);
     kernels.push_back(k);
   }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "generator/conv/jit.h"
 #include "generator/tune/sampled_reference.h"
 #include "schedules/conv_descriptor.h"
 #include "schedules/conv_schedule.h"
@@ -65,7 +66,7 @@ class KernelEvaluator : public CandidateEvaluator {
   std::map<std::string, std::shared_ptr<Kernel>> built_;  // prepared, by describe()
   std::map<std::string, std::string> build_errors_;
 
-  std::shared_ptr<Kernel> build(const ConvSchedule& s) const;
+  std::shared_ptr<Kernel> build(const ConvSchedule& s, KernelSource source = KernelSource::Cache) const;
   std::shared_ptr<Kernel> kernel_for(const ConvSchedule& s, std::string* error);
   double sample_seconds(Kernel& k, int64_t reps);
   int64_t calibrate(Kernel& k);

@@ -10,6 +10,12 @@ namespace convgen {
 // kernels. Idempotent; call before the first kernel runs.
 void install_openmp_parallel_runtime();
 
+// The same, into a Halide runtime loaded at run time (the kernel cache's shared
+// runtime, generator/kernel_cache): `set_custom_parallel_runtime` is that runtime's
+// halide_set_custom_parallel_runtime, found with dlsym. (void*: this header stays free
+// of Halide's runtime types.)
+void install_openmp_parallel_runtime_into(void* set_custom_parallel_runtime);
+
 // Installs every hook of the process into that Halide runtime: the OpenMP parallel
 // runtime and the kernel heap (runtime/parallel/kernel_heap.h). What generated drivers
 // call. Idempotent; call before the first kernel runs.

@@ -1,0 +1,182 @@
+// The kernel cache (generator/kernel_cache): kernels stored as shared objects and loaded
+// back compute exactly what in-process JIT kernels compute, in every pass; entries are
+// named as `compile` names them; a damaged entry or one stored under another key is
+// rebuilt, never run. Real-valued data, so any difference in the code would show.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "generator/conv/jit.h"
+#include "generator/kernel_cache/kernel_cache.h"
+#include "tests/common/temp_dir.h"
+
+using namespace convgen;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& e : v) e = u(rng);
+  return v;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Every output of the three passes of one layer, with the kernels built as the cache is
+// configured now.
+std::vector<std::vector<float>> run_all_passes(const ConvDescriptor& d, const TargetInfo& t) {
+  const auto x = random_floats(d.mb * d.ih * d.iw * d.ic, 1), w = random_floats(d.oc * d.icg() * d.kh * d.kw, 2);
+  const auto bias = random_floats(d.oc, 3), dy = random_floats(d.mb * d.oh() * d.ow() * d.oc, 4);
+  std::vector<float> y(dy.size()), dx(x.size()), dw(w.size()), db(d.oc);
+  JitForwardKernel fwd(d, analytic_schedule(d, t), t);
+  fwd.run(x.data(), w.data(), bias.data(), y.data());
+  JitBackwardDataKernel bwd_data(d, analytic_schedule_for_pass(d, "bwd_data", t), t);
+  bwd_data.run(dy.data(), w.data(), y.data(), dx.data());
+  JitBackwardWeightsKernel bwd_weights(d, analytic_schedule_for_pass(d, "bwd_weights", t), t);
+  bwd_weights.run(x.data(), dy.data(), y.data(), dw.data(), db.data());
+  return {y, dx, dw, db};
+}
+
+// The shared objects in the cache, by file name.
+std::vector<fs::path> shared_objects(const fs::path& cache) {
+  std::vector<fs::path> found;
+  if (!fs::exists(cache / "kernels")) return found;
+  for (const auto& e : fs::recursive_directory_iterator(cache / "kernels"))
+    if (e.path().extension() == ".so") found.push_back(e.path());
+  return found;
+}
+
+struct CacheScope {
+  test::TempDir dir{"convgen-kernel-cache"};
+  CacheScope() { set_kernel_cache_dir(dir.path); }
+  ~CacheScope() { disable_kernel_cache(); }
+};
+
+}  // namespace
+
+TEST_CASE("kernels from the cache compute the JIT kernels' bits in every pass, and load back",
+          "[kernel_cache]") {
+  const TargetInfo t = default_target();
+  const ConvDescriptor d = parse_descriptor("mb3ic16ih9iw7oc24kh3kw3sh1pt1pb1pl1pr1+bias+relu");
+  disable_kernel_cache();
+  const auto jit = run_all_passes(d, t);
+
+  CacheScope cache;
+  const KernelCacheStats before = kernel_cache_stats();
+  const auto built = run_all_passes(d, t);
+  const KernelCacheStats after_build = kernel_cache_stats();
+  CHECK(after_build.built - before.built == 3);
+  CHECK(after_build.jit == before.jit);
+  REQUIRE(shared_objects(cache.dir.path).size() == 3);
+  const auto loaded = run_all_passes(d, t);
+  const KernelCacheStats after_load = kernel_cache_stats();
+  CHECK(after_load.loaded - after_build.loaded == 3);
+  CHECK(after_load.built == after_build.built);
+  for (size_t i = 0; i < jit.size(); ++i) {
+    INFO("output " << i << " (y, dx, dw, db)");
+    CHECK(bitwise_equal(jit[i], built[i]));
+    CHECK(bitwise_equal(jit[i], loaded[i]));
+  }
+
+  // The entry is where `compile` puts the same kernel's static library, under its name.
+  const std::string key = kernel_cache_key(d, "fwd", analytic_schedule(d, t), t.target);
+  const fs::path entry = kernel_cache_entry(cache.dir.path, key);
+  CHECK(fs::exists(entry / (kernel_function_name("fwd", key) + ".so")));
+  std::ifstream key_file(entry / (kernel_function_name("fwd", key) + ".so.key"));
+  std::string first_line;
+  std::getline(key_file, first_line);
+  CHECK(first_line == key);
+}
+
+TEST_CASE("a damaged entry, or one stored under another key, is rebuilt and never run", "[kernel_cache]") {
+  const TargetInfo t = default_target();
+  const ConvDescriptor d = parse_descriptor("mb2ic8ih6iw6oc16kh3kw3pt1pb1pl1pr1+bias");
+  disable_kernel_cache();
+  const auto jit = run_all_passes(d, t);
+  CacheScope cache;
+  run_all_passes(d, t);
+  const auto objects = shared_objects(cache.dir.path);
+  INFO(kernel_cache_summary());
+  REQUIRE(objects.size() == 3);
+
+  SECTION("garbage bytes") {
+    for (const auto& so : objects) std::ofstream(so, std::ios::binary | std::ios::trunc) << "not an ELF file";
+  }
+  SECTION("a key file naming another kernel") {
+    for (const auto& so : objects) std::ofstream(so.string() + ".key", std::ios::trunc) << "another kernel\n";
+  }
+  SECTION("the key file missing") {
+    for (const auto& so : objects) fs::remove(so.string() + ".key");
+  }
+  const KernelCacheStats before = kernel_cache_stats();
+  const auto again = run_all_passes(d, t);
+  const KernelCacheStats after = kernel_cache_stats();
+  CHECK(after.rebuilt - before.rebuilt == 3);
+  CHECK(after.loaded == before.loaded);
+  for (size_t i = 0; i < jit.size(); ++i) CHECK(bitwise_equal(jit[i], again[i]));
+  // Repaired: the next construction loads.
+  run_all_passes(d, t);
+  CHECK(kernel_cache_stats().loaded - after.loaded == 3);
+}
+
+TEST_CASE("keys: the schedule, pass, target and build options name different entries", "[kernel_cache]") {
+  const TargetInfo t = default_target();
+  const ConvDescriptor d = parse_descriptor("mb2ic8ih6iw6oc16kh3kw3pt1pb1pl1pr1");
+  ConvSchedule s = analytic_schedule(d, t);
+  const std::string key = kernel_cache_key(d, "fwd", s, t.target);
+  ConvDescriptor named = d;
+  named.name = "conv1";
+  CHECK(kernel_cache_key(named, "fwd", s, t.target) == key);  // a layer's name is not its code
+  CHECK(kernel_cache_key(d, "bwd_data", s, t.target) != key);
+  CHECK(kernel_cache_key(d, "fwd", s, "x86-64-linux-avx512") != key);
+  s.nc += 1;
+  CHECK(kernel_cache_key(d, "fwd", s, t.target) != key);
+  const fs::path cache = "/cache";
+  CHECK(kernel_cache_entry(cache, key).parent_path() == cache / "kernels");
+  CHECK(kernel_cache_entry(cache, key) != kernel_cache_entry(cache, kernel_cache_key(d, "fwd", s, t.target)));
+  CHECK(kernel_function_name("fwd", key).rfind("convgen_fwd_", 0) == 0);
+}
+
+TEST_CASE("the cache keeps within its size bound by removing the least recently used entries", "[kernel_cache]") {
+  test::TempDir dir("convgen-kernel-cache-trim");
+  const auto now = fs::file_time_type::clock::now();
+  // Five entries of 1000 bytes, used 5, 4, 3, 2 hours ago and just now.
+  for (int i = 0; i < 5; ++i) {
+    const fs::path entry = dir.path / "kernels" / ("entry" + std::to_string(i));
+    fs::create_directories(entry);
+    std::ofstream(entry / "k.so", std::ios::binary) << std::string(1000, 'x');
+    fs::last_write_time(entry / "k.so", i == 4 ? now : now - std::chrono::hours(5 - i));
+  }
+  CHECK(trim_kernel_cache(dir.path, 5000) == 0);  // within the bound: nothing goes
+  CHECK(trim_kernel_cache(dir.path, 3000) == 3000);  // down to 90% of 3000: the three oldest
+  CHECK_FALSE(fs::exists(dir.path / "kernels" / "entry0"));
+  CHECK_FALSE(fs::exists(dir.path / "kernels" / "entry2"));
+  CHECK(fs::exists(dir.path / "kernels" / "entry3"));
+  // An entry used within the hour stays even when the bound says otherwise.
+  CHECK(trim_kernel_cache(dir.path, 100) == 1000);
+  CHECK(fs::exists(dir.path / "kernels" / "entry4"));
+}
+
+TEST_CASE("CONVGEN_CACHE_MAX_SIZE takes sizes with K, M, G and names itself in its error", "[kernel_cache]") {
+  ::setenv("CONVGEN_CACHE_MAX_SIZE", "500M", 1);
+  CHECK(kernel_cache_max_bytes() == int64_t(500) << 20);
+  ::setenv("CONVGEN_CACHE_MAX_SIZE", "4G", 1);
+  CHECK(kernel_cache_max_bytes() == int64_t(4) << 30);
+  ::setenv("CONVGEN_CACHE_MAX_SIZE", "12345", 1);
+  CHECK(kernel_cache_max_bytes() == 12345);
+  ::setenv("CONVGEN_CACHE_MAX_SIZE", "lots", 1);
+  CHECK_THROWS_WITH(kernel_cache_max_bytes(), Catch::Contains("CONVGEN_CACHE_MAX_SIZE=lots"));
+  ::setenv("CONVGEN_CACHE_MAX_SIZE", "3T", 1);
+  CHECK_THROWS_WITH(kernel_cache_max_bytes(), Catch::Contains("CONVGEN_CACHE_MAX_SIZE=3T"));
+  ::unsetenv("CONVGEN_CACHE_MAX_SIZE");
+  CHECK(kernel_cache_max_bytes() == int64_t(2) << 30);
+}
