@@ -28,7 +28,7 @@ const char* kRunUsage = R"(usage: convgen run MODEL.onnx --input FILE.pb [--inpu
 
 Runs a model in-process on ONNX TensorProto files (the format of ONNX's backend test
 data) and writes its outputs as DIR/output_0.pb, output_1.pb, ... Convolutions run
-convgen's generated kernels (JIT-compiled, same code and schedules as `convgen
+convgen's generated kernels (from the kernel cache, else JIT-compiled; the code and schedules of `convgen
 compile`); other layers the runtime's operators. Inputs are matched to the model's
 inputs by the name stored in each file, else by position; int64 inputs (shapes, pads)
 are bound as constants. The batch is the first input's leading dimension.
