@@ -6,30 +6,19 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
-#include <random>
 
 #include "generator/conv/jit.h"
 #include "generator/kernel_cache/kernel_cache.h"
+#include "tests/common/real_valued.h"
 #include "tests/common/temp_dir.h"
 
 using namespace convgen;
+using test::bitwise_equal;
+using test::random_floats;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& e : v) e = u(rng);
-  return v;
-}
-
-bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // Every output of the three passes of one layer, with the kernels built as the cache is
 // configured now.
