@@ -19,6 +19,7 @@ int run_model(const Args& args);
 int check_model(const Args& args);
 int train_model(const Args& args);
 int tune(const Args& args);
+int cache(const Args& args);
 
 // Shared option helpers: "--key value" or "--key=value".
 struct OptionReader {

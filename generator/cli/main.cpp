@@ -142,6 +142,7 @@ Commands:
   check DIR                         run an ONNX test case (model.onnx + test_data_set_*)
   train MODEL.onnx --data SOURCE    train a model, batch-parallel (fashion-mnist, idx:, cifar10:, synthetic)
   tune INPUT... --records FILE      measure schedules on this CPU (models, layer sets, descriptors)
+  cache [info|trim|clear]           the kernel cache every process shares: its size, keeping it small
   emit-runtime -o DIR               write the Halide runtime object kernels built with
                                     --no-runtime link against (convgen::runtime has it)
 
@@ -169,6 +170,7 @@ int run(const Args& args) {
   if (args[0] == "check") return check_model(rest);
   if (args[0] == "train") return train_model(rest);
   if (args[0] == "tune") return tune(rest);
+  if (args[0] == "cache") return cache(rest);
   throw Error(ExitCode::Usage, fmt::format("unknown command '{}' (see convgen --help)", args[0]));
 }
 

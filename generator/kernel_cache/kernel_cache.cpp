@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -140,6 +141,50 @@ int64_t trim_kernel_cache(const fs::path& cache, int64_t max_bytes) {
   Settings& s = settings();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.stats.trimmed_bytes += removed;
+  return removed;
+}
+
+namespace {
+
+// Bytes and count of regular files under `dir` whose name ends in `suffix` ("" for all).
+std::pair<int64_t, int64_t> files_under(const fs::path& dir, const std::string& suffix) {
+  int64_t bytes = 0, count = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code stat_ec;
+    if (!it->is_regular_file(stat_ec)) continue;
+    const std::string name = it->path().filename().string();
+    if (!suffix.empty() && (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0))
+      continue;
+    const auto size = it->file_size(stat_ec);
+    if (!stat_ec) bytes += static_cast<int64_t>(size);
+    ++count;
+  }
+  return {bytes, count};
+}
+
+}  // namespace
+
+KernelCacheUsage kernel_cache_usage(const fs::path& cache) {
+  KernelCacheUsage u;
+  std::error_code ec;
+  for (fs::directory_iterator it(cache / "kernels", ec), end; !ec && it != end; it.increment(ec)) ++u.entries;
+  u.shared_objects = files_under(cache / "kernels", ".so").second;
+  u.static_libraries = files_under(cache / "kernels", ".a").second;
+  u.runtimes = files_under(cache / "runtime", ".so").second;
+  for (const char* sub : {"kernels", "runtime", "tmp"}) u.bytes += files_under(cache / sub, "").first;
+  return u;
+}
+
+int64_t clear_kernel_cache(const fs::path& cache) {
+  int64_t removed = 0;
+  for (const char* sub : {"kernels", "runtime", "tmp"}) {
+    const int64_t bytes = files_under(cache / sub, "").first;
+    std::error_code ec;
+    fs::remove_all(cache / sub, ec);
+    if (ec) throw Error(ExitCode::Io, fmt::format("{}: cannot remove: {}", (cache / sub).string(), ec.message()));
+    removed += bytes;
+  }
   return removed;
 }
 

@@ -50,6 +50,18 @@ int64_t kernel_cache_max_bytes();
 // still read it. Returns the bytes removed.
 int64_t trim_kernel_cache(const std::filesystem::path& cache, int64_t max_bytes);
 
+// What the cache holds: entries (kernels), their shared objects and static libraries,
+// the shared runtimes, and the bytes of all files.
+struct KernelCacheUsage {
+  int64_t entries = 0, shared_objects = 0, static_libraries = 0, runtimes = 0, bytes = 0;
+};
+KernelCacheUsage kernel_cache_usage(const std::filesystem::path& cache);
+
+// Removes every entry, runtime and scratch directory (the cache's own subdirectories,
+// nothing else under `cache`). A process running meanwhile keeps the kernels it loaded
+// and builds the others again. Returns the bytes removed.
+int64_t clear_kernel_cache(const std::filesystem::path& cache);
+
 // What this process did with the cache so far, for --verbose.
 struct KernelCacheStats {
   int64_t loaded = 0;     // shared objects found in the cache and loaded

@@ -61,6 +61,21 @@ for entry in "$cache"/kernels/*/; do
 done
 [[ $shared -gt 0 ]] || fail "no cache entry holds both compile's library and the trainer's shared object"
 
+# convgen cache: what it holds, trim (entries used within the hour stay), clear.
+"$convgen" cache --cache-dir "$cache" >"$work/info" || fail "cache info"
+grep -q "entries ([1-9][0-9]* shared objects, [1-9][0-9]* static libraries), 1 runtimes" "$work/info" ||
+  fail "cache info: $(cat "$work/info")"
+CONVGEN_CACHE_MAX_SIZE=1 "$convgen" cache trim --cache-dir "$cache" | grep -q "removed 0.0 MB" ||
+  fail "trim removed entries used within the hour"
+"$convgen" cache clear --cache-dir "$cache" >/dev/null || fail "cache clear"
+"$convgen" cache info --cache-dir "$cache" | grep -q ": 0 entries (0 shared objects, 0 static libraries), 0 runtimes" ||
+  fail "clear left entries: $("$convgen" cache info --cache-dir "$cache")"
+train "$work/g.onnx" --cache-dir "$cache" >/dev/null 2>&1 || fail "a run after clear failed"
+cmp -s "$work/a.onnx" "$work/g.onnx" || fail "a run after clear trained different weights"
+expect_error 2 "unknown action 'bogus'" cache bogus
+CONVGEN_CACHE_MAX_SIZE=lots expect_error 2 "CONVGEN_CACHE_MAX_SIZE=lots" cache info --cache-dir "$cache"
+"$convgen" --help | grep -q "^  cache " || fail "convgen --help does not list cache"
+
 "$convgen" train --help | grep -q -- "--cache-dir DIR" || fail "train --help lacks --cache-dir"
 for cmd in run check tune; do
   "$convgen" "$cmd" --help | grep -q -- "--no-cache" || fail "$cmd --help lacks --no-cache"
