@@ -151,6 +151,9 @@ std::vector<fs::path> generate_kernels(const std::vector<model::PlannedKernel>& 
     if (!o.no_cache) {
       where[i] = cache_entry(cache, k);
       if (fs::exists(where[i] / (k.name + ".a"))) {
+        // Marks the entry used: a trim elsewhere keeps it while this compile reads it.
+        std::error_code ec;
+        fs::last_write_time(where[i] / (k.name + ".a"), fs::file_time_type::clock::now(), ec);
         why->push_back(fmt::format("kernel {}: from the cache ({})", k.name, where[i].string()));
         continue;
       }
@@ -192,10 +195,13 @@ std::vector<fs::path> generate_kernels(const std::vector<model::PlannedKernel>& 
     // same kernel writes the same bytes; the entry may also hold the kernel's shared
     // object already (generator/kernel_cache).
     const fs::path entry = where[job_kernel[j]];
-    make_dirs(entry);
     for (const char* suffix : {".h", ".manifest.json", ".a"}) {
       std::error_code ec;
-      fs::rename(job_dir[j] / (k.name + suffix), entry / (k.name + suffix), ec);
+      for (int attempt = 0; attempt < 3; ++attempt) {  // a trim may remove a new, empty entry
+        make_dirs(entry);
+        fs::rename(job_dir[j] / (k.name + suffix), entry / (k.name + suffix), ec);
+        if (ec != std::errc::no_such_file_or_directory) break;
+      }
       if (ec)
         throw Error(ExitCode::Io, fmt::format("{}: cannot store the kernel in the cache: {}", entry.string(), ec.message()));
     }

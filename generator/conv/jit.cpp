@@ -68,14 +68,13 @@ std::optional<std::string> cache_key(const ConvDescriptor& d, const std::string&
 }
 
 // The kernel from the kernel cache (loaded, or compiled and stored first); nullptr when
-// it must be JIT-compiled here (cache off, no linker, planted bug, KernelSource::InProcess).
+// it must be JIT-compiled here (cache off, no linker, planted bug).
 std::unique_ptr<LoadedKernel> open_cached(const ConvDescriptor& d, const std::string& pass, const ConvSchedule& s,
                                           const TargetInfo& t, const ForwardBuildOptions& options, KernelSource source,
                                           const Target& target, const LoadedKernel::Build& build) {
-  if (source == KernelSource::InProcess) return nullptr;
   const std::optional<std::string> key = cache_key(d, pass, s, t, options);
   if (!key) return nullptr;
-  return LoadedKernel::open(*key, pass, target, build, loaded_kernel_heap());
+  return LoadedKernel::open(*key, pass, target, build, loaded_kernel_heap(), source == KernelSource::PrivateCopy);
 }
 
 void check_status(int status, const char* kernel) {

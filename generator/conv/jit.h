@@ -16,9 +16,10 @@ namespace convgen {
 
 // Where a kernel's code comes from. Cache: the kernel cache (generator/kernel_cache),
 // loaded or built and stored there, JIT-compiled in-process when the cache is off or
-// cannot make shared objects. InProcess: always JIT-compiled here, a private copy --
-// the tuner's second default, whose code must sit at other addresses than the first's.
-enum class KernelSource { Cache, InProcess };
+// cannot make shared objects. PrivateCopy: the same, but loaded as a copy of its own, so
+// its code sits at other addresses than every other load of it in this process -- the
+// tuner's second default, whose gap to the first measures code-placement noise.
+enum class KernelSource { Cache, PrivateCopy };
 
 class JitForwardKernel {
  public:

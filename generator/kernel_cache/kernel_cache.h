@@ -32,12 +32,18 @@ std::optional<std::filesystem::path> kernel_cache_dir();
 void set_kernel_cache_dir(const std::filesystem::path& dir);
 void disable_kernel_cache();
 
+// The layout of an entry's files and the loader's calling convention; part of every
+// entry's name and key file, raised when either changes (the generator hash covers only
+// the code that shapes kernels).
+constexpr const char* kKernelCacheFormat = "kernel cache format 1";
+
 // "descriptor|pass|schedule|target|generator hash": what decides a kernel's code.
 std::string kernel_cache_key(const ConvDescriptor& d, const std::string& pass, const ConvSchedule& s,
                              const std::string& target);
 // The kernel's C function name: "convgen_<pass>_" + 16 hex digits of the key's SHA-256.
 std::string kernel_function_name(const std::string& pass, const std::string& key);
-// The key's entry directory: cache/kernels/<32 hex digits of SHA-256(key | Halide version)>.
+// The key's entry directory: cache/kernels/<32 hex digits of SHA-256(key | Halide version
+// | kKernelCacheFormat)>.
 std::filesystem::path kernel_cache_entry(const std::filesystem::path& cache, const std::string& key);
 
 // The cache's size bound: $CONVGEN_CACHE_MAX_SIZE ("500M", "4G", bytes without a
@@ -45,9 +51,10 @@ std::filesystem::path kernel_cache_entry(const std::filesystem::path& cache, con
 int64_t kernel_cache_max_bytes();
 
 // Removes the least recently used entries (by their files' modification times; loading
-// a kernel touches its entry) until the entries take at most 90% of `max_bytes`; an
-// entry used in the last hour is never removed, so a process that just found it can
-// still read it. Returns the bytes removed.
+// a kernel or a compile finding it touches its entry) until the entries take at most 90%
+// of `max_bytes`; an entry used in the last hour is never removed, so a process that just
+// found it can still read it. Also removes scratch directories a killed build left in
+// tmp/ more than a day ago. Returns the bytes removed.
 int64_t trim_kernel_cache(const std::filesystem::path& cache, int64_t max_bytes);
 
 // What the cache holds: entries (kernels), their shared objects and static libraries,
@@ -57,9 +64,10 @@ struct KernelCacheUsage {
 };
 KernelCacheUsage kernel_cache_usage(const std::filesystem::path& cache);
 
-// Removes every entry, runtime and scratch directory (the cache's own subdirectories,
-// nothing else under `cache`). A process running meanwhile keeps the kernels it loaded
-// and builds the others again. Returns the bytes removed.
+// Removes every entry and runtime, and scratch directories older than an hour (the
+// cache's own subdirectories, nothing else under `cache`). A process running meanwhile
+// keeps the kernels it loaded; one that misses an entry builds it again, or JIT-compiles
+// it if its build was under way. Returns the bytes removed.
 int64_t clear_kernel_cache(const std::filesystem::path& cache);
 
 // What this process did with the cache so far, for --verbose.

@@ -1,9 +1,11 @@
 #include "generator/kernel_cache/loaded_kernel.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -25,13 +27,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A private scratch directory under the cache for one build; removed afterwards.
+// A private scratch directory under the cache's tmp/ for one build or copy (mkdtemp: no
+// two processes share one, whatever their pid namespaces); removed afterwards.
 class Scratch {
  public:
   explicit Scratch(const fs::path& cache) {
-    static std::atomic<uint64_t> counter{0};
-    dir_ = cache / "tmp" / fmt::format("{}-{}", ::getpid(), counter++);
-    fs::create_directories(dir_);
+    fs::create_directories(cache / "tmp");
+    std::string pattern = (cache / "tmp" / fmt::format("{}-XXXXXX", ::getpid())).string();
+    if (!::mkdtemp(pattern.data())) throw std::runtime_error("cannot create a scratch directory in " + pattern);
+    dir_ = pattern;
   }
   ~Scratch() {
     std::error_code ec;
@@ -56,22 +60,21 @@ void write_text(const fs::path& p, const std::string& text) {
   if (!out.flush()) throw std::runtime_error("cannot write " + p.string());
 }
 
-// Moves `from` to `to` in one rename (same file system: both live under the cache).
+// Moves `from` to `to` in one rename (both live under the cache). The entry directory is
+// made again if a trim or clear removed it meanwhile.
 void publish(const fs::path& from, const fs::path& to) {
-  fs::create_directories(to.parent_path());
-  fs::rename(from, to);
+  std::error_code ec;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    fs::create_directories(to.parent_path());
+    fs::rename(from, to, ec);
+    if (!ec || ec != std::errc::no_such_file_or_directory) break;
+  }
+  if (ec) throw fs::filesystem_error("cannot store", from, to, ec);
 }
 
 std::string dl_error() {
   const char* e = ::dlerror();
   return e ? e : "unknown error";
-}
-
-// Where a loaded kernel's halide_* references bind: the process's global scope first
-// (a program that links a Halide runtime itself), else the cache's shared runtime.
-void* runtime_symbol(void* runtime, const char* name) {
-  if (void* p = ::dlsym(RTLD_DEFAULT, name)) return p;
-  return ::dlsym(runtime, name);
 }
 
 struct SharedRuntime {
@@ -80,11 +83,12 @@ struct SharedRuntime {
 };
 
 // Shared runtimes loaded by this process, by cache directory and target; and, by cache
-// directory, why shared objects cannot be made there (decided by the first failure).
+// directory, why shared objects are not used there (decided once).
 struct Loader {
   std::mutex mutex;
   std::map<std::string, SharedRuntime> runtimes;
   std::map<std::string, std::string> unavailable;
+  std::map<std::string, bool> checked;
 };
 
 Loader& loader() {
@@ -92,12 +96,28 @@ Loader& loader() {
   return l;
 }
 
+// Why this process must not load kernels from `cache`, or nullopt. A program that links
+// a Halide runtime of its own exports it to the global scope, where loaded kernels would
+// bind first, and its hooks are its own business. A cache directory another user owns
+// could hold code planted for us.
+std::optional<std::string> refusal(const fs::path& cache) {
+  if (::dlsym(RTLD_DEFAULT, "halide_malloc"))
+    return std::string("this program links a Halide runtime of its own, so kernels are JIT-compiled");
+  std::error_code ec;
+  fs::create_directories(cache, ec);
+  if (ec) return fmt::format("cannot create {}: {}", cache.string(), ec.message());
+  struct stat st {};
+  if (::stat(cache.c_str(), &st) != 0) return fmt::format("cannot read {}", cache.string());
+  if (st.st_uid != ::geteuid()) return fmt::format("{} belongs to another user, so nothing is loaded from it", cache.string());
+  return std::nullopt;
+}
+
 void install_hooks(void* runtime, const KernelHeapHooks& heap) {
   using SetMalloc = decltype(&::halide_set_custom_malloc);
   using SetFree = decltype(&::halide_set_custom_free);
-  auto set_malloc = reinterpret_cast<SetMalloc>(runtime_symbol(runtime, "halide_set_custom_malloc"));
-  auto set_free = reinterpret_cast<SetFree>(runtime_symbol(runtime, "halide_set_custom_free"));
-  void* set_parallel = runtime_symbol(runtime, "halide_set_custom_parallel_runtime");
+  auto set_malloc = reinterpret_cast<SetMalloc>(::dlsym(runtime, "halide_set_custom_malloc"));
+  auto set_free = reinterpret_cast<SetFree>(::dlsym(runtime, "halide_set_custom_free"));
+  void* set_parallel = ::dlsym(runtime, "halide_set_custom_parallel_runtime");
   if (!set_malloc || !set_free || !set_parallel)
     throw std::runtime_error("the kernel cache's Halide runtime lacks its hook setters");
   if (heap.allocate) set_malloc(heap.allocate);
@@ -108,7 +128,7 @@ void install_hooks(void* runtime, const KernelHeapHooks& heap) {
 // The shared runtime for `target`, loaded (built into the cache first if missing), or
 // nullopt with `why` when no shared object can be made. Caller holds the loader's lock.
 std::optional<SharedRuntime> shared_runtime(Loader& l, const fs::path& cache, const Halide::Target& target,
-                                            const KernelHeapHooks& heap, std::string* why) {
+                                            const KernelHeapHooks& heap, std::string* why, bool* linker_missing) {
   const Halide::Target rt_target = target.without_feature(Halide::Target::NoRuntime);
   const std::string target_string = rt_target.to_string();
   const std::string loaded_key = cache.string() + "|" + target_string;
@@ -118,8 +138,7 @@ std::optional<SharedRuntime> shared_runtime(Loader& l, const fs::path& cache, co
   }
   const std::string id = sha256_hex(target_string + "|Halide " + CONVGEN_HALIDE_VERSION).substr(0, 16);
   const std::string soname = "libconvgen_halide_runtime_" + id + ".so";
-  const fs::path dir = cache / "runtime" / id;
-  const fs::path path = dir / soname;
+  const fs::path path = cache / "runtime" / id / soname;
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (!fs::exists(path)) {
       Scratch scratch(cache);
@@ -129,6 +148,7 @@ std::optional<SharedRuntime> shared_runtime(Loader& l, const fs::path& cache, co
                                                  (scratch / "link.log").string());
       if (!link.ok) {
         *why = link.message;
+        *linker_missing = link.linker_missing;
         return std::nullopt;
       }
       publish(scratch / soname, path);
@@ -150,64 +170,93 @@ std::optional<SharedRuntime> shared_runtime(Loader& l, const fs::path& cache, co
   return std::nullopt;
 }
 
+// The runtime to link and load kernels of `cache` with, or nullopt when this process does
+// not use shared objects there (kernel_cache_stats().fallback says why).
+std::optional<SharedRuntime> acquire_runtime(const fs::path& cache, const Halide::Target& target,
+                                             const KernelHeapHooks& heap) {
+  Loader& l = loader();
+  std::lock_guard<std::mutex> lock(l.mutex);
+  const std::string dir = cache.string();
+  if (l.unavailable.count(dir)) return std::nullopt;
+  std::string why;
+  bool linker_missing = false;
+  std::optional<SharedRuntime> rt;
+  if (!l.checked[dir]) {
+    l.checked[dir] = true;
+    if (auto refused = refusal(cache)) why = *refused;
+  }
+  if (why.empty()) {
+    try {
+      rt = shared_runtime(l, cache, target, heap, &why, &linker_missing);
+    } catch (const std::exception& e) {
+      why = fmt::format("kernel cache {}: {}", dir, e.what());
+    }
+  }
+  if (!rt) {
+    l.unavailable[dir] = why;
+    record_kernel_cache_event(KernelCacheEvent::Jit, why);
+  }
+  return rt;
+}
+
+std::unique_ptr<LoadedKernel> load(const fs::path& so, const std::string& name) {
+  void* library = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!library) return nullptr;
+  void* entry_point = ::dlsym(library, (name + "_argv").c_str());
+  if (!entry_point) {
+    ::dlclose(library);
+    return nullptr;
+  }
+  return std::unique_ptr<LoadedKernel>(new LoadedKernel(library, reinterpret_cast<int (*)(void**)>(entry_point),
+                                                        so.string()));
+}
+
+// The entry's shared object loaded once more at its own addresses: a copy under another
+// path is another object to the dynamic loader (the copy's file is removed at once; its
+// mapping stays).
+std::unique_ptr<LoadedKernel> load_private_copy(const fs::path& cache, const fs::path& so, const std::string& name) {
+  Scratch scratch(cache);
+  const fs::path copy = scratch / (name + ".so");
+  fs::copy_file(so, copy);
+  return load(copy, name);
+}
+
 }  // namespace
+
+LoadedKernel::LoadedKernel(void* library, int (*entry)(void**), std::string path)
+    : library_(library), entry_(entry), path_(std::move(path)) {}
 
 std::unique_ptr<LoadedKernel> LoadedKernel::open(const std::string& key, const std::string& pass,
                                                  const Halide::Target& target, const Build& build,
-                                                 const KernelHeapHooks& heap) {
+                                                 const KernelHeapHooks& heap, bool private_copy) {
   const std::optional<fs::path> cache = kernel_cache_dir();
   if (!cache) {
     record_kernel_cache_event(KernelCacheEvent::Jit);
     return nullptr;
   }
-  SharedRuntime runtime;
-  {
-    Loader& l = loader();
-    std::lock_guard<std::mutex> lock(l.mutex);
-    if (l.unavailable.count(cache->string())) {
-      record_kernel_cache_event(KernelCacheEvent::Jit);
-      return nullptr;
-    }
-    std::string why;
-    std::optional<SharedRuntime> rt;
-    try {
-      rt = shared_runtime(l, *cache, target, heap, &why);
-    } catch (const std::exception& e) {
-      why = fmt::format("kernel cache {}: {}", cache->string(), e.what());
-    }
-    if (!rt) {
-      l.unavailable[cache->string()] = why;
-      record_kernel_cache_event(KernelCacheEvent::Jit, why);
-      return nullptr;
-    }
-    runtime = *rt;
+  std::optional<SharedRuntime> runtime = acquire_runtime(*cache, target, heap);
+  if (!runtime) {
+    record_kernel_cache_event(KernelCacheEvent::Jit);
+    return nullptr;
   }
 
   const std::string name = kernel_function_name(pass, key);
   const fs::path entry = kernel_cache_entry(*cache, key);
   const fs::path so = entry / (name + ".so");
   const fs::path key_file = entry / (name + ".so.key");
-  const std::string key_text = fmt::format("{}\nHalide {}\n", key, CONVGEN_HALIDE_VERSION);
-
-  auto try_load = [&]() -> std::unique_ptr<LoadedKernel> {
+  const std::string key_text = fmt::format("{}\nHalide {}\n{}\n", key, CONVGEN_HALIDE_VERSION, kKernelCacheFormat);
+  auto open_entry = [&]() -> std::unique_ptr<LoadedKernel> {
     if (read_text(key_file) != key_text) return nullptr;
-    void* library = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!library) return nullptr;
-    void* entry_point = ::dlsym(library, (name + "_argv").c_str());
-    if (!entry_point) {
-      ::dlclose(library);
-      return nullptr;
+    try {
+      return private_copy ? load_private_copy(*cache, so, name) : load(so, name);
+    } catch (const std::exception&) {
+      return nullptr;  // gone meanwhile (a trim or clear): built again below
     }
-    std::unique_ptr<LoadedKernel> k(new LoadedKernel());
-    k->library_ = library;
-    k->entry_ = reinterpret_cast<int (*)(void**)>(entry_point);
-    k->path_ = so.string();
-    return k;
   };
 
   const bool present = fs::exists(so);
   if (present) {
-    if (auto k = try_load()) {
+    if (auto k = open_entry()) {
       // Marks the entry used (trim_kernel_cache removes the least recently used).
       std::error_code ec;
       fs::last_write_time(key_file, fs::file_time_type::clock::now(), ec);
@@ -219,39 +268,59 @@ std::unique_ptr<LoadedKernel> LoadedKernel::open(const std::string& key, const s
   Halide::Pipeline pipeline;
   std::vector<Halide::Argument> arguments;
   build(&pipeline, &arguments);
+  // Anything that goes wrong from here on -- a full disk, a clear or trim under us, a
+  // failing link -- costs this kernel its shared object, not the process its cache: the
+  // caller JIT-compiles it. (A schedule Halide refuses is refused there again.) Only a
+  // linker that cannot run at all turns shared objects off for the process.
   std::string failure;
-  try {
-    Scratch scratch(*cache);
-    const fs::path object = scratch / (name + ".o");
-    pipeline.compile_to_object(object.string(), arguments, name, target.with_feature(Halide::Target::NoRuntime));
-    const LinkResult link = link_shared_object((scratch / (name + ".so")).string(), name + ".so",
-                                               {object.string(), runtime.path.string()}, runtime.rpath,
-                                               (scratch / "link.log").string());
-    if (link.ok) {
-      write_text(scratch / "key", key_text);
-      // The key first: a reader that finds the shared object finds its key too.
-      publish(scratch / "key", key_file);
-      publish(scratch / (name + ".so"), so);
-    } else {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    failure.clear();
+    bool linker_missing = false;
+    try {
+      Scratch scratch(*cache);
+      const fs::path object = scratch / (name + ".o");
+      pipeline.compile_to_object(object.string(), arguments, name, target.with_feature(Halide::Target::NoRuntime));
+      if (!fs::exists(runtime->path)) runtime = acquire_runtime(*cache, target, heap);
+      if (!runtime) return nullptr;
+      const LinkResult link = link_shared_object((scratch / (name + ".so")).string(), name + ".so",
+                                                 {object.string(), runtime->path.string()}, runtime->rpath,
+                                                 (scratch / "link.log").string());
+      if (link.ok) {
+        write_text(scratch / "key", key_text);
+        // The key first: a reader that finds the shared object finds its key too.
+        publish(scratch / "key", key_file);
+        publish(scratch / (name + ".so"), so);
+        break;
+      }
       failure = link.message;
+      linker_missing = link.linker_missing;
+    } catch (const std::exception& e) {
+      failure = fmt::format("kernel cache {}: {}", cache->string(), e.what());
     }
-  } catch (const std::filesystem::filesystem_error& e) {
-    failure = fmt::format("kernel cache {}: {}", cache->string(), e.what());
+    if (linker_missing) {
+      Loader& l = loader();
+      std::lock_guard<std::mutex> lock(l.mutex);
+      l.unavailable.emplace(cache->string(), failure);
+      break;
+    }
   }
-  std::unique_ptr<LoadedKernel> k = failure.empty() ? try_load() : nullptr;
+  std::unique_ptr<LoadedKernel> k = failure.empty() ? open_entry() : nullptr;
   if (!k) {
     if (failure.empty()) failure = fmt::format("cannot load {}: {}", so.string(), dl_error());
-    Loader& l = loader();
-    std::lock_guard<std::mutex> lock(l.mutex);
-    l.unavailable.emplace(cache->string(), failure);
     record_kernel_cache_event(KernelCacheEvent::Jit, failure);
     return nullptr;
   }
   record_kernel_cache_event(present ? KernelCacheEvent::Rebuilt : KernelCacheEvent::Built);
   // Keeps the cache within its bound: checked on this process's first store and every
-  // 64th after (a tuning run stores thousands of candidates).
+  // 64th after (a tuning run stores thousands of candidates). A bad bound is reported by
+  // `convgen cache`, never by a kernel.
   static std::atomic<int64_t> stores{0};
-  if (stores++ % 64 == 0) trim_kernel_cache(*cache, kernel_cache_max_bytes());
+  if (stores++ % 64 == 0) {
+    try {
+      trim_kernel_cache(*cache, kernel_cache_max_bytes());
+    } catch (const std::exception&) {
+    }
+  }
   return k;
 }
 

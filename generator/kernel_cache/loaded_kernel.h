@@ -34,10 +34,12 @@ class LoadedKernel {
   // is loaded, or built with `build` (for `target`), linked, stored and loaded first.
   // An entry that does not load or was stored under another key is rebuilt. nullptr
   // when the cache is off or this machine cannot make shared objects (no linker);
-  // kernel_cache_stats() says why, and the caller JIT-compiles instead.
+  // kernel_cache_stats() says why, and the caller JIT-compiles instead. `private_copy`:
+  // load a copy of the entry's shared object, whose code sits at other addresses than
+  // every other load of it in this process (the tuner's second default).
   static std::unique_ptr<LoadedKernel> open(const std::string& key, const std::string& pass,
                                             const Halide::Target& target, const Build& build,
-                                            const KernelHeapHooks& heap);
+                                            const KernelHeapHooks& heap, bool private_copy = false);
   ~LoadedKernel();
   LoadedKernel(const LoadedKernel&) = delete;
   LoadedKernel& operator=(const LoadedKernel&) = delete;
@@ -47,8 +49,9 @@ class LoadedKernel {
 
   const std::string& path() const { return path_; }
 
+  LoadedKernel(void* library, int (*entry)(void**), std::string path);
+
  private:
-  LoadedKernel() = default;
   void* library_ = nullptr;
   int (*entry_)(void**) = nullptr;
   std::string path_;

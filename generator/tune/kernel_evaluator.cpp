@@ -259,12 +259,12 @@ std::vector<TimingStats> KernelEvaluator::retime_interleaved(const std::vector<C
   std::vector<std::string> seen;
   for (const ConvSchedule& s : schedules) {
     std::string error;
-    // A schedule listed again is built again, in-process (the kernel cache would hand
-    // back the first copy): the same code at another address, whose difference in time
+    // A schedule listed again is loaded again as a private copy (the kernel cache would
+    // hand back the first): the same code at other addresses, whose difference in time
     // is the noise of code placement.
     const bool again = std::find(seen.begin(), seen.end(), describe(s)) != seen.end();
     seen.push_back(describe(s));
-    auto k = again ? build(s, KernelSource::InProcess) : kernel_for(s, &error);
+    auto k = again ? build(s, KernelSource::PrivateCopy) : kernel_for(s, &error);
     if (!k) throw Error(ExitCode::Internal, "tune: a finalist no longer builds: " + error);
     kernels.push_back(k);
   }

@@ -46,6 +46,30 @@ grep -q "JIT-compiled in-process (cannot run the linker '/nonexistent/ld'" "$wor
   fail "the missing linker is not named: $(grep 'kernel cache' "$work/e.log")"
 cmp -s "$work/a.onnx" "$work/e.onnx" || fail "the JIT fallback trained different weights"
 
+# A linker that fails on kernels (not on the runtime): each such kernel is JIT-compiled,
+# said, and the cache stays on for the others.
+cat >"$work/ld-refusing-kernels" <<'SH'
+#!/usr/bin/env bash
+for a in "$@"; do [[ "$a" == *runtime.o ]] && exec ld "$@"; done
+echo "refusing kernels" >&2
+exit 1
+SH
+chmod +x "$work/ld-refusing-kernels"
+CONVGEN_LD="$work/ld-refusing-kernels" train "$work/e2.onnx" --cache-dir "$work/cache3" >/dev/null 2>"$work/e2.log" ||
+  fail "a run whose kernels do not link failed: $(tail -3 "$work/e2.log")"
+grep -q "0 kernels loaded, 0 built and stored, [1-9][0-9]* JIT-compiled in-process (the linker .* failed (exit 1): refusing kernels)" \
+  "$work/e2.log" || fail "per-kernel link failures not said: $(grep 'kernel cache' "$work/e2.log")"
+cmp -s "$work/a.onnx" "$work/e2.onnx" || fail "kernels that did not link trained different weights"
+
+# A cache directory another user owns is never loaded from (only testable as root).
+if [[ $(id -u) -eq 0 ]]; then
+  mkdir -p "$work/foreign"
+  chown 65534 "$work/foreign"
+  train "$work/e3.onnx" --cache-dir "$work/foreign" >/dev/null 2>"$work/e3.log" || fail "a run with a foreign cache failed"
+  grep -q "belongs to another user" "$work/e3.log" || fail "a foreign cache is not refused: $(grep 'kernel cache' "$work/e3.log")"
+  cmp -s "$work/a.onnx" "$work/e3.onnx" || fail "the foreign-cache run trained different weights"
+fi
+
 # Damaged entries are rebuilt, never run.
 for so in $(find "$cache/kernels" -name '*.so'); do echo "garbage" >"$so"; done
 train "$work/f.onnx" --cache-dir "$cache" >/dev/null 2>"$work/f.log" || fail "a run over damaged entries failed"

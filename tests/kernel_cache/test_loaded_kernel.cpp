@@ -25,13 +25,13 @@ namespace {
 std::vector<std::vector<float>> run_all_passes(const ConvDescriptor& d, const TargetInfo& t) {
   const auto x = random_floats(d.mb * d.ih * d.iw * d.ic, 1), w = random_floats(d.oc * d.icg() * d.kh * d.kw, 2);
   const auto bias = random_floats(d.oc, 3), dy = random_floats(d.mb * d.oh() * d.ow() * d.oc, 4);
-  std::vector<float> y(dy.size()), dx(x.size()), dw(w.size()), db(d.oc);
+  std::vector<float> y(dy.size()), dx(x.size()), dw(w.size()), db(d.bias ? d.oc : 0);
   JitForwardKernel fwd(d, analytic_schedule(d, t), t);
-  fwd.run(x.data(), w.data(), bias.data(), y.data());
+  fwd.run(x.data(), w.data(), d.bias ? bias.data() : nullptr, y.data());
   JitBackwardDataKernel bwd_data(d, analytic_schedule_for_pass(d, "bwd_data", t), t);
-  bwd_data.run(dy.data(), w.data(), y.data(), dx.data());
+  bwd_data.run(dy.data(), w.data(), d.relu ? y.data() : nullptr, dx.data());
   JitBackwardWeightsKernel bwd_weights(d, analytic_schedule_for_pass(d, "bwd_weights", t), t);
-  bwd_weights.run(x.data(), dy.data(), y.data(), dw.data(), db.data());
+  bwd_weights.run(x.data(), dy.data(), d.relu ? y.data() : nullptr, dw.data(), d.bias ? db.data() : nullptr);
   return {y, dx, dw, db};
 }
 
@@ -55,35 +55,52 @@ struct CacheScope {
 TEST_CASE("kernels from the cache compute the JIT kernels' bits in every pass, and load back",
           "[kernel_cache]") {
   const TargetInfo t = default_target();
-  const ConvDescriptor d = parse_descriptor("mb3ic16ih9iw7oc24kh3kw3sh1pt1pb1pl1pr1+bias+relu");
-  disable_kernel_cache();
-  const auto jit = run_all_passes(d, t);
+  // With bias and ReLU (five buffers in backward-weights, a real mask), and without
+  // either (four buffers, a placeholder mask and bias).
+  for (const char* text : {"mb3ic16ih9iw7oc24kh3kw3sh1pt1pb1pl1pr1+bias+relu", "mb2ic8ih7iw5oc16kh3kw1sh2pt1pb0"}) {
+    INFO(text);
+    const ConvDescriptor d = parse_descriptor(text);
+    disable_kernel_cache();
+    const auto jit = run_all_passes(d, t);
 
-  CacheScope cache;
-  const KernelCacheStats before = kernel_cache_stats();
-  const auto built = run_all_passes(d, t);
-  const KernelCacheStats after_build = kernel_cache_stats();
-  CHECK(after_build.built - before.built == 3);
-  CHECK(after_build.jit == before.jit);
-  REQUIRE(shared_objects(cache.dir.path).size() == 3);
-  const auto loaded = run_all_passes(d, t);
-  const KernelCacheStats after_load = kernel_cache_stats();
-  CHECK(after_load.loaded - after_build.loaded == 3);
-  CHECK(after_load.built == after_build.built);
-  for (size_t i = 0; i < jit.size(); ++i) {
-    INFO("output " << i << " (y, dx, dw, db)");
-    CHECK(bitwise_equal(jit[i], built[i]));
-    CHECK(bitwise_equal(jit[i], loaded[i]));
+    CacheScope cache;
+    const KernelCacheStats before = kernel_cache_stats();
+    const auto built = run_all_passes(d, t);
+    const KernelCacheStats after_build = kernel_cache_stats();
+    CHECK(after_build.built - before.built == 3);
+    CHECK(after_build.jit == before.jit);
+    REQUIRE(shared_objects(cache.dir.path).size() == 3);
+    const auto loaded = run_all_passes(d, t);
+    const KernelCacheStats after_load = kernel_cache_stats();
+    CHECK(after_load.loaded - after_build.loaded == 3);
+    CHECK(after_load.built == after_build.built);
+    for (size_t i = 0; i < jit.size(); ++i) {
+      INFO("output " << i << " (y, dx, dw, db)");
+      CHECK(bitwise_equal(jit[i], built[i]));
+      CHECK(bitwise_equal(jit[i], loaded[i]));
+    }
+
+    // A private copy (the tuner's second default) loads the same entry again: the same
+    // bits, nothing built, no second file left in the cache.
+    const auto x = random_floats(d.mb * d.ih * d.iw * d.ic, 1), w = random_floats(d.oc * d.icg() * d.kh * d.kw, 2);
+    const auto bias = random_floats(d.oc, 3);
+    std::vector<float> y(jit[0].size());
+    JitForwardKernel copy(d, analytic_schedule(d, t), t, {}, KernelSource::PrivateCopy);
+    copy.run(x.data(), w.data(), d.bias ? bias.data() : nullptr, y.data());
+    CHECK(bitwise_equal(jit[0], y));
+    CHECK(kernel_cache_stats().loaded - after_load.loaded == 1);
+    CHECK(kernel_cache_stats().built == after_build.built);
+    CHECK(shared_objects(cache.dir.path).size() == 3);
+
+    // The entry is where `compile` puts the same kernel's static library, under its name.
+    const std::string key = kernel_cache_key(d, "fwd", analytic_schedule(d, t), t.target);
+    const fs::path entry = kernel_cache_entry(cache.dir.path, key);
+    CHECK(fs::exists(entry / (kernel_function_name("fwd", key) + ".so")));
+    std::ifstream key_file(entry / (kernel_function_name("fwd", key) + ".so.key"));
+    std::string first_line;
+    std::getline(key_file, first_line);
+    CHECK(first_line == key);
   }
-
-  // The entry is where `compile` puts the same kernel's static library, under its name.
-  const std::string key = kernel_cache_key(d, "fwd", analytic_schedule(d, t), t.target);
-  const fs::path entry = kernel_cache_entry(cache.dir.path, key);
-  CHECK(fs::exists(entry / (kernel_function_name("fwd", key) + ".so")));
-  std::ifstream key_file(entry / (kernel_function_name("fwd", key) + ".so.key"));
-  std::string first_line;
-  std::getline(key_file, first_line);
-  CHECK(first_line == key);
 }
 
 TEST_CASE("a damaged entry, or one stored under another key, is rebuilt and never run", "[kernel_cache]") {
@@ -117,7 +134,7 @@ TEST_CASE("a damaged entry, or one stored under another key, is rebuilt and neve
   CHECK(kernel_cache_stats().loaded - after.loaded == 3);
 }
 
-TEST_CASE("keys: the schedule, pass, target and build options name different entries", "[kernel_cache]") {
+TEST_CASE("keys: the schedule, pass and target name different entries, a layer name does not", "[kernel_cache]") {
   const TargetInfo t = default_target();
   const ConvDescriptor d = parse_descriptor("mb2ic8ih6iw6oc16kh3kw3pt1pb1pl1pr1");
   ConvSchedule s = analytic_schedule(d, t);
@@ -143,8 +160,12 @@ TEST_CASE("the cache keeps within its size bound by removing the least recently 
     const fs::path entry = dir.path / "kernels" / ("entry" + std::to_string(i));
     fs::create_directories(entry);
     std::ofstream(entry / "k.so", std::ios::binary) << std::string(1000, 'x');
-    fs::last_write_time(entry / "k.so", i == 4 ? now : now - std::chrono::hours(5 - i));
+    const auto used = i == 4 ? now : now - std::chrono::hours(5 - i);
+    fs::last_write_time(entry / "k.so", used);
+    fs::last_write_time(entry, used);
   }
+  // An entry being filled (no files yet) counts by its directory's time: it stays.
+  fs::create_directories(dir.path / "kernels" / "filling");
   CHECK(trim_kernel_cache(dir.path, 5000) == 0);  // within the bound: nothing goes
   CHECK(trim_kernel_cache(dir.path, 3000) == 3000);  // down to 90% of 3000: the three oldest
   CHECK_FALSE(fs::exists(dir.path / "kernels" / "entry0"));
@@ -153,6 +174,15 @@ TEST_CASE("the cache keeps within its size bound by removing the least recently 
   // An entry used within the hour stays even when the bound says otherwise.
   CHECK(trim_kernel_cache(dir.path, 100) == 1000);
   CHECK(fs::exists(dir.path / "kernels" / "entry4"));
+  CHECK(fs::exists(dir.path / "kernels" / "filling"));
+  // A killed build's scratch goes after a day; one under way stays.
+  fs::create_directories(dir.path / "tmp" / "old");
+  std::ofstream(dir.path / "tmp" / "old" / "k.o", std::ios::binary) << std::string(500, 'x');
+  fs::last_write_time(dir.path / "tmp" / "old", now - std::chrono::hours(25));
+  fs::create_directories(dir.path / "tmp" / "new");
+  CHECK(trim_kernel_cache(dir.path, 1 << 20) == 500);
+  CHECK_FALSE(fs::exists(dir.path / "tmp" / "old"));
+  CHECK(fs::exists(dir.path / "tmp" / "new"));
 }
 
 TEST_CASE("CONVGEN_CACHE_MAX_SIZE takes sizes with K, M, G and names itself in its error", "[kernel_cache]") {
