@@ -22,7 +22,8 @@ first=$!
 train "$work/b.onnx" --cache-dir "$cache" >/dev/null 2>"$work/b.log" || fail "the second concurrent trainer failed: $(tail -3 "$work/b.log")"
 wait "$first" || fail "the first concurrent trainer failed: $(tail -3 "$work/a.log")"
 cmp -s "$work/a.onnx" "$work/b.onnx" || fail "concurrent trainers sharing the cache trained different weights"
-grep -q "kernel cache $cache: 0 kernels loaded, [1-9][0-9]* built" "$work/a.log" "$work/b.log" ||
+# (Each builds what it does not find; one may load some of what the other stored first.)
+grep -q "kernel cache $cache: [0-9]* kernels loaded, [1-9][0-9]* built" "$work/a.log" "$work/b.log" ||
   fail "no trainer says it built kernels: $(grep 'kernel cache' "$work/a.log" "$work/b.log")"
 [[ -z "$(find "$cache/tmp" -type f 2>/dev/null)" ]] || fail "scratch files left in the cache: $(find "$cache/tmp" -type f)"
 

@@ -20,7 +20,8 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed) {
 }
 
 inline bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  // (memcmp must not see the null data() of empty vectors)
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 }  // namespace convgen::test
