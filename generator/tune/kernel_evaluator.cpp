@@ -216,7 +216,7 @@ int64_t KernelEvaluator::calibrate(Kernel& k) {
   return std::min<int64_t>(100000, static_cast<int64_t>(std::ceil(options_.min_sample_seconds / std::max(once, 1e-9))));
 }
 
-CandidateResult KernelEvaluator::evaluate(const ConvSchedule& s, double best_so_far) {
+CandidateResult KernelEvaluator::check_candidate(const ConvSchedule& s, std::shared_ptr<Kernel>* kernel_out) {
   CandidateResult r;
   auto kernel = kernel_for(s, &r.error);
   if (!kernel) {
@@ -242,13 +242,26 @@ CandidateResult KernelEvaluator::evaluate(const ConvSchedule& s, double best_so_
   } else if (r.workspace_bytes > workspace_limit_) {
     r.status = "refused";
     r.error = fmt::format("workspace {} KiB over the layer's {} KiB", r.workspace_bytes / 1024, workspace_limit_ / 1024);
-  } else {
-    const int64_t reps = calibrate(*kernel);
-    r.stats = time_until_stable([&] { return sample_seconds(*kernel, reps); }, options_.rule, best_so_far);
   }
   // Kernels of correct candidates are kept for the final re-timing (the finalists are
   // among them); the others are freed at once.
   if (r.status != "ok") built_.erase(describe(s));
+  else *kernel_out = kernel;
+  return r;
+}
+
+CandidateResult KernelEvaluator::check(const ConvSchedule& s) {
+  std::shared_ptr<Kernel> kernel;
+  return check_candidate(s, &kernel);
+}
+
+CandidateResult KernelEvaluator::evaluate(const ConvSchedule& s, double best_so_far) {
+  std::shared_ptr<Kernel> kernel;
+  CandidateResult r = check_candidate(s, &kernel);
+  if (r.status == "ok") {
+    const int64_t reps = calibrate(*kernel);
+    r.stats = time_until_stable([&] { return sample_seconds(*kernel, reps); }, options_.rule, best_so_far);
+  }
   return r;
 }
 

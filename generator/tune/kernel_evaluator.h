@@ -45,6 +45,7 @@ class KernelEvaluator : public CandidateEvaluator {
 
   void prepare(const std::vector<ConvSchedule>& batch) override;
   CandidateResult evaluate(const ConvSchedule& s, double best_so_far) override;
+  CandidateResult check(const ConvSchedule& s) override;
   std::vector<TimingStats> retime_interleaved(const std::vector<ConvSchedule>& schedules, int rounds) override;
   double flops() const override;
 
@@ -68,6 +69,8 @@ class KernelEvaluator : public CandidateEvaluator {
 
   std::shared_ptr<Kernel> build(const ConvSchedule& s, KernelSource source = KernelSource::Cache) const;
   std::shared_ptr<Kernel> kernel_for(const ConvSchedule& s, std::string* error);
+  // Builds (or reuses) and checks the candidate; its kernel when the check passed.
+  CandidateResult check_candidate(const ConvSchedule& s, std::shared_ptr<Kernel>* kernel);
   double sample_seconds(Kernel& k, int64_t reps);
   int64_t calibrate(Kernel& k);
 };

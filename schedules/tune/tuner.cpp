@@ -68,7 +68,7 @@ Comparison compare_with_default(const TuningSpace& space, const ConvSchedule& de
   for (const ConvSchedule& raw : schedules) {
     ComparedSchedule c;
     c.schedule = space.normalise(raw);
-    c.check = evaluator.evaluate(c.schedule, 0);
+    c.check = evaluator.check(c.schedule);
     if (c.check.status == "ok") correct.push_back(c.schedule);
     out.schedules.push_back(c);
   }

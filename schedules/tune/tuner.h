@@ -33,6 +33,9 @@ class CandidateEvaluator {
   // Checks the candidate bit for bit against the reference, then times it (TimingRule).
   // `best_so_far` (seconds, 0 = none) lets a clearly slower candidate stop early.
   virtual CandidateResult evaluate(const ConvSchedule& s, double best_so_far) = 0;
+  // Only the check (status, error, workspace; no statistics): what `--compare` needs
+  // before its own interleaved timing. By default a full evaluate().
+  virtual CandidateResult check(const ConvSchedule& s) { return evaluate(s, 0); }
   // `rounds` rounds, each timing every schedule once in order: statistics per schedule.
   // A schedule listed twice is built twice (two kernels of the same code): the tuner
   // lists the default twice to measure how much code placement alone moves a time.

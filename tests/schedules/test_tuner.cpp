@@ -55,6 +55,16 @@ class StubEvaluator : public CandidateEvaluator {
   int kill_at = -1;         // SIGKILL this process at that evaluation (after the ones before it were journaled)
   bool retime_equal = false;  // every finalist re-times as the default
 
+  std::vector<std::string> checked_only;  // check() calls: never timed
+  CandidateResult check(const ConvSchedule& s) override {
+    checked_only.push_back(describe(s));
+    CandidateResult r;
+    if (describe(s) == wrong) {
+      r.status = "wrong";
+      r.error = "output element 3 is 1 where the reference gives 2";
+    }
+    return r;
+  }
   CandidateResult evaluate(const ConvSchedule& s, double) override {
     if (static_cast<int>(evaluated.size()) == kill_at) ::kill(::getpid(), SIGKILL);
     evaluated.push_back(describe(s));
@@ -496,6 +506,8 @@ TEST_CASE("comparing schedules: every one checked, only correct ones re-timed be
   stub.wrong = describe(s.space.normalise(schedules[1]));
   const Comparison c = compare_with_default(s.space, s.def, schedules, stub, 5);
   REQUIRE(c.schedules.size() == 3);
+  CHECK(stub.checked_only.size() == 3);  // checked once each ...
+  CHECK(stub.evaluated.empty());         // ... and timed only in the interleaved rounds
   CHECK(c.default_stats.count == 5);
   CHECK(c.default_stats.median_seconds == Approx(stub.seconds(s.def)));
   for (size_t i = 0; i < 3; ++i) {
