@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <thread>
 
 #include "generator/conv/jit.h"
 #include "generator/kernel_cache/kernel_cache.h"
@@ -198,4 +199,40 @@ TEST_CASE("CONVGEN_CACHE_MAX_SIZE takes sizes with K, M, G and names itself in i
   CHECK_THROWS_WITH(kernel_cache_max_bytes(), Catch::Contains("CONVGEN_CACHE_MAX_SIZE=3T"));
   ::unsetenv("CONVGEN_CACHE_MAX_SIZE");
   CHECK(kernel_cache_max_bytes() == int64_t(2) << 30);
+}
+
+TEST_CASE("threads opening kernels at once, the same one included, all get working kernels", "[kernel_cache]") {
+  const TargetInfo t = default_target();
+  // Two layers x two threads each: two threads race on every key (the tuner builds
+  // candidates in --jobs threads).
+  const std::vector<ConvDescriptor> layers = {parse_descriptor("mb2ic8ih6iw6oc16kh3kw3pt1pb1pl1pr1"),
+                                              parse_descriptor("mb2ic16ih5iw5oc8kh1kw1")};
+  disable_kernel_cache();
+  std::vector<std::vector<float>> expected;
+  for (const ConvDescriptor& d : layers) expected.push_back(run_all_passes(d, t)[0]);
+  CacheScope cache;
+  std::vector<std::vector<float>> got(4);
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] {
+      try {
+        const ConvDescriptor& d = layers[i % 2];
+        const auto x = random_floats(d.mb * d.ih * d.iw * d.ic, 1), w = random_floats(d.oc * d.icg() * d.kh * d.kw, 2);
+        std::vector<float> y(d.mb * d.oh() * d.ow() * d.oc);
+        JitForwardKernel k(d, analytic_schedule(d, t), t);
+        k.run(x.data(), w.data(), nullptr, y.data());
+        got[i] = y;
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (size_t i = 0; i < 4; ++i) {
+    INFO("thread " << i << ": " << errors[i]);
+    CHECK(errors[i].empty());
+    CHECK(bitwise_equal(got[i], expected[i % 2]));
+  }
+  CHECK(shared_objects(cache.dir.path).size() == 2);
+  CHECK(kernel_cache_stats().fallback.empty());
 }
