@@ -171,9 +171,9 @@ std::optional<SharedRuntime> shared_runtime(Loader& l, const fs::path& cache, co
 }
 
 // The runtime to link and load kernels of `cache` with, or nullopt when this process does
-// not use shared objects there (kernel_cache_stats().fallback says why).
+// not use shared objects there; `why` then says why, the first time it is decided.
 std::optional<SharedRuntime> acquire_runtime(const fs::path& cache, const Halide::Target& target,
-                                             const KernelHeapHooks& heap) {
+                                             const KernelHeapHooks& heap, std::string* why_not) {
   Loader& l = loader();
   std::lock_guard<std::mutex> lock(l.mutex);
   const std::string dir = cache.string();
@@ -194,7 +194,7 @@ std::optional<SharedRuntime> acquire_runtime(const fs::path& cache, const Halide
   }
   if (!rt) {
     l.unavailable[dir] = why;
-    record_kernel_cache_event(KernelCacheEvent::Jit, why);
+    *why_not = why;
   }
   return rt;
 }
@@ -234,9 +234,10 @@ std::unique_ptr<LoadedKernel> LoadedKernel::open(const std::string& key, const s
     record_kernel_cache_event(KernelCacheEvent::Jit);
     return nullptr;
   }
-  std::optional<SharedRuntime> runtime = acquire_runtime(*cache, target, heap);
+  std::string why_not;
+  std::optional<SharedRuntime> runtime = acquire_runtime(*cache, target, heap, &why_not);
   if (!runtime) {
-    record_kernel_cache_event(KernelCacheEvent::Jit);
+    record_kernel_cache_event(KernelCacheEvent::Jit, why_not);
     return nullptr;
   }
 
@@ -280,8 +281,11 @@ std::unique_ptr<LoadedKernel> LoadedKernel::open(const std::string& key, const s
       Scratch scratch(*cache);
       const fs::path object = scratch / (name + ".o");
       pipeline.compile_to_object(object.string(), arguments, name, target.with_feature(Halide::Target::NoRuntime));
-      if (!fs::exists(runtime->path)) runtime = acquire_runtime(*cache, target, heap);
-      if (!runtime) return nullptr;
+      if (!fs::exists(runtime->path)) runtime = acquire_runtime(*cache, target, heap, &why_not);
+      if (!runtime) {
+        record_kernel_cache_event(KernelCacheEvent::Jit, why_not);
+        return nullptr;
+      }
       const LinkResult link = link_shared_object((scratch / (name + ".so")).string(), name + ".so",
                                                  {object.string(), runtime->path.string()}, runtime->rpath,
                                                  (scratch / "link.log").string());

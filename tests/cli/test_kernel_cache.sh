@@ -46,6 +46,10 @@ CONVGEN_LD=/nonexistent/ld train "$work/e.onnx" --cache-dir "$work/cache2" >/dev
 grep -q "JIT-compiled in-process (cannot run the linker '/nonexistent/ld'" "$work/e.log" ||
   fail "the missing linker is not named: $(grep 'kernel cache' "$work/e.log")"
 cmp -s "$work/a.onnx" "$work/e.onnx" || fail "the JIT fallback trained different weights"
+# Each kernel is counted once: as many JIT-compiled without a linker as with the cache off.
+jit_count() { grep -o '[0-9]* JIT-compiled' "$1" | head -1 | cut -d' ' -f1; }
+[[ -n "$(jit_count "$work/d.log")" && "$(jit_count "$work/e.log")" == "$(jit_count "$work/d.log")" ]] ||
+  fail "JIT counts differ: no linker $(jit_count "$work/e.log"), cache off $(jit_count "$work/d.log")"
 
 # A linker that fails on kernels (not on the runtime): each such kernel is JIT-compiled,
 # said, and the cache stays on for the others.
