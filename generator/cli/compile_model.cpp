@@ -365,8 +365,8 @@ int compile_training_driver(const Options& o, const std::string& name, const std
       k.descriptor = r.descriptor;
       k.selection = model::training_schedule(r.descriptor, pass, t, o.schedules, &lines);
       k.schedule_overrides = "parallel=" + to_string(k.selection.schedule.parallel);
-      k.key = fmt::format("{}|{}|{}|{}|{}", key, pass, describe(k.selection.schedule), target, CONVGEN_GENERATOR_HASH);
-      k.name = fmt::format("convgen_{}_{}", pass, sha256_hex(k.key).substr(0, 16));
+      k.key = kernel_cache_key(r.descriptor, pass, k.selection.schedule, target);
+      k.name = kernel_function_name(pass, k.key);
       k.layers = model::training_layers_of(tg, r.descriptor);
       why.push_back(fmt::format("{} {}: kernel {} (schedule: {})", key, pass, k.name, k.selection.source));
       for (const auto& l : lines) why.push_back("  " + l);

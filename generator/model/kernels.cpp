@@ -4,8 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "schedules/build_info.h"
-#include "schedules/sha256.h"
+#include "generator/kernel_cache/kernel_cache.h"
 
 namespace convgen::model {
 
@@ -20,8 +19,7 @@ std::vector<PlannedKernel> plan_kernels(const Graph& g, const TargetInfo& t, con
     validate(d);
     std::vector<std::string> lines;
     SelectedSchedule sel = select_schedule(d, "fwd", t, records, &lines);
-    const std::string key = fmt::format("{}|fwd|{}|{}|{}", d.normalised(), describe(sel.schedule), t.target,
-                                        CONVGEN_GENERATOR_HASH);
+    const std::string key = kernel_cache_key(d, "fwd", sel.schedule, t.target);
     auto it = by_key.find(key);
     if (it != by_key.end()) {
       kernels[it->second].layers.push_back(n.name);
@@ -29,7 +27,7 @@ std::vector<PlannedKernel> plan_kernels(const Graph& g, const TargetInfo& t, con
       continue;
     }
     PlannedKernel k;
-    k.name = "convgen_fwd_" + sha256_hex(key).substr(0, 16);
+    k.name = kernel_function_name("fwd", key);
     k.descriptor = d;
     k.selection = sel;
     k.key = key;
