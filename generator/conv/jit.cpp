@@ -127,14 +127,20 @@ JitForwardKernel::JitForwardKernel(const ConvDescriptor& d, const ConvSchedule& 
                                    const ForwardBuildOptions& options, KernelSource source)
     : d_(d), s_(s), impl_(std::make_unique<Impl>()) {
   impl_->target = halide_target(t.target);
+  auto define = [&] {
+    impl_->fp = build_forward(d, s, t, nullptr, options);
+    impl_->pipeline = Pipeline(impl_->fp.output);
+  };
   impl_->loaded = open_cached(d, "fwd", s, t, options, source, impl_->target, [&](Pipeline* p, std::vector<Argument>* a) {
-    const ForwardPipeline fp = build_forward(d, s, t, nullptr, options);
-    *p = Pipeline(fp.output);
-    *a = fp.arguments();
+    define();
+    *p = impl_->pipeline;
+    *a = impl_->fp.arguments();
   });
-  if (impl_->loaded) return;
-  impl_->fp = build_forward(d, s, t, nullptr, options);
-  impl_->pipeline = Pipeline(impl_->fp.output);
+  if (impl_->loaded) {
+    impl_->pipeline = Pipeline();
+    return;
+  }
+  if (!impl_->pipeline.defined()) define();  // the cache's build made it already otherwise
   install_handlers(impl_->pipeline);
   impl_->pipeline.compile_jit(impl_->target);
 }
@@ -181,14 +187,20 @@ JitBackwardDataKernel::JitBackwardDataKernel(const ConvDescriptor& d, const Conv
                                              const ForwardBuildOptions& options, KernelSource source)
     : d_(d), impl_(std::make_unique<Impl>()) {
   impl_->target = halide_target(t.target);
+  auto define = [&] {
+    impl_->bp = build_backward_data(d, s, t, nullptr, options);
+    impl_->pipeline = Pipeline(impl_->bp.dx);
+  };
   impl_->loaded = open_cached(d, "bwd_data", s, t, options, source, impl_->target, [&](Pipeline* p, std::vector<Argument>* a) {
-    const BackwardDataPipeline bp = build_backward_data(d, s, t, nullptr, options);
-    *p = Pipeline(bp.dx);
-    *a = bp.arguments();
+    define();
+    *p = impl_->pipeline;
+    *a = impl_->bp.arguments();
   });
-  if (impl_->loaded) return;
-  impl_->bp = build_backward_data(d, s, t, nullptr, options);
-  impl_->pipeline = Pipeline(impl_->bp.dx);
+  if (impl_->loaded) {
+    impl_->pipeline = Pipeline();
+    return;
+  }
+  if (!impl_->pipeline.defined()) define();  // the cache's build made it already otherwise
   install_handlers(impl_->pipeline);
   impl_->pipeline.compile_jit(impl_->target);
 }
@@ -233,14 +245,20 @@ JitBackwardWeightsKernel::JitBackwardWeightsKernel(const ConvDescriptor& d, cons
                                                    KernelSource source)
     : d_(d), impl_(std::make_unique<Impl>()) {
   impl_->target = halide_target(t.target);
+  auto define = [&] {
+    impl_->bp = build_backward_weights(d, s, t, nullptr, options);
+    impl_->pipeline = Pipeline(impl_->bp.outputs());
+  };
   impl_->loaded = open_cached(d, "bwd_weights", s, t, options, source, impl_->target, [&](Pipeline* p, std::vector<Argument>* a) {
-    const BackwardWeightsPipeline bp = build_backward_weights(d, s, t, nullptr, options);
-    *p = Pipeline(bp.outputs());
-    *a = bp.arguments();
+    define();
+    *p = impl_->pipeline;
+    *a = impl_->bp.arguments();
   });
-  if (impl_->loaded) return;
-  impl_->bp = build_backward_weights(d, s, t, nullptr, options);
-  impl_->pipeline = Pipeline(impl_->bp.outputs());
+  if (impl_->loaded) {
+    impl_->pipeline = Pipeline();
+    return;
+  }
+  if (!impl_->pipeline.defined()) define();  // the cache's build made it already otherwise
   install_handlers(impl_->pipeline);
   impl_->pipeline.compile_jit(impl_->target);
 }
