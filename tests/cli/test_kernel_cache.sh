@@ -102,6 +102,7 @@ CONVGEN_CACHE_MAX_SIZE=1 "$convgen" cache trim --cache-dir "$cache" | grep -q "r
 train "$work/g.onnx" --cache-dir "$cache" >/dev/null 2>&1 || fail "a run after clear failed"
 cmp -s "$work/a.onnx" "$work/g.onnx" || fail "a run after clear trained different weights"
 expect_error 2 "unknown action 'bogus'" cache bogus
+expect_error 2 "--cache-dir: expected a directory" train "$model" --data synthetic --cache-dir ""
 CONVGEN_CACHE_MAX_SIZE=lots expect_error 2 "CONVGEN_CACHE_MAX_SIZE=lots" cache info --cache-dir "$cache"
 "$convgen" --help | grep -q "^  cache " || fail "convgen --help does not list cache"
 
