@@ -37,6 +37,7 @@ process -- RSS after the model and data are set up and peak RSS above it.
                      one), or host (efficiency stays against the AVX2 FMA probe)
   --schedules FILE   schedule records (convgen tune --train) for the generated kernels
   --intra-kernel     micro-batches in sequence, kernels parallel inside
+  --parallel-mode S  Conv layers' parallel modes, NODE=MODE,... (convgen train --help)
   --profile          per node and pass: thread-seconds per step (on stderr)
 )";
 
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
       else if (a == "--target") target = next();
       else if (a == "--schedules") o.records = next();
       else if (a == "--intra-kernel") o.intra_kernel = true;
+      else if (a == "--parallel-mode") o.parallel_modes = convgen::model::parse_parallel_modes(next());
       else if (a == "--profile") o.profile = true;
       else if (path.empty() && a[0] != '-') path = a;
       else throw convgen::Error(convgen::ExitCode::Usage, "unknown argument " + a + " (see --help)");

@@ -359,6 +359,7 @@ int compile_training_driver(const Options& o, const std::string& name, const std
     validate(row.descriptor);
     for (const char* pass : {"fwd", "bwd_data", "bwd_weights"}) {
       if (std::string(pass) == "bwd_data" && !r.needs_backward_data) continue;
+      if (std::string(pass) == "fwd" && !r.needs_forward) continue;
       std::vector<std::string> lines;
       model::PlannedKernel k;
       k.pass = pass;

@@ -55,6 +55,11 @@ SOURCE: fashion-mnist (Debian's dataset-fashion-mnist; accuracy on its test spli
                        over the epochs the run spans), stepped per epoch
   --threads T          (default: all cores)
   --intra-kernel       micro-batches in sequence, kernels parallel inside (same bits)
+  --parallel-mode NODE=MODE[,NODE=MODE...]
+                       a Conv layer's weight gradient per micro-batch (micro-batch: summed by
+                       the tree) or over the whole mini-batch (whole-batch); NODE * is every
+                       other Conv; by default a cost model picks (--verbose says which and
+                       why; never by --threads)
   --conv-impl I        generated (default: convgen's kernels) or im2col-blis (the baseline:
                        explicit im2col + BLIS SGEMM, one im2col buffer per thread)
   --profile            per node and pass: milliseconds per step (on stderr, at the end)
@@ -133,6 +138,10 @@ TrainSetup parse(const Args& args, bool* help) {
         r.value("--checkpoint", &s.checkpoint) || r.value("--resume", &s.resume) ||
         r.value("--conv-impl", &s.trainer.conv_impl))
       continue;
+    if (r.value("--parallel-mode", &v)) {
+      for (const auto& [node, mode] : model::parse_parallel_modes(v)) s.trainer.parallel_modes[node] = mode;
+      continue;
+    }
     if (r.value("--batch", &v)) { s.trainer.batch = parse_count("--batch", v); continue; }
     if (r.value("--micro-batch", &v)) { s.trainer.micro_batch = parse_count("--micro-batch", v); continue; }
     if (r.value("--epochs", &v)) { s.epochs = parse_count("--epochs", v); continue; }
@@ -195,10 +204,10 @@ std::string format_seconds(double s) {
 // What a resumed run must share with the run that wrote the checkpoint: everything that
 // shapes the sequence of steps (not --threads, --epochs or --steps: those only decide who
 // computes and how far).
-std::string resume_key(const TrainSetup& s, int64_t micro_batch) {
-  return fmt::format("data={} batch={} micro_batch={} lr={:.9g} momentum={:.9g} weight_decay={:.9g} lr_schedule={} "
+std::string resume_key(const TrainSetup& s, int64_t micro_batch, const std::string& parallel_modes) {
+  return fmt::format("data={} batch={} micro_batch={} parallel_modes={} lr={:.9g} momentum={:.9g} weight_decay={:.9g} lr_schedule={} "
                      "seed={} shuffle={} normalize={} synthetic_count={} schedules={} target={} conv_impl={}",
-                     s.data, s.trainer.batch, micro_batch, s.trainer.lr, s.trainer.momentum, s.trainer.weight_decay,
+                     s.data, s.trainer.batch, micro_batch, parallel_modes, s.trainer.lr, s.trainer.momentum, s.trainer.weight_decay,
                      s.lr_schedule, s.trainer.seed, s.shuffle, s.normalize, s.synthetic_count, s.schedules, s.target,
                      s.trainer.conv_impl) +
          (s.lr_schedule == "cosine" ? fmt::format(" cosine_epochs={}", s.schedule_epochs) : std::string());
@@ -269,7 +278,7 @@ int train_model(const Args& args) {
     if (!log) throw Error(ExitCode::Io, fmt::format("{}: cannot write", s.log));
   }
   const std::string model_hash = sha256_file_hex(s.model);
-  const std::string key = resume_key(s, trainer.micro_batch());
+  const std::string key = resume_key(s, trainer.micro_batch(), trainer.parallel_modes());
   int64_t start_step = 0, start_epoch = 0, start_position = 0;
   if (!s.resume.empty()) {
     const train::Checkpoint c = train::load_checkpoint(s.resume);

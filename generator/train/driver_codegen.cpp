@@ -150,7 +150,8 @@ std::string kernel_table(const TrainDriverSpec& spec) {
   std::string out = "std::vector<AotConvKernels> kernel_table() {\n  return {\n";
   for (const TrainKernelRow& k : spec.kernels) {
     const bool bias = k.descriptor.bias;
-    out += fmt::format("      {{{}, {}, {}, {}, {}}},\n", c_string(k.descriptor.normalised()), k.forward,
+    out += fmt::format("      {{{}, {}, {}, {}, {}}},\n", c_string(k.descriptor.normalised()),
+                       k.forward.empty() ? "nullptr" : k.forward,
                        k.backward_data.empty() ? "nullptr" : k.backward_data, bias ? "nullptr" : k.backward_weights,
                        bias ? k.backward_weights : "nullptr");
   }

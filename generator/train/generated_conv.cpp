@@ -3,6 +3,7 @@
 #include "generator/conv/jit.h"
 #include "generator/train/conv_factories.h"
 #include "runtime/train/train_conv.h"
+#include "schedules/errors.h"
 #include "schedules/schedule_selection.h"
 
 namespace convgen::model {
@@ -15,12 +16,15 @@ class GeneratedConv : public TrainConv {
     auto schedule = [&](const std::string& pass) {
       return training_schedule(d_, pass, r.target, r.records, why).schedule;
     };
-    fwd_ = std::make_unique<JitForwardKernel>(d_, schedule("fwd"), r.target);
+    if (r.needs_forward) fwd_ = std::make_unique<JitForwardKernel>(d_, schedule("fwd"), r.target);
     if (r.needs_backward_data) bwd_data_ = std::make_unique<JitBackwardDataKernel>(d_, schedule("bwd_data"), r.target);
     bwd_weights_ = std::make_unique<JitBackwardWeightsKernel>(d_, schedule("bwd_weights"), r.target);
     intra_ = r.intra_kernel;
   }
-  void forward(const float* x, const float* w, const float* bias, float* y) override { fwd_->run(x, w, bias, y); }
+  void forward(const float* x, const float* w, const float* bias, float* y) override {
+    if (!fwd_) throw Error(ExitCode::Internal, fmt::format("no forward kernel was built for {}", d_.normalised()));
+    fwd_->run(x, w, bias, y);
+  }
   void backward_data(const float* dy, const float* w, const float* y, float* dx) override {
     bwd_data_->run(dy, w, y, dx);
   }
@@ -28,9 +32,10 @@ class GeneratedConv : public TrainConv {
     bwd_weights_->run(x, dy, y, dw, db);
   }
   std::string describe() const override {
-    return fmt::format("generated kernels for {} ({}){}", d_.normalised(),
-                       bwd_data_ ? "fwd, bwd_data, bwd_weights" : "fwd, bwd_weights: the input needs no gradient",
-                       intra_ ? ", intra-kernel parallel" : "");
+    const std::string passes = !fwd_ ? "bwd_weights"
+                               : bwd_data_ ? "fwd, bwd_data, bwd_weights"
+                                           : "fwd, bwd_weights: the input needs no gradient";
+    return fmt::format("generated kernels for {} ({}){}", d_.normalised(), passes, intra_ ? ", intra-kernel parallel" : "");
   }
 
  private:

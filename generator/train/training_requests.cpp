@@ -32,6 +32,7 @@ std::map<std::string, TrainConvRequest> training_conv_requests(const TrainGraph&
     d.name.clear();
     auto [it, fresh] = requests.emplace(d.normalised(), r);
     if (!fresh) it->second.needs_backward_data |= r.needs_backward_data;
+    if (!fresh) it->second.needs_forward |= r.needs_forward;
     it->second.descriptor = d;
     return std::make_unique<RecordedConv>();
   };

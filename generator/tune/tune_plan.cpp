@@ -63,6 +63,7 @@ void add_model(const std::string& path, const TuneSources& src, const TargetInfo
   for (const auto& [key, r] : model::training_conv_requests(tg, topt, t, {})) {
     for (const char* pass : {"fwd", "bwd_data", "bwd_weights"}) {
       if (std::string(pass) == "bwd_data" && !r.needs_backward_data) continue;
+      if (std::string(pass) == "fwd" && !r.needs_forward) continue;
       for (const std::string& layer : model::training_layers_of(tg, r.descriptor))
         items.add(r.descriptor, pass, layer + fmt::format(" (mb {})", r.descriptor.mb));
     }

@@ -33,6 +33,9 @@ class TrainConv {
 struct TrainConvRequest {
   ConvDescriptor descriptor;   // the layer at one micro-batch size
   bool needs_backward_data = true;
+  // False when only backward_weights will be called (a whole-batch layer's kernel over
+  // the mini-batch): no forward kernel is built.
+  bool needs_forward = true;
   // The caller runs the kernels on all threads (intra-kernel parallelism) rather than one
   // per micro-batch. The generated kernels are the same either way (their parallel
   // variant, whose loop runs on the calling thread inside a parallel region).

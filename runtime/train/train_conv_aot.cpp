@@ -36,6 +36,7 @@ class AotConv : public TrainConv {
  public:
   AotConv(const ConvDescriptor& d, const AotConvKernels& k) : d_(d), k_(k) {}
   void forward(const float* x, const float* w, const float* bias, float* y) override {
+    if (!k_.forward) throw Error(ExitCode::Internal, fmt::format("no forward kernel for {}", d_.normalised()));
     static float no_bias[1] = {0.0f};
     Buffer in(const_cast<float*>(x), {int(d_.icg()), int(d_.g), int(d_.iw), int(d_.ih), int(d_.mb)});
     Buffer wt = oihw(d_, w);
@@ -79,7 +80,7 @@ TrainConvFactory make_aot_conv_factory(std::vector<AotConvKernels> table, std::s
     d.name.clear();
     const std::string key = d.normalised();
     auto it = rows->find(key);
-    const bool usable = it != rows->end() && it->second.forward &&
+    const bool usable = it != rows->end() && (!r.needs_forward || it->second.forward) &&
                         (!r.needs_backward_data || it->second.backward_data) &&
                         (d.bias ? it->second.backward_weights_bias != nullptr : it->second.backward_weights != nullptr);
     if (!usable)

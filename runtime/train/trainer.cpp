@@ -46,6 +46,7 @@ Trainer::Trainer(TrainGraph graph, const TrainerOptions& options, const TargetIn
   s.tg = std::move(graph);
   s.index_values();
   s.choose_deferred_gradients();
+  s.choose_conv_layers();
   s.gemm_seconds.assign(3 * s.tg.graph.nodes.size() + 3, 0.0);
   // Every map the threads read is complete before any step: no insertion under threads.
   for (size_t i = 0; i < s.tg.graph.nodes.size(); ++i)
@@ -139,6 +140,13 @@ void Trainer::set_learning_rate(float lr) { impl_->options.lr = lr; }
 const TrainGraph& Trainer::graph() const { return impl_->tg; }
 const TrainerOptions& Trainer::options() const { return impl_->options; }
 int64_t Trainer::micro_batch() const { return impl_->m; }
+
+std::string Trainer::parallel_modes() const {
+  std::string out;
+  for (const auto& [node, layer] : impl_->conv_layers)
+    out += (out.empty() ? "" : ",") + impl_->tg.graph.nodes[node].name + "=" + parallel_mode_name(layer.mode);
+  return out;
+}
 
 double Trainer::step_flops(int64_t count) const {
   const Impl& s = *impl_;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -26,6 +27,12 @@
 #include "schedules/conv_schedule.h"
 
 namespace convgen::model {
+
+// How a Conv layer's weight gradient is summed over the mini-batch (docs/training.md,
+// "Parallel modes"). MicroBatch: per micro-batch into private buffers, then the fixed
+// pairwise tree. WholeBatch: one backward-weights kernel over the whole mini-batch.
+enum class ParallelMode { MicroBatch, WholeBatch };
+const char* parallel_mode_name(ParallelMode m);  // "micro-batch", "whole-batch"
 
 struct TrainerOptions {
   int64_t batch = 64;        // mini-batch size B
@@ -42,7 +49,14 @@ struct TrainerOptions {
   std::string conv_impl = "generated";
   // Times every node's forward and backward per micro-batch (Trainer::profile()).
   bool profile = false;
+  // Parallel modes by Conv node name, overriding the trainer's choice (experiments;
+  // `convgen train --parallel-mode`). A name that is not a Conv node is a Usage error.
+  std::map<std::string, ParallelMode> parallel_modes;
 };
+
+// Parses "NODE=MODE[,NODE=MODE...]" (MODE: micro-batch or whole-batch; NODE * is every
+// Conv layer not named); Usage error naming the bad entry.
+std::map<std::string, ParallelMode> parse_parallel_modes(const std::string& text);
 
 // Time spent in one node's pass, summed over micro-batches and steps (thread time).
 struct NodeTime {
@@ -122,6 +136,9 @@ class Trainer {
   const TrainGraph& graph() const;
   const TrainerOptions& options() const;
   int64_t micro_batch() const;
+  // Every Conv layer's parallel mode, "node=mode" joined by commas in graph order: part of
+  // what a resumed run must match (it shapes the summation order).
+  std::string parallel_modes() const;
   // Sum of the nominal flops (2*N*K*(C/g)*R*S*P*Q per conv pass, 2*M*N*K per GEMM) of the
   // passes one training step on `count` samples executes.
   double step_flops(int64_t count) const;

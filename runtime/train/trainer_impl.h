@@ -5,6 +5,7 @@
 //   trainer_ops.cpp         the per-operator forward and backward dispatch
 //   trainer_batch_norm.cpp  BatchNormalization's mini-batch statistics
 //   trainer_gemm.cpp        Gemm / MatMul layers over the whole mini-batch
+//   trainer_conv_layers.cpp each Conv's parallel mode, cropped taps and whole-batch gradient
 //   trainer_update.cpp      gradients summed by the fixed tree, then the SGD update
 #pragma once
 
@@ -13,15 +14,19 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "runtime/graph/train_graph.h"
+#include "runtime/ops/aligned_buffer.h"
 #include "runtime/ops/tensor.h"
 #include "runtime/train/train_conv.h"
 #include "runtime/train/trainer.h"
+#include "schedules/conv_descriptor.h"
 #include "schedules/conv_schedule.h"
+#include "schedules/tap_window.h"
 
 namespace convgen::model {
 
@@ -43,11 +48,37 @@ struct Trainer::Impl {
     int64_t sample_elements = 0;  // activations: elements per sample
   };
 
-  // The buffers of one micro-batch: first allocated (and first touched) by the thread that
-  // always runs that micro-batch.
+  // A micro-batch's part of a whole-mini-batch buffer.
+  struct FloatSpan {
+    float* p = nullptr;
+    size_t n = 0;
+    float* data() const { return p; }
+    size_t size() const { return n; }
+    float* begin() const { return p; }
+    float* end() const { return p + n; }
+    float& operator[](size_t i) const { return p[i]; }
+  };
+
+  // Cache-line aligned floats, not initialised: each micro-batch's slice is first touched
+  // by the thread that always runs that micro-batch.
+  struct BatchBuffer {
+    struct Free {
+      void operator()(float* p) const { ::operator delete(p, std::align_val_t(kCacheLineBytes)); }
+    };
+    std::unique_ptr<float, Free> floats;
+    void allocate(size_t n) {
+      floats.reset(n ? static_cast<float*>(::operator new(n * sizeof(float), std::align_val_t(kCacheLineBytes))) : nullptr);
+    }
+    float* data() const { return floats.get(); }
+  };
+
+  // The buffers of one micro-batch. Activations and gradients are slices of one buffer per
+  // value holding the whole mini-batch in sample order, so a whole-batch layer's kernel
+  // reads every micro-batch's samples in place.
   struct Slot {
     int64_t size = 0;
-    std::vector<FloatBuffer> act, grad;   // per value (activations; gradients where required)
+    int64_t index = -1;                  // the micro-batch this slot runs
+    std::vector<FloatSpan> act, grad;    // per value (activations; gradients where required)
     std::vector<FloatBuffer> param_grad;  // per parameter
     std::vector<std::vector<float>> masks;       // per node (Dropout)
     std::vector<std::vector<int32_t>> argmax;    // per node (MaxPool): each output's source
@@ -93,6 +124,7 @@ struct Trainer::Impl {
   std::vector<std::vector<float>> frozen;
   int input = -1, logits = -1;
   std::vector<Slot> slots;
+  std::vector<BatchBuffer> batch_act, batch_grad;  // per value: options.batch samples
   // Identical layers (the same descriptor and needs) share one implementation.
   std::map<std::string, std::unique_ptr<TrainConv>> convs;
   std::map<std::pair<size_t, int64_t>, TrainConv*> kernels;  // (node index, micro-batch size)
@@ -153,6 +185,36 @@ struct Trainer::Impl {
 
   void choose_deferred_gradients();
 
+  // ---- Conv layers: parallel mode and cropped taps (trainer_conv_layers.cpp) -----------
+  // Micro-batch mode: each micro-batch computes its own weight gradient, summed by the
+  // tree. Whole-batch mode: one backward-weights kernel over the whole mini-batch after
+  // the backward pass (the activations are contiguous across micro-batches), its
+  // intra-kernel parallel variant splitting output channels, no private copies and no
+  // tree. Forward and backward-data stay per micro-batch either way.
+  struct ConvLayer {
+    ConvDescriptor full;         // the layer as the model has it (mb = m)
+    TapWindow taps;              // useful_taps(full)
+    bool crop = false;           // kernels run the cropped layer on cropped_w
+    ParallelMode mode = ParallelMode::MicroBatch;
+    std::string why_mode;
+    int w_param = -1, b_param = -1;
+    FloatBuffer cropped_w;       // [oc][icg][taps.kh][taps.kw], refreshed before each mini-batch
+    FloatBuffer cropped_dw;      // whole-batch, cropped: the gradient before expansion
+    bool frozen_cropped = false; // untrained weights: cropped once
+    std::map<int64_t, TrainConv*> whole_batch;  // by sample count
+  };
+  std::map<size_t, ConvLayer> conv_layers;  // by node index
+  FloatBuffer whole_batch_db;                // a whole-batch layer's untrained bias: its gradient, unused
+
+  void choose_conv_layers();
+  // The layer's kernels at `n` samples (cropped when its taps are), intra-kernel parallel or not.
+  // needs_forward false: backward-weights only (a whole-batch gradient).
+  TrainConv* conv_kernels(size_t node, int64_t n, bool intra_kernel, bool needs_forward);
+  // Cropped layers' weights copied from the parameters (before every mini-batch).
+  void refresh_cropped_weights();
+  // Whole-batch layers' weight gradients over the mini-batch of `count` samples.
+  void whole_batch_gradients(int64_t count, const Guard& guarded);
+
   // The convolution kernels of a Gemm that is a 1x1 convolution of a 1 x rows image:
   // input NHWC [1][1][rows][K] = A, weights OIHW [N][K][1][1] = W (transB), output
   // [1][1][rows][N] = Y, bias [N]. Compiled for each mini-batch size when first needed,
@@ -185,6 +247,9 @@ struct Trainer::Impl {
   // whole-mini-batch Gemm layers'.
   void ensure_batch_kernels(int64_t count);
 
+  // The whole-batch buffers of every activation and gradient (first call only).
+  void allocate_batch_buffers();
+  // The slot's views of its micro-batch (first_sample .. + n) in the whole-batch buffers.
   void prepare_slot(Slot& slot, int64_t n);
 
   // ---- forward -------------------------------------------------------------------

@@ -23,8 +23,9 @@ void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
   switch (n.op) {
     case Op::Conv: {
       TrainConv& k = *kernels.at({node_index, slot.size});
+      const ConvLayer& layer = conv_layers.at(node_index);
       const float* bias = n.inputs.size() > 2 && !n.inputs[2].empty() ? x(2).data : nullptr;
-      k.forward(x(0).data, x(1).data, bias, y.data);
+      k.forward(x(0).data, layer.crop ? layer.cropped_w.data() : x(1).data, bias, y.data);
       return;
     }
     case Op::Relu: case Op::LeakyRelu: case Op::Clip: case Op::Sigmoid:
@@ -120,25 +121,35 @@ void Trainer::Impl::backward(Slot& slot, size_t node_index) {
   switch (n.op) {
     case Op::Conv: {
       TrainConv& k = *kernels.at({node_index, slot.size});
+      const ConvLayer& layer = conv_layers.at(node_index);
       const float* yp = n.attributes.fused_relu ? y.data : nullptr;
+      const float* wp = layer.crop ? layer.cropped_w.data() : x(1).data;
       const int w = in_id(1), b = in_id(2);
-      if (wants_grad(w)) {
+      // Whole-batch layers' weight gradients run after the backward pass (whole_batch_gradients).
+      if (wants_grad(w) && layer.mode == ParallelMode::MicroBatch) {
         const Target tw = target_for(slot, w);
         Target tb{};
         const bool has_bias = b >= 0;
         if (has_bias) tb = target_for(slot, b);
-        if (!tw.accumulate && (!has_bias || !tb.accumulate)) {
+        if (!layer.crop && !tw.accumulate && (!has_bias || !tb.accumulate)) {
           k.backward_weights(x(0).data, dy.data, yp, tw.view.data, has_bias ? tb.view.data : nullptr);
         } else {
-          std::vector<float> dw(static_cast<size_t>(tw.view.elements())), db(has_bias ? tb.view.elements() : 0);
+          const ConvDescriptor& d = layer.full;
+          std::vector<float> dw(static_cast<size_t>(d.oc * d.icg() * layer.taps.kh * layer.taps.kw)),
+              db(has_bias ? tb.view.elements() : 0);
           k.backward_weights(x(0).data, dy.data, yp, dw.data(), has_bias ? db.data() : nullptr);
+          if (layer.crop) {
+            std::vector<float> full(static_cast<size_t>(tw.view.elements()));
+            expand_weight_gradient(d, layer.taps, dw.data(), full.data(), 0, d.oc);
+            dw = std::move(full);
+          }
           for (size_t i = 0; i < dw.size(); ++i) tw.view.data[i] = tw.accumulate ? tw.view.data[i] + dw[i] : dw[i];
           for (size_t i = 0; i < db.size(); ++i) tb.view.data[i] = tb.accumulate ? tb.view.data[i] + db[i] : db[i];
         }
       }
       if (values[in_id(0)].requires_grad) {
         const Target tx = target_for(slot, in_id(0));
-        write_or_add(slot, tx, [&](float* dx) { k.backward_data(dy.data, x(1).data, yp, dx); });
+        write_or_add(slot, tx, [&](float* dx) { k.backward_data(dy.data, wp, yp, dx); });
       }
       return;
     }

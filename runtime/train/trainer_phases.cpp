@@ -106,6 +106,8 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
     throw Error(ExitCode::Internal, fmt::format("trainer: a batch of {} samples (batch size {})", count, options.batch));
   const int64_t micro = (count + m - 1) / m, last = count - (micro - 1) * m;
   ensure_batch_kernels(count);
+  allocate_batch_buffers();
+  refresh_cropped_weights();
   if (static_cast<int64_t>(slots.size()) < micro) slots.resize(static_cast<size_t>(micro));
   const int64_t sample_floats = values[input].sample_elements;
   for (int64_t i = 0; i < micro; ++i) {
@@ -161,6 +163,7 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
     }
     if (!failed) combine_phase(phases[ph]);
   }
+  if (train && !failed) whole_batch_gradients(count, guarded);
   if (failure) std::rethrow_exception(failure);
 
   // The loss and the correct count: a pairwise tree over the micro-batch index.

@@ -114,21 +114,9 @@ void Trainer::Impl::ensure_kernels(int64_t n) {
     if (node.op != Op::Conv) continue;
     auto key = std::make_pair(index, n);
     if (kernels.count(key)) continue;
-    ConvDescriptor d = conv_descriptor(g, node);
-    d.mb = n;
-    d.name.clear();
-    TrainConvRequest request;
-    request.descriptor = d;
-    request.needs_backward_data = values[id(node.inputs[0])].requires_grad;
-    request.intra_kernel = intra;
-    request.threads = options.threads;
-    request.records = options.records;
-    request.target = target;
-    const std::string shared = d.normalised() + (request.needs_backward_data ? "+dx" : "");
-    auto it = convs.find(shared);
-    if (it == convs.end()) it = convs.emplace(shared, make_conv(request)).first;
-    if (why) why->push_back(fmt::format("{}: {}", node.name, it->second->describe()));
-    kernels.emplace(key, it->second.get());
+    TrainConv* k = conv_kernels(index, n, intra, true);
+    if (why) why->push_back(fmt::format("{}: {}", node.name, k->describe()));
+    kernels.emplace(key, k);
   }
 }
 
@@ -137,18 +125,46 @@ void Trainer::Impl::ensure_batch_kernels(int64_t count) {
   ensure_kernels(m);
   if (last != m) ensure_kernels(last);
   for (auto& entry : batched) gemm_conv(entry.first, count);
+  // Whole-batch layers' weight gradients: one kernel over the mini-batch, its parallel
+  // variant on all threads (T only decides how many run it).
+  for (auto& [index, layer] : conv_layers) {
+    if (layer.mode != ParallelMode::WholeBatch || layer.whole_batch.count(count)) continue;
+    TrainConv* k = conv_kernels(index, count, true, false);
+    if (why) why->push_back(fmt::format("{}: weight gradient over {} samples: {}", tg.graph.nodes[index].name, count, k->describe()));
+    layer.whole_batch.emplace(count, k);
+  }
 }
 
-void Trainer::Impl::prepare_slot(Slot& slot, int64_t n) {
-  if (slot.size == n && !slot.act.empty()) return;
-  slot.size = n;
-  slot.act.assign(values.size(), {});
-  slot.grad.assign(values.size(), {});
+void Trainer::Impl::allocate_batch_buffers() {
+  if (!batch_act.empty()) return;
+  batch_act.resize(values.size());
+  batch_grad.resize(values.size());
   for (size_t i = 0; i < values.size(); ++i) {
     const ValueInfo& v = values[i];
     if (v.constant) continue;
-    slot.act[i].assign(static_cast<size_t>(v.sample_elements * n), 0.0f);
-    if (v.requires_grad) slot.grad[i].assign(slot.act[i].size(), 0.0f);
+    batch_act[i].allocate(static_cast<size_t>(v.sample_elements * options.batch));
+    if (v.requires_grad) batch_grad[i].allocate(static_cast<size_t>(v.sample_elements * options.batch));
+  }
+}
+
+void Trainer::Impl::prepare_slot(Slot& slot, int64_t n) {
+  const int64_t index = slot.first_sample / m;
+  if (slot.size == n && slot.index == index && !slot.act.empty()) return;
+  slot.size = n;
+  slot.index = index;
+  slot.act.assign(values.size(), {});
+  slot.grad.assign(values.size(), {});
+  // This micro-batch's samples of every whole-batch buffer, zeroed here: first touched by
+  // the thread that always runs this micro-batch.
+  for (size_t i = 0; i < values.size(); ++i) {
+    const ValueInfo& v = values[i];
+    if (v.constant) continue;
+    const size_t first = static_cast<size_t>(slot.first_sample * v.sample_elements), len = static_cast<size_t>(v.sample_elements * n);
+    slot.act[i] = {batch_act[i].data() + first, len};
+    std::fill(slot.act[i].begin(), slot.act[i].end(), 0.0f);
+    if (!v.requires_grad) continue;
+    slot.grad[i] = {batch_grad[i].data() + first, len};
+    std::fill(slot.grad[i].begin(), slot.grad[i].end(), 0.0f);
   }
   slot.param_grad.assign(parameters.size(), {});
   for (size_t p = 0; p < parameters.size(); ++p)

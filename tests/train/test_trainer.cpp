@@ -5,12 +5,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "generator/train/trainer_from_model.h"
 #include "runtime/data/train_data.h"
 #include "runtime/train/trainer.h"
 #include "schedules/errors.h"
 #include "tests/common/onnx_test_models.h"
+#include "tests/common/small_image_model.h"
 #include "tests/common/train_compare.h"
 
 using namespace convgen;
@@ -25,8 +27,9 @@ using test::same_bits;
 
 // One epoch over `samples` synthetic samples, shuffled, in mini-batches of `batch`.
 Run train_epoch(const std::string& model, int64_t samples, int64_t batch, int threads, bool intra,
-                int64_t micro_batch = 0) {
+                int64_t micro_batch = 0, const std::map<std::string, model::ParallelMode>& modes = {}) {
   model::TrainerOptions o;
+  o.parallel_modes = modes;
   o.batch = batch;
   o.micro_batch = micro_batch;
   o.threads = threads;
@@ -190,4 +193,68 @@ TEST_CASE("trainer: models it cannot train are refused naming the node", "[train
   o.batch = 4;
   o.micro_batch = 8;
   CHECK_THROWS_AS(model::make_trainer(bundled("lenet"), o, default_target()), Error);
+}
+
+namespace {
+
+std::string small_image_model() {
+  test::OnnxModelBuilder b;
+  test::build_small_image_model(b);
+  for (auto& t : *b.model().mutable_graph()->mutable_initializer())
+    for (int i = 0; i < t.float_data_size(); ++i)
+      t.set_float_data(i, 0.08f * std::sin(0.37f * float(i) + float(t.name().size())));
+  return b.write("small_image");
+}
+
+std::string modes_of(const std::string& model, int64_t batch, const std::map<std::string, model::ParallelMode>& force = {}) {
+  model::TrainerOptions o;
+  o.batch = batch;
+  o.parallel_modes = force;
+  return model::make_trainer(model, o, default_target())->parallel_modes();
+}
+
+}  // namespace
+
+TEST_CASE("trainer: layers on small images take whole-batch gradients, chosen without the thread count", "[trainer]") {
+  const std::string model = small_image_model();
+  // Micro-batches of 6 (batch 24): conv1 on 3x3 outputs does 6 * 9 * 2 / 4 = 27 flop per
+  // byte of its gradient, below 64: whole-batch, as are the 2x2 and 1x1 layers.
+  CHECK(modes_of(model, 24) == "conv1=whole-batch,conv2=whole-batch,conv3=whole-batch,conv4=whole-batch");
+  // Micro-batches of 64 (batch 256): conv1 does 288, conv2 on 2x2 128: micro-batch.
+  CHECK(modes_of(model, 256) == "conv1=micro-batch,conv2=micro-batch,conv3=whole-batch,conv4=whole-batch");
+  CHECK(modes_of(model, 24, {{"conv3", model::ParallelMode::MicroBatch}}) ==
+        "conv1=whole-batch,conv2=whole-batch,conv3=micro-batch,conv4=whole-batch");
+  try {
+    modes_of(model, 24, {{"relu1", model::ParallelMode::MicroBatch}});
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ExitCode::Usage);
+    CHECK_THAT(e.what(), Catch::Contains("'relu1' is not a Conv node"));
+  }
+}
+
+TEST_CASE("trainer invariance: small images (whole-batch gradients, cropped taps)", "[trainer]") {
+  require_thread_invariance(small_image_model(), 110, 24);
+}
+
+TEST_CASE("trainer invariance: small images, every layer forced to micro-batch mode", "[trainer]") {
+  // The cropped layers' per-micro-batch path (gradients expanded to the full kernel);
+  // a different summation order than whole-batch, so close to it, not equal.
+  const std::string model = small_image_model();
+  std::map<std::string, model::ParallelMode> micro;
+  for (const char* conv : {"conv1", "conv2", "conv3", "conv4"}) micro[conv] = model::ParallelMode::MicroBatch;
+  const Run one = train_epoch(model, 50, 24, 1, false, 0, micro);
+  for (int threads : {2, 3}) {
+    INFO("threads " << threads);
+    require_identical(one, train_epoch(model, 50, 24, threads, false, 0, micro));
+  }
+  const Run whole = train_epoch(model, 50, 24, 2, false);
+  REQUIRE(whole.losses.size() == one.losses.size());
+  bool any_different = false;
+  for (size_t p = 0; p < one.parameters.size(); ++p)
+    for (size_t i = 0; i < one.parameters[p].value.size(); ++i) {
+      CHECK(one.parameters[p].value[i] == Approx(whole.parameters[p].value[i]).margin(1e-4));
+      any_different = any_different || one.parameters[p].value[i] != whole.parameters[p].value[i];
+    }
+  CHECK(any_different);
 }

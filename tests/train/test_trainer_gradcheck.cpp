@@ -7,11 +7,13 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <map>
 #include <random>
 
 #include "generator/train/trainer_from_model.h"
 #include "runtime/train/trainer.h"
 #include "tests/common/onnx_test_models.h"
+#include "tests/common/small_image_model.h"
 
 using namespace convgen;
 
@@ -43,8 +45,10 @@ Data labelled_data(int64_t n, int64_t sample, int classes, uint32_t seed) {
 
 // Trains one step with lr 0 (nothing moves) to get the gradients, then compares a few
 // elements of each with (L(w + h) - L(w - h)) / 2h from evaluate().
-void check_gradients(const std::string& model, int64_t batch, int64_t micro, const Data& d) {
+void check_gradients(const std::string& model, int64_t batch, int64_t micro, const Data& d,
+                     const std::map<std::string, model::ParallelMode>& modes = {}) {
   model::TrainerOptions o;
+  o.parallel_modes = modes;
   o.batch = batch;
   o.micro_batch = micro;
   o.lr = 0.0f;
@@ -147,4 +151,39 @@ TEST_CASE("trainer gradients match finite differences: Gemm -> Reshape to 4-D ->
   b.node("MatMul", {"f", "fc_t"}, {"logits"}, "fc");
   const std::string path = b.write("gradcheck_reshape");
   check_gradients(path, 5, 2, labelled_data(5, 12, 6, 5));  // micro-batches 2 + 2 + 1
+}
+
+TEST_CASE("trainer gradients match finite differences: small images (whole-batch gradients, cropped taps)",
+          "[trainer][gradcheck]") {
+  // conv3 and conv4 read their inputs through 2x2 and 1x1 of their 3x3 taps: the other
+  // taps' gradients must come out exactly zero, and every layer here is whole-batch.
+  test::OnnxModelBuilder b;
+  test::build_small_image_model(b);
+  randomize(b, 9);
+  const std::string path = b.write("gradcheck_small_images");
+  check_gradients(path, 7, 3, labelled_data(7, 3 * 5 * 5, 5, 6));  // micro-batches 3 + 3 + 1
+  std::map<std::string, model::ParallelMode> micro;
+  for (const char* conv : {"conv1", "conv2", "conv3", "conv4"}) micro[conv] = model::ParallelMode::MicroBatch;
+  check_gradients(path, 7, 3, labelled_data(7, 3 * 5 * 5, 5, 6), micro);
+  model::TrainerOptions o;
+  o.batch = 7;
+  o.micro_batch = 3;
+  o.lr = 0.0f;
+  auto trainer = model::make_trainer(path, o, default_target());
+  const Data d = labelled_data(7, 3 * 5 * 5, 5, 6);
+  trainer->train_step(d.pixels.data(), d.labels.data(), 7);
+  const auto grads = trainer->last_gradients();
+  for (size_t p = 0; p < grads.size(); ++p) {
+    const std::string& name = trainer->parameters()[p].name;
+    if (name != "w3" && name != "w4") continue;
+    int64_t nonzero_outside = 0, nonzero_inside = 0;
+    for (size_t e = 0; e < grads[p].size(); ++e) {
+      const int64_t r = int64_t(e % 9) / 3, s = int64_t(e % 9) % 3;
+      const bool kept = name == "w4" ? r == 1 && s == 1 : r >= 1 && s >= 1;
+      (kept ? nonzero_inside : nonzero_outside) += grads[p][e] != 0.0f;
+    }
+    INFO(name);
+    CHECK(nonzero_outside == 0);
+    CHECK(nonzero_inside > 0);
+  }
 }

@@ -1,0 +1,212 @@
+// Conv layers: each one's parallel mode, its cropped taps, and the whole-batch weight
+// gradients (docs/training.md, "Parallel modes" and "Small images").
+#include "runtime/train/trainer_impl.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include "runtime/ops/tensor.h"
+#include "runtime/train/train_conv.h"
+#include "runtime/train/train_ops.h"
+#include "schedules/errors.h"
+
+namespace convgen::model {
+
+namespace {
+
+// Whole-batch mode when a micro-batch's backward-weights work is below this many flops
+// per byte of the weight gradient it writes. In micro-batch mode every micro-batch
+// writes the whole gradient and the tree reads it back; below ~64 flop/byte that traffic
+// outweighs the kernel (torchvision ResNet-18 at 32x32, micro-batch 16: layer4's
+// 3x3 512-channel layers on 1x1 images are at 0.9 after cropping, layer3's on 2x2 at 32,
+// layer2's on 4x4 at 128). Depends on the layer and the micro-batch only, never on T.
+constexpr double kWholeBatchBelowFlopsPerByte = 64.0;
+
+constexpr int64_t kChannelBlock = 16;  // output channels per work item when copying weights
+
+}  // namespace
+
+const char* parallel_mode_name(ParallelMode m) { return m == ParallelMode::WholeBatch ? "whole-batch" : "micro-batch"; }
+
+std::map<std::string, ParallelMode> parse_parallel_modes(const std::string& text) {
+  std::map<std::string, ParallelMode> modes;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string entry = text.substr(at, comma - at);
+    const size_t eq = entry.rfind('=');
+    const std::string node = eq == std::string::npos ? "" : entry.substr(0, eq);
+    const std::string mode = eq == std::string::npos ? "" : entry.substr(eq + 1);
+    if (node.empty() || (mode != "micro-batch" && mode != "whole-batch"))
+      throw Error(ExitCode::Usage, fmt::format("--parallel-mode: '{}' is not NODE=micro-batch or NODE=whole-batch", entry));
+    modes[node] = mode == "whole-batch" ? ParallelMode::WholeBatch : ParallelMode::MicroBatch;
+    at = comma + 1;
+  }
+  return modes;
+}
+
+void Trainer::Impl::choose_conv_layers() {
+  const Graph& g = tg.graph;
+  std::map<std::string, int> uses;
+  for (const Node& n : g.nodes)
+    for (const std::string& in : n.inputs) ++uses[in];
+  std::map<std::string, ParallelMode> overrides = options.parallel_modes;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.op != Op::Conv) continue;
+    ConvLayer L;
+    L.full = conv_descriptor(g, n);
+    L.full.mb = m;
+    L.full.name.clear();
+    L.taps = useful_taps(L.full);
+    L.crop = !L.taps.whole(L.full);
+    const int w = id(n.inputs[1]);
+    const int b = n.inputs.size() > 2 && !n.inputs[2].empty() ? id(n.inputs[2]) : -1;
+    L.w_param = values[w].parameter;
+    L.b_param = b >= 0 ? values[b].parameter : -1;
+    if (why && L.crop)
+      why->push_back(fmt::format("{}: only taps {}..{} x {}..{} of its {}x{} kernel read input (the rest read padding "
+                                 "for every output pixel): its kernels run {}",
+                                 n.name, L.taps.r0, L.taps.r0 + L.taps.kh - 1, L.taps.s0, L.taps.s0 + L.taps.kw - 1,
+                                 L.full.kh, L.full.kw, cropped(L.full, L.taps).normalised()));
+
+    // Whole-batch needs the layer's own gradient buffers: weights (and bias) read by
+    // this node alone.
+    std::string refused;
+    if (L.w_param < 0) refused = "its weights are not trained";
+    else if (uses[n.inputs[1]] != 1) refused = "its weights are read by another node too";
+    else if (L.b_param >= 0 && uses[n.inputs[2]] != 1) refused = "its bias is read by another node too";
+    ConvDescriptor work = cropped(L.full, L.taps);
+    const double flops = work.flops(), bytes = 4.0 * double(L.full.oc * L.full.icg() * L.full.kh * L.full.kw);
+    const double intensity = flops / bytes;
+    auto over = overrides.find(n.name);
+    if (over == overrides.end()) over = overrides.find("*");
+    if (over != overrides.end()) {
+      if (over->second == ParallelMode::WholeBatch && !refused.empty())
+        throw Error(ExitCode::Usage,
+                    fmt::format("--parallel-mode: layer '{}' cannot run whole-batch: {}", n.name, refused));
+      L.mode = over->second;
+      L.why_mode = "--parallel-mode";
+      if (over->first != "*") overrides.erase(over);
+    } else if (!refused.empty()) {
+      L.mode = ParallelMode::MicroBatch;
+      L.why_mode = refused;
+    } else if (intensity < kWholeBatchBelowFlopsPerByte) {
+      L.mode = ParallelMode::WholeBatch;
+      L.why_mode = fmt::format("a micro-batch's backward-weights does {:.3g} flop per byte of weight gradient, below {:g}",
+                               intensity, kWholeBatchBelowFlopsPerByte);
+    } else {
+      L.mode = ParallelMode::MicroBatch;
+      L.why_mode = fmt::format("a micro-batch's backward-weights does {:.3g} flop per byte of weight gradient, at least {:g}",
+                               intensity, kWholeBatchBelowFlopsPerByte);
+    }
+    if (why) why->push_back(fmt::format("{}: parallel mode {} ({})", n.name, parallel_mode_name(L.mode), L.why_mode));
+    if (L.mode == ParallelMode::WholeBatch)
+      for (int p : {L.w_param, L.b_param}) {
+        if (p < 0) continue;
+        deferred_param[p] = 1;
+        deferred_grad[p].assign(parameters[p].value.size(), 0.0f);
+      }
+    conv_layers.emplace(i, std::move(L));
+  }
+  overrides.erase("*");
+  if (!overrides.empty())
+    throw Error(ExitCode::Usage, fmt::format("--parallel-mode: '{}' is not a Conv node of {}", overrides.begin()->first,
+                                             g.source));
+}
+
+TrainConv* Trainer::Impl::conv_kernels(size_t node, int64_t n, bool intra_kernel, bool needs_forward) {
+  const ConvLayer& L = conv_layers.at(node);
+  ConvDescriptor d = cropped(L.full, L.taps);
+  d.mb = n;
+  TrainConvRequest request;
+  request.descriptor = d;
+  request.needs_backward_data = needs_forward && values[id(tg.graph.nodes[node].inputs[0])].requires_grad;
+  request.needs_forward = needs_forward;
+  request.intra_kernel = intra_kernel;
+  request.threads = options.threads;
+  request.records = options.records;
+  request.target = target;
+  const std::string key = d.normalised();
+  // Identical layers share one implementation; a weights-only request (a whole-batch
+  // gradient) takes any kernel set of its shape.
+  if (!needs_forward)
+    for (const char* suffix : {"+dx", ""}) {
+      auto it = convs.find(key + suffix);
+      if (it != convs.end()) return it->second.get();
+    }
+  const std::string shared = key + (request.needs_backward_data ? "+dx" : needs_forward ? "" : "+weights");
+  auto it = convs.find(shared);
+  if (it == convs.end()) it = convs.emplace(shared, make_conv(request)).first;
+  return it->second.get();
+}
+
+void Trainer::Impl::refresh_cropped_weights() {
+  struct Work {
+    ConvLayer* layer;
+    int64_t k0, k1;
+  };
+  std::vector<Work> work;
+  for (auto& [node, L] : conv_layers) {
+    if (!L.crop) continue;
+    L.cropped_w.resize(static_cast<size_t>(L.full.oc * L.full.icg() * L.taps.kh * L.taps.kw));
+    for (int64_t k = 0; k < L.full.oc; k += kChannelBlock) work.push_back({&L, k, std::min(L.full.oc, k + kChannelBlock)});
+  }
+  if (work.empty()) return;
+#pragma omp parallel for schedule(static) num_threads(options.threads)
+  for (size_t i = 0; i < work.size(); ++i) {
+    const Work& w = work[i];
+    const float* full = w.layer->w_param >= 0 ? parameters[w.layer->w_param].value.data() : nullptr;
+    if (!full) continue;
+    crop_weights(w.layer->full, w.layer->taps, full, w.layer->cropped_w.data(), w.k0, w.k1);
+  }
+  // Frozen weights of a cropped layer: copied once (they never change).
+  for (auto& [node, L] : conv_layers)
+    if (L.crop && L.w_param < 0 && !L.frozen_cropped) {
+      crop_weights(L.full, L.taps, frozen[values[id(tg.graph.nodes[node].inputs[1])].frozen].data(), L.cropped_w.data(),
+                   0, L.full.oc);
+      L.frozen_cropped = true;
+    }
+}
+
+void Trainer::Impl::whole_batch_gradients(int64_t count, const Guard& guarded) {
+  for (auto& [node, L] : conv_layers) {
+    if (L.mode != ParallelMode::WholeBatch) continue;
+    const auto start = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    const Node& n = tg.graph.nodes[node];
+    const int x = id(n.inputs[0]), y = id(n.outputs[0]);
+    TrainConv* k = L.whole_batch.at(count);
+    float* dw = deferred_grad[L.w_param].data();
+    if (L.crop) {
+      L.cropped_dw.resize(static_cast<size_t>(L.full.oc * L.full.icg() * L.taps.kh * L.taps.kw));
+      dw = L.cropped_dw.data();
+    }
+    float* db = nullptr;
+    if (L.full.bias) {
+      if (L.b_param >= 0) {
+        db = deferred_grad[L.b_param].data();
+      } else {
+        whole_batch_db.resize(static_cast<size_t>(L.full.oc));
+        db = whole_batch_db.data();
+      }
+    }
+    const float* yp = n.attributes.fused_relu ? batch_act[y].data() : nullptr;
+    guarded([&] { k->backward_weights(batch_act[x].data(), batch_grad[y].data(), yp, dw, db); });
+    if (L.crop) {
+      const int64_t blocks = (L.full.oc + kChannelBlock - 1) / kChannelBlock;
+      float* full = deferred_grad[L.w_param].data();
+#pragma omp parallel for schedule(static) num_threads(options.threads)
+      for (int64_t b = 0; b < blocks; ++b)
+        expand_weight_gradient(L.full, L.taps, L.cropped_dw.data(), full, b * kChannelBlock,
+                               std::min(L.full.oc, (b + 1) * kChannelBlock));
+    }
+    if (options.profile)
+      gemm_seconds[3 * node + 1] +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * options.threads;
+  }
+}
+
+}  // namespace convgen::model
