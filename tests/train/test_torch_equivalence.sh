@@ -11,6 +11,9 @@
 #   the small ResNet without Dropout (models/small_resnet_nodrop.onnx: training-mode
 #     BatchNormalization, a residual Add) on Fashion-MNIST at lr 0.002, running statistics
 #     compared too. (At lr 0.01 rounding differences reach 4e-4 by step 45, measured.)
+#   down_to_1x1 (models/down_to_1x1.onnx: BatchNormalization, layers on 2x2 and 1x1 images
+#     whose weight gradients are whole-batch and whose padding-only taps are cropped) on
+#     Fashion-MNIST at lr 0.002.
 # Takes ~10 s. Usage: test_torch_equivalence.sh CONVGEN ROOT
 set -u
 convgen="$1"
@@ -40,5 +43,6 @@ check() {
 check lenet "$root/models/lenet.onnx" fashion-mnist 0.002
 check cifar10_full "$root/models/cifar10_full.onnx" synthetic 0.001
 check small_resnet_nodrop "$root/models/small_resnet_nodrop.onnx" fashion-mnist 0.002
+check down_to_1x1 "$root/models/down_to_1x1.onnx" fashion-mnist 0.002
 
 if [[ $failures -eq 0 ]]; then echo "train.torch_equivalence: all checks passed"; else exit 1; fi

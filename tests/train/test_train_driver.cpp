@@ -1,5 +1,5 @@
 // The generated training drivers (`convgen compile --train`, compiled at build time for
-// the bundled LeNet, cifar10_full and small ResNet) against the in-process trainer of
+// the bundled LeNet, cifar10_full, small ResNet and down_to_1x1) against the in-process trainer of
 // `convgen train`: the same engine on AOT instead of JIT kernels must give the same
 // bits -- every loss, weight, momentum and BatchNormalization statistic -- for every
 // thread count, over two epochs whose last mini-batch ends in a partial micro-batch.
@@ -22,6 +22,7 @@
 #include "generator/train/trainer_from_model.h"
 #include "runtime/train/trainer.h"
 #include "small_resnet.h"
+#include "down_to_1x1.h"
 #include "runtime/data/train_data.h"
 #include "tests/common/train_compare.h"
 
@@ -110,6 +111,14 @@ TEST_CASE("generated training driver: cifar10_full matches the in-process traine
 
 TEST_CASE("generated training driver: small ResNet (BatchNorm, Dropout) matches bit for bit", "[train_driver]") {
   check_driver<convgen_model_small_resnet::Trainer, convgen_model_small_resnet::TrainOptions>("small_resnet");
+}
+
+TEST_CASE("generated training driver: whole-batch gradients and cropped taps match bit for bit", "[train_driver]") {
+  // down_to_1x1: its 2x2 and 1x1 layers are whole-batch, two of them cropped; the driver
+  // carries their weights-only kernels over 32 and 4 samples.
+  CHECK_THAT(model::make_trainer(model_file("down_to_1x1"), jit_options(), default_target())->parallel_modes(),
+             Catch::Contains("/conv/Conv=whole-batch") && Catch::Contains("/down/down.6/Conv=micro-batch"));
+  check_driver<convgen_model_down_to_1x1::Trainer, convgen_model_down_to_1x1::TrainOptions>("down_to_1x1");
 }
 
 TEST_CASE("generated training driver: compile-time facts and clear errors", "[train_driver]") {

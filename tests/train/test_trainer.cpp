@@ -14,6 +14,7 @@
 #include "tests/common/onnx_test_models.h"
 #include "tests/common/small_image_model.h"
 #include "tests/common/train_compare.h"
+#include "tests/common/train_epoch.h"
 
 using namespace convgen;
 
@@ -22,42 +23,10 @@ namespace {
 std::string bundled(const std::string& name) { return std::string(CONVGEN_MODELS_DIR) + "/" + name + ".onnx"; }
 
 using Run = test::TrainRun;
+using test::require_thread_invariance;
+using test::train_epoch;
 using test::require_identical;
 using test::same_bits;
-
-// One epoch over `samples` synthetic samples, shuffled, in mini-batches of `batch`.
-Run train_epoch(const std::string& model, int64_t samples, int64_t batch, int threads, bool intra,
-                int64_t micro_batch = 0, const std::map<std::string, model::ParallelMode>& modes = {}) {
-  model::TrainerOptions o;
-  o.parallel_modes = modes;
-  o.batch = batch;
-  o.micro_batch = micro_batch;
-  o.threads = threads;
-  o.intra_kernel = intra;
-  o.lr = 0.01f;
-  o.momentum = 0.9f;
-  o.weight_decay = 5e-4f;
-  o.seed = 7;
-  auto trainer_owned = model::make_trainer(model, o, default_target());
-  model::Trainer& trainer = *trainer_owned;
-  const auto& tg = trainer.graph();
-  data::SampleSpec spec;
-  spec.channels = tg.sample_shape[0], spec.height = tg.sample_shape[1], spec.width = tg.sample_shape[2];
-  spec.classes = tg.classes;
-  const data::Dataset set = data::synthetic_dataset(spec, samples, 11, "synthetic");
-  const std::vector<int64_t> order = data::epoch_order(samples, 0, true, 7);
-  Run run;
-  data::Batch b;
-  for (int64_t first = 0; first < samples; first += batch) {
-    data::decode_batch(set, order, first, std::min(batch, samples - first), data::Normalization{}, &b);
-    const model::StepStats s = trainer.train_step(b.pixels.data(), b.labels.data(), b.count);
-    run.losses.push_back(s.loss);
-    run.correct.push_back(s.correct);
-  }
-  run.parameters = trainer.parameters();
-  run.state = trainer.state_tensors();
-  return run;
-}
 
 // A small residual network without BatchNormalization: conv -> relu -> (conv -> relu ->
 // conv) + skip -> relu -> dropout -> global average pool -> flatten -> gemm. Exercises
@@ -96,18 +65,6 @@ std::string small_residual_model() {
 }  // namespace
 
 namespace {
-
-// Every thread count, and intra-kernel parallelism, against one thread.
-void require_thread_invariance(const std::string& model, int64_t samples, int64_t batch) {
-  const Run one = train_epoch(model, samples, batch, 1, false);
-  for (double l : one.losses) REQUIRE(std::isfinite(l));
-  for (int threads : {2, 3, 4}) {
-    INFO("threads " << threads);
-    require_identical(one, train_epoch(model, samples, batch, threads, false));
-  }
-  INFO("intra-kernel parallelism on 2 threads");
-  require_identical(one, train_epoch(model, samples, batch, 2, true));
-}
 
 }  // namespace
 

@@ -1,0 +1,64 @@
+// One epoch of synthetic data through a trainer built from a model file, and the
+// thread-count invariance check over it: shared by the trainer's tests.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "generator/train/trainer_from_model.h"
+#include "runtime/data/train_data.h"
+#include "runtime/train/trainer.h"
+#include "tests/common/train_compare.h"
+
+namespace convgen::test {
+
+// One epoch over `samples` synthetic samples, shuffled, in mini-batches of `batch`.
+inline TrainRun train_epoch(const std::string& model, int64_t samples, int64_t batch, int threads, bool intra,
+                             int64_t micro_batch = 0, const std::map<std::string, model::ParallelMode>& modes = {}) {
+  model::TrainerOptions o;
+  o.parallel_modes = modes;
+  o.batch = batch;
+  o.micro_batch = micro_batch;
+  o.threads = threads;
+  o.intra_kernel = intra;
+  o.lr = 0.01f;
+  o.momentum = 0.9f;
+  o.weight_decay = 5e-4f;
+  o.seed = 7;
+  auto trainer_owned = model::make_trainer(model, o, default_target());
+  model::Trainer& trainer = *trainer_owned;
+  const auto& tg = trainer.graph();
+  data::SampleSpec spec;
+  spec.channels = tg.sample_shape[0], spec.height = tg.sample_shape[1], spec.width = tg.sample_shape[2];
+  spec.classes = tg.classes;
+  const data::Dataset set = data::synthetic_dataset(spec, samples, 11, "synthetic");
+  const std::vector<int64_t> order = data::epoch_order(samples, 0, true, 7);
+  TrainRun run;
+  data::Batch b;
+  for (int64_t first = 0; first < samples; first += batch) {
+    data::decode_batch(set, order, first, std::min(batch, samples - first), data::Normalization{}, &b);
+    const model::StepStats s = trainer.train_step(b.pixels.data(), b.labels.data(), b.count);
+    run.losses.push_back(s.loss);
+    run.correct.push_back(s.correct);
+  }
+  run.parameters = trainer.parameters();
+  run.state = trainer.state_tensors();
+  return run;
+}
+
+// Every thread count, and intra-kernel parallelism, against one thread.
+inline void require_thread_invariance(const std::string& model, int64_t samples, int64_t batch,
+                                      int64_t micro_batch = 0) {
+  const TrainRun one = train_epoch(model, samples, batch, 1, false, micro_batch);
+  for (double l : one.losses) REQUIRE(std::isfinite(l));
+  for (int threads : {2, 3, 4}) {
+    INFO("threads " << threads);
+    require_identical(one, train_epoch(model, samples, batch, threads, false, micro_batch));
+  }
+  INFO("intra-kernel parallelism on 2 threads");
+  require_identical(one, train_epoch(model, samples, batch, 2, true, micro_batch));
+}
+
+}  // namespace convgen::test

@@ -1,0 +1,56 @@
+// The trainer's contract on the networks users bring: torchvision resnet18, densenet121
+// and mobilenet_v2 (num_classes 10, 3x32x32, exported for training by
+// scripts/make-training-benchmark-models into CONVGEN_TRAINING_MODELS_DIR by the
+// train.export_real_models fixture). Weights, momentum, BatchNormalization statistics
+// and losses bit-identical for T = 1..4 and intra-kernel, over an epoch of 10 samples
+// in mini-batches of 4 (micro-batches of 2; the last mini-batch 2 samples): their
+// whole-batch layers (layer3 and layer4, the dense blocks on small images, MobileNet's
+// last stages) and cropped taps included.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <string>
+
+#include "generator/train/trainer_from_model.h"
+#include "runtime/train/trainer.h"
+#include "tests/common/train_epoch.h"
+
+using namespace convgen;
+
+namespace {
+
+std::string exported(const std::string& name) {
+  const std::string path = std::string(CONVGEN_TRAINING_MODELS_DIR) + "/" + name + ".onnx";
+  INFO(path << " (written by the train.export_real_models fixture)");
+  REQUIRE(std::filesystem::exists(path));
+  return path;
+}
+
+// The modes the cost model picks here: some of each, so both paths run.
+void require_both_modes(const std::string& path) {
+  model::TrainerOptions o;
+  o.batch = 4;
+  o.micro_batch = 2;
+  const std::string modes = model::make_trainer(path, o, default_target())->parallel_modes();
+  CHECK_THAT(modes, Catch::Contains("=whole-batch") && Catch::Contains("=micro-batch"));
+}
+
+}  // namespace
+
+TEST_CASE("trainer invariance: torchvision resnet18", "[trainer][real_model]") {
+  const std::string path = exported("resnet18");
+  require_both_modes(path);
+  test::require_thread_invariance(path, 10, 4, 2);
+}
+
+TEST_CASE("trainer invariance: torchvision densenet121", "[trainer][real_model]") {
+  const std::string path = exported("densenet121");
+  require_both_modes(path);
+  test::require_thread_invariance(path, 10, 4, 2);
+}
+
+TEST_CASE("trainer invariance: torchvision mobilenet_v2", "[trainer][real_model]") {
+  const std::string path = exported("mobilenet_v2");
+  require_both_modes(path);
+  test::require_thread_invariance(path, 10, 4, 2);
+}
