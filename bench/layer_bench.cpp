@@ -20,6 +20,7 @@
 #include "schedules/errors.h"
 #include "schedules/schedule_records.h"
 #include "schedules/schedule_selection.h"
+#include "schedules/tap_window.h"
 
 namespace convgen::bench {
 
@@ -172,9 +173,8 @@ std::string blis_memory_refusal(const ConvDescriptor& d) {
 
 // convgen's analytic schedule for the pass, with the --schedule overrides and the
 // threading choice of the bench applied; records it and its reasons in `res`.
-convgen::ConvSchedule convgen_schedule(LayerResult& res, const convgen::TargetInfo& target,
+convgen::ConvSchedule convgen_schedule(LayerResult& res, const ConvDescriptor& d, const convgen::TargetInfo& target,
                                        const Options& o) {
-  const ConvDescriptor& d = res.layer.d;
   convgen::ConvSchedule s =
       convgen::analytic_schedule_for_pass(d, pass_name(res.pass), target, &res.schedule_why);
   if (o.threads > 1) {
@@ -201,8 +201,8 @@ convgen::ConvSchedule convgen_schedule(LayerResult& res, const convgen::TargetIn
 // The tuned record's schedule for the pass (--schedules), with the bench's threading
 // choice applied as for the default; Unsupported (the peer is skipped) when no record
 // of this layer, pass, target and generator is in the file.
-convgen::ConvSchedule tuned_schedule(LayerResult& res, const convgen::TargetInfo& target, const Options& o) {
-  const ConvDescriptor& d = res.layer.d;
+convgen::ConvSchedule tuned_schedule(LayerResult& res, const ConvDescriptor& d, const convgen::TargetInfo& target,
+                                     const Options& o) {
   std::vector<std::string> why;
   convgen::SelectedSchedule sel = convgen::select_schedule(d, pass_name(res.pass), target, o.schedules, &why);
   if (sel.source == "analytic default")
@@ -215,9 +215,41 @@ convgen::ConvSchedule tuned_schedule(LayerResult& res, const convgen::TargetInfo
   return s;
 }
 
-// The schedule a convgen peer runs: the analytic default (kConvgen) or the tuned record (kTuned).
-convgen::ConvSchedule peer_schedule(LayerResult& res, Peer p, const convgen::TargetInfo& target, const Options& o) {
-  return p == kTuned ? tuned_schedule(res, target, o) : convgen_schedule(res, target, o);
+// The schedule a convgen peer runs on `d` (the layer, or its cropped form): the analytic
+// default (kConvgen) or the tuned record (kTuned).
+convgen::ConvSchedule peer_schedule(LayerResult& res, Peer p, const ConvDescriptor& d,
+                                    const convgen::TargetInfo& target, const Options& o) {
+  return p == kTuned ? tuned_schedule(res, d, target, o) : convgen_schedule(res, d, target, o);
+}
+
+// What convgen runs for a layer whose taps partly read only padding (small images): the
+// cropped convolution on a cropped copy of the weights, as the trainer does
+// (schedules/tap_window.h). The copy is made at set-up, untimed, as the trainer makes it
+// once per step and oneDNN's reorders are made here; expanding the cropped weight
+// gradient back to the layer's shape is part of the timed backward-weights call.
+struct Cropping {
+  bool active = false;
+  convgen::TapWindow taps;
+  ConvDescriptor runs;                   // the descriptor the kernel is generated for
+  std::shared_ptr<FloatBuffer> weights;  // the cropped weights, for the passes that read them
+  const float* w(const Inputs& in) const { return active ? weights->data() : in.w.data(); }
+};
+
+Cropping cropping_for(LayerResult& res, const Inputs& in) {
+  const ConvDescriptor& d = res.layer.d;
+  Cropping c;
+  c.taps = convgen::useful_taps(d);
+  c.runs = convgen::cropped(d, c.taps);
+  c.active = !c.taps.whole(d);
+  if (!c.active) return c;
+  res.schedule_why.push_back(fmt::format(
+      "bench: convgen runs the {}x{} taps from ({}, {}) of the {}x{} kernel; the others read only padding",
+      c.taps.kh, c.taps.kw, c.taps.r0, c.taps.s0, d.kh, d.kw));
+  if (!in.w.empty()) {
+    c.weights = std::make_shared<FloatBuffer>(static_cast<size_t>(d.oc * d.icg() * c.taps.kh * c.taps.kw));
+    convgen::crop_weights(d, c.taps, in.w.data(), c.weights->data(), 0, d.oc);
+  }
+  return c;
 }
 
 template <class OnednnPeer>
@@ -237,15 +269,16 @@ void set_up_forward(LayerResult& res, const Inputs& in, Outputs* out, const Opti
   const ConvDescriptor& d = res.layer.d;
   const int64_t y_size = d.mb * d.oh() * d.ow() * d.oc;
   const float* bias = d.bias ? in.bias.data() : nullptr;
+  const Cropping crop = cropping_for(res, in);
   for (Peer p : {kConvgen, kTuned}) {
     set_up(res.peer[p], [&] {
       const convgen::TargetInfo& target = o.target;
-      const convgen::ConvSchedule s = peer_schedule(res, p, target, o);
-      auto kernel = std::make_shared<convgen::JitForwardKernel>(d, s, target);
+      const convgen::ConvSchedule s = peer_schedule(res, p, crop.runs, target, o);
+      auto kernel = std::make_shared<convgen::JitForwardKernel>(crop.runs, s, target);
       out[p] = {unwritten(y_size)};
       float* y = out[p][0].data();
       PeerResult& r = res.peer[p];
-      r.call = [kernel, &in, bias, y] { kernel->run(in.x.data(), in.w.data(), bias, y); };
+      r.call = [kernel, &in, w = crop.w(in), keep = crop.weights, bias, y] { kernel->run(in.x.data(), w, bias, y); };
       r.finish = [kernel, &r] { r.workspace_bytes = kernel->last_workspace_bytes(); };
     });
   }
@@ -277,15 +310,16 @@ void set_up_backward_data(LayerResult& res, const Inputs& in, Outputs* out, cons
   const int64_t dx_size = d.mb * d.ih * d.iw * d.ic;
   const float* y = d.relu ? in.y.data() : nullptr;
   const float* dy_peers = in.dy_for_peers();
+  const Cropping crop = cropping_for(res, in);
   for (Peer p : {kConvgen, kTuned}) {
     set_up(res.peer[p], [&] {
       const convgen::TargetInfo& target = o.target;
-      const convgen::ConvSchedule s = peer_schedule(res, p, target, o);
-      auto kernel = std::make_shared<convgen::JitBackwardDataKernel>(d, s, target);
+      const convgen::ConvSchedule s = peer_schedule(res, p, crop.runs, target, o);
+      auto kernel = std::make_shared<convgen::JitBackwardDataKernel>(crop.runs, s, target);
       out[p] = {unwritten(dx_size)};
       float* dx = out[p][0].data();
       PeerResult& r = res.peer[p];
-      r.call = [kernel, &in, y, dx] { kernel->run(in.dy.data(), in.w.data(), y, dx); };
+      r.call = [kernel, &in, w = crop.w(in), keep = crop.weights, y, dx] { kernel->run(in.dy.data(), w, y, dx); };
       r.finish = [kernel, &r] { r.workspace_bytes = kernel->last_workspace_bytes(); };
     });
   }
@@ -326,14 +360,24 @@ void set_up_backward_weights(LayerResult& res, const Inputs& in, Outputs* out,
   const ConvDescriptor& d = res.layer.d;
   const float* y = d.relu ? in.y.data() : nullptr;
   const float* dy_peers = in.dy_for_peers();
+  const Cropping crop = cropping_for(res, in);
   for (Peer p : {kConvgen, kTuned}) {
     set_up(res.peer[p], [&] {
       const convgen::TargetInfo& target = o.target;
-      const convgen::ConvSchedule s = peer_schedule(res, p, target, o);
-      auto kernel = std::make_shared<convgen::JitBackwardWeightsKernel>(d, s, target);
+      const convgen::ConvSchedule s = peer_schedule(res, p, crop.runs, target, o);
+      auto kernel = std::make_shared<convgen::JitBackwardWeightsKernel>(crop.runs, s, target);
       const auto [dw, db] = weight_gradients(d, out[p]);
       PeerResult& r = res.peer[p];
-      r.call = [kernel, &in, y, dw = dw, db = db] { kernel->run(in.x.data(), in.dy.data(), y, dw, db); };
+      if (!crop.active) {
+        r.call = [kernel, &in, y, dw = dw, db = db] { kernel->run(in.x.data(), in.dy.data(), y, dw, db); };
+      } else {
+        // The cropped gradient, then back to the layer's shape (zeros on the cropped taps).
+        auto small = std::make_shared<FloatBuffer>(static_cast<size_t>(d.oc * d.icg() * crop.taps.kh * crop.taps.kw));
+        r.call = [kernel, &in, y, dw = dw, db = db, small, d, taps = crop.taps] {
+          kernel->run(in.x.data(), in.dy.data(), y, small->data(), db);
+          convgen::expand_weight_gradient(d, taps, small->data(), dw, 0, d.oc);
+        };
+      }
       r.finish = [kernel, &r] { r.workspace_bytes = kernel->last_workspace_bytes(); };
     });
   }

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "runtime/ops/tensor.h"
+#include "runtime/train/batch_norm_kernels.h"
 #include "runtime/train/train_conv.h"
 #include "runtime/train/train_ops.h"
 #include "schedules/errors.h"
@@ -27,25 +28,16 @@ void Trainer::Impl::bn_partial_sums(Slot& slot, size_t node_index, Action a) {
   acc.assign(static_cast<size_t>(2 * w.channels), 0.0);
   const BatchStats& st = batch_stats.at(node_index);
   if (a == Action::BnSums) {
-    for (int64_t p = 0; p < w.pixels; ++p)
-      for (int64_t c = 0; c < w.channels; ++c) acc[c] += x[p * w.channels + c];
+    bn::add_sums(x, w.pixels, w.channels, acc.data());
   } else if (a == Action::BnSquares) {
-    for (int64_t p = 0; p < w.pixels; ++p)
-      for (int64_t c = 0; c < w.channels; ++c) {
-        const double d = double(x[p * w.channels + c]) - st.mean[c];
-        acc[c] += d * d;
-      }
+    bn::add_squares(x, w.pixels, w.channels, st.mean.data(), acc.data());
   } else {
     const int out = id(n.outputs[0]);
     if (!slot.grad_written[out]) std::fill(slot.grad[out].begin(), slot.grad[out].end(), 0.0f), slot.grad_written[out] = 1;
     const float* dy = slot.grad[out].data();
-    for (int64_t p = 0; p < w.pixels; ++p)
-      for (int64_t c = 0; c < w.channels; ++c) {
-        const int64_t i = p * w.channels + c;
-        const double xhat = (double(x[i]) - st.mean[c]) * double(st.invstd[c]);
-        acc[c] += dy[i];
-        acc[w.channels + c] += double(dy[i]) * xhat;
-      }
+    const float* relu_y = n.attributes.fused_relu ? view(slot, out).data : nullptr;
+    bn::add_gradient_sums(x, dy, relu_y, w.pixels, w.channels, st.mean.data(), st.invstd.data(), acc.data(),
+                          acc.data() + w.channels);
     // This micro-batch's scale and bias gradients; the parameter tree adds them up.
     for (int input : {1, 2}) {
       const int v = id(n.inputs[input]);
@@ -112,8 +104,7 @@ void Trainer::Impl::batch_norm_forward(Slot& slot, size_t node_index) {
     alpha[c] = st.invstd[c] * scale[c];
     beta[c] = bias[c] - float(st.mean[c]) * alpha[c];
   }
-  for (int64_t p = 0; p < w.pixels; ++p)
-    for (int64_t c = 0; c < w.channels; ++c) y[p * w.channels + c] = x[p * w.channels + c] * alpha[c] + beta[c];
+  bn::scale_shift(x, w.pixels, w.channels, alpha.data(), beta.data(), n.attributes.fused_relu, y);
 }
 
 void Trainer::Impl::batch_norm_backward(Slot& slot, size_t node_index) {
@@ -122,20 +113,23 @@ void Trainer::Impl::batch_norm_backward(Slot& slot, size_t node_index) {
   if (!values[xv].requires_grad) return;
   const ChannelWalk w = walk(slot, xv);
   const float* x = view(slot, xv).data;
-  const float* dy = slot.grad[id(n.outputs[0])].data();
+  const int out = id(n.outputs[0]);
+  const float* dy = slot.grad[out].data();
+  const float* relu_y = n.attributes.fused_relu ? view(slot, out).data : nullptr;
   const float* scale = view(slot, id(n.inputs[1])).data;
   const BatchStats& st = batch_stats.at(node_index);
   const double elements = double(batch_count) * double(w.pixels / slot.size);
   const Target t = target_for(slot, xv);
   // dx = scale * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)), means over the mini-batch.
-  for (int64_t p = 0; p < w.pixels; ++p)
-    for (int64_t c = 0; c < w.channels; ++c) {
-      const int64_t i = p * w.channels + c;
-      const double xhat = (double(x[i]) - st.mean[c]) * double(st.invstd[c]);
-      const double g = double(scale[c]) * double(st.invstd[c]) *
-                       (double(dy[i]) - st.dy_sum[c] / elements - xhat * st.dy_xhat_sum[c] / elements);
-      t.view.data[i] = t.accumulate ? t.view.data[i] + float(g) : float(g);
-    }
+  const size_t channels = static_cast<size_t>(w.channels);
+  std::vector<double> a(channels), m1(channels), m2(channels);
+  for (size_t c = 0; c < channels; ++c) {
+    a[c] = double(scale[c]) * double(st.invstd[c]);
+    m1[c] = st.dy_sum[c] / elements;
+    m2[c] = st.dy_xhat_sum[c] / elements;
+  }
+  bn::input_gradient(x, dy, relu_y, w.pixels, w.channels, st.mean.data(), st.invstd.data(), a.data(), m1.data(), m2.data(),
+                     t.accumulate, t.view.data);
 }
 
 }  // namespace convgen::model

@@ -74,7 +74,11 @@ void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
       return;
     }
     case Op::BatchNormalization:
-      if (!train) return ops::batch_norm(x(0), x(1), x(2), x(3), x(4), a.epsilon, y);
+      if (!train) {
+        ops::batch_norm(x(0), x(1), x(2), x(3), x(4), a.epsilon, y);
+        if (a.fused_relu) ops::unary(y, y, ops::Unary::Relu);
+        return;
+      }
       return batch_norm_forward(slot, node_index);
     case Op::Flatten: case Op::Reshape: case Op::Identity: {
       // The same values in ONNX order: x's dense order, relaid into y's layout.

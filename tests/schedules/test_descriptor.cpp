@@ -11,6 +11,7 @@
 
 #include "schedules/conv_descriptor.h"
 #include "schedules/errors.h"
+#include "schedules/tap_window.h"
 
 using convgen::ConvDescriptor;
 using convgen::Error;
@@ -408,7 +409,8 @@ TEST_CASE("TSV rows use ONNX conventions", "[descriptor][tsv]") {
 TEST_CASE("every shared layer set parses and validates", "[descriptor][tsv]") {
   const std::pair<const char*, size_t> sets[] = {
       {"alexnet.tsv", 5},      {"cifar10_full.tsv", 3}, {"lenet.tsv", 2},
-      {"odd_shapes.tsv", 7},   {"resnet50_v15.tsv", 23}, {"vgg16.tsv", 9}};
+      {"odd_shapes.tsv", 7},   {"resnet50_v15.tsv", 23}, {"vgg16.tsv", 9},
+      {"small_images.tsv", 7}};
   for (const auto& [file, count] : sets) {
     INFO(file);
     const std::vector<ConvDescriptor> layers = convgen::read_layer_set(layers_file(file));
@@ -436,6 +438,21 @@ TEST_CASE("every shared layer set parses and validates", "[descriptor][tsv]") {
     CHECK(find("mbv2_dw3x3_s2").depthwise());
     const ConvDescriptor odd = find("odd_size_5x5_s3");
     CHECK((odd.oh() == 12 && odd.ow() == 13));
+  }
+
+  SECTION("small images: which rows have taps that read only padding") {
+    const auto layers = convgen::read_layer_set(layers_file("small_images.tsv"));
+    for (const ConvDescriptor& d : layers) {
+      INFO(d.name);
+      const convgen::TapWindow w = convgen::useful_taps(d);
+      if (d.name == "img1_512_3x3") {
+        CHECK((w.r0 == 1 && w.kh == 1 && w.s0 == 1 && w.kw == 1 && d.oh() == 1));
+      } else if (d.name == "img2_256to512_3x3_s2") {
+        CHECK((w.r0 == 1 && w.kh == 2 && w.s0 == 1 && w.kw == 2 && d.oh() == 1));
+      } else {
+        CHECK(w.whole(d));  // 2x2 and 4x4 stride-1 images read real input through every tap
+      }
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 
     compare_training.py --reference REF.json --log RUN.jsonl --saved TRAINED.onnx
                         [--initial MODEL.onnx] [--loss-rtol 1e-4] [--weight-atol 1e-3]
+                        [--spread REF2.json [--spread-factor 4]]
 
 REF.json: the reference's per-step losses and final trainable weights. RUN.jsonl: convgen's
 --log (one JSON object a line; the "loss" field is compared). TRAINED.onnx: convgen's
@@ -12,7 +13,16 @@ error (a tolerance above the change would make that tensor's check vacuous: warn
 
 Pass: the log has exactly the reference's steps 0..S-1, each loss finite and within
 --loss-rtol relative of the reference's, and every reference tensor is in the saved model
-with its shape, finite and within --weight-atol absolute. Every violation is printed; the
+with its shape, finite and within --weight-atol absolute.
+
+--spread REF2.json (repeatable): PyTorch's own run of the same training in another
+configuration (--float64: the exact trajectory's stand-in; --threads 2: another summation
+order); the largest drift of any of them counts. Deep networks on small
+batches amplify rounding, so after a few steps float32 PyTorch is not within 1e-4 of its
+float64 self; the tolerances then grow with PyTorch's own drift: step i's loss within loss-rtol + F * (the largest relative loss
+difference of REF and REF2 up to step i), each tensor within weight-atol + F * (the
+largest difference of REF and REF2 in it). Early steps, where a wrong gradient shows
+first, stay tight. Every violation is printed; the
 exit status is 1 if there is any (2 for unreadable inputs). Needs numpy and onnx (Debian's
 python3-onnx: run with /usr/bin/python3).
 """
@@ -91,6 +101,9 @@ def main():
     p.add_argument("--initial", metavar="MODEL.onnx")
     p.add_argument("--loss-rtol", type=float, default=1e-4)
     p.add_argument("--weight-atol", type=float, default=1e-3)
+    p.add_argument("--spread", metavar="REF2.json", action="append", default=[],
+                   help="PyTorch's run in another configuration (repeatable: the largest drift counts)")
+    p.add_argument("--spread-factor", type=float, default=4.0)
     p.add_argument("--name", default="", help="a label for the printed lines")
     args = p.parse_args()
     label = f"{args.name}: " if args.name else ""
@@ -99,10 +112,23 @@ def main():
     log = load_log(args.log)
     saved = load_initializers(args.saved)
     initial = load_initializers(args.initial) if args.initial else None
+    spreads = [load_reference(path) for path in args.spread]
+    spread = spreads[0] if spreads else None
     violations = []
 
     # --- losses, step by step
     ref_losses = [float(v) for v in ref["losses"]]
+    loss_tolerance, drift = [], 0.0
+    for i, want in enumerate(ref_losses):
+        for other in spreads:
+            if i < len(other["losses"]):
+                drift = max(drift, abs(float(other["losses"][i]) - want) / max(abs(want), 1e-30))
+        loss_tolerance.append(args.loss_rtol + args.spread_factor * drift if spread is not None else args.loss_rtol)
+    if spread is not None:
+        for path, other in zip(args.spread, spreads):
+            if len(other["losses"]) != len(ref_losses):
+                die(f"{path}: {len(other['losses'])} steps, the reference {len(ref_losses)}")
+        print(f"{label}PyTorch's own drift ({', '.join(args.spread)}): relative loss difference up to {drift:.3e}")
     steps = [r["step"] for r in log]
     if steps != list(range(len(steps))):
         bad = next(i for i, s in enumerate(steps) if s != i)
@@ -121,12 +147,12 @@ def main():
         rel = abs(got - want) / max(abs(want), 1e-30)
         if worst_step is None or rel > worst_rel:
             worst_rel, worst_step = rel, i
-        if rel > args.loss_rtol:
+        if rel > loss_tolerance[i]:
             violations.append(f"step {i}: loss {got:.9g}, reference {want:.9g}: relative error {rel:.3e} "
-                              f"> {args.loss_rtol:g}")
+                              f"> {loss_tolerance[i]:.3g}")
     if worst_step is not None:
         print(f"{label}losses: {min(len(log), len(ref_losses))} steps, max relative error {worst_rel:.3e} "
-              f"(step {worst_step}; tolerance {args.loss_rtol:g})")
+              f"(step {worst_step}; tolerance there {loss_tolerance[worst_step]:.3g})")
     if "lr" in ref and log and "lr" in log[0]:
         lr = log[0]["lr"]
         if abs(lr - ref["lr"]) > 1e-6 * abs(ref["lr"]):
@@ -153,16 +179,26 @@ def main():
             continue
         err = np.abs(got - want)
         where = np.unravel_index(int(np.argmax(err)), err.shape)
+        tolerance = args.weight_atol
         line = f"{label}weight {name:<12} {str(list(want.shape)):<18} max abs error {err.max():.3e}"
+        if spread is not None:
+            own = 0.0
+            for path, run in zip(args.spread, spreads):
+                other = {**run["weights"], **run.get("state", {})}.get(name)
+                if other is None or list(other["shape"]) != list(want.shape):
+                    die(f"{path}: no '{name}' of shape {list(want.shape)}")
+                own = max(own, float(np.abs(np.asarray(other["data"], dtype=np.float64).reshape(want.shape) - want).max()))
+            tolerance = args.weight_atol + args.spread_factor * own
+            line += f" (PyTorch's own {own:.3e})"
         if initial is not None and name in initial and initial[name].shape == want.shape:
             change = float(np.abs(want - initial[name].astype(np.float64)).max())
             line += f" (trained change {change:.3e})"
-            if change <= args.weight_atol:
+            if change <= tolerance:
                 print(f"{PROG}: warning: '{name}' changed by at most {change:.3e} in training, "
-                      f"not more than the tolerance {args.weight_atol:g}: its check proves little")
+                      f"not more than the tolerance {tolerance:.3g}: its check proves little")
         print(line)
-        if err.max() > args.weight_atol:
-            violations.append(f"weight '{name}': max abs error {err.max():.3e} > {args.weight_atol:g} at "
+        if err.max() > tolerance:
+            violations.append(f"weight '{name}': max abs error {err.max():.3e} > {tolerance:.3g} at "
                               f"{list(int(i) for i in where)} (got {got[where]:.9g}, reference {want[where]:.9g})")
 
     # --- the rest of the saved model: the initial model's initializers, non-trainable unchanged
@@ -188,8 +224,9 @@ def main():
         if len(per_step) > 20:
             print(f"  ... and {len(per_step) - 20} more step losses", file=sys.stderr)
         sys.exit(1)
+    how = f" (+ {args.spread_factor:g} x PyTorch's own drift)" if spread is not None else ""
     print(f"{label}PASS: {len(ref_losses)} losses within {args.loss_rtol:g} relative, "
-          f"{len(tensors)} tensors within {args.weight_atol:g} absolute")
+          f"{len(tensors)} tensors within {args.weight_atol:g} absolute{how}")
 
 
 if __name__ == "__main__":

@@ -87,12 +87,18 @@ TEST_CASE("trainer: the training export keeps BatchNormalization and Dropout", "
   o.batch = 8;
   auto trainer_owned = model::make_trainer(bundled("small_resnet"), o, default_target());
   model::Trainer& trainer = *trainer_owned;
-  int bn = 0, dropout = 0;
+  int bn = 0, bn_relu = 0, dropout = 0, relu = 0;
   for (const model::Node& n : trainer.graph().graph.nodes) {
     bn += n.op == model::Op::BatchNormalization;
+    bn_relu += n.op == model::Op::BatchNormalization && n.attributes.fused_relu;
     dropout += n.op == model::Op::Dropout;
+    relu += n.op == model::Op::Relu;
   }
   CHECK(bn == 4);
+  // BN -> Relu runs as one node where the Relu is the BN's only reader; the Relu after
+  // the residual Add stays.
+  CHECK(bn_relu == 3);
+  CHECK(relu == 1);
   CHECK(dropout == 1);
   CHECK(trainer.state_tensors().size() == 8);  // running mean and variance of each BN
 }
