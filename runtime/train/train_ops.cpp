@@ -318,6 +318,20 @@ void concat_backward(const ConstView& dy, int64_t axis, const std::vector<std::v
                      int index, const View& dx, bool accumulate) {
   int64_t start = 0;
   for (int i = 0; i < index; ++i) start += input_shapes[i][axis];
+  if (axis == 1 && (dx.rank() < 3 || (dy.channels_last && dx.channels_last))) {
+    // Channel concatenation, channels innermost: per pixel, a contiguous run of dy's
+    // channels (the forward's mirror; DenseNet's every layer).
+    const int64_t c = dx.shape[1], C = dy.shape[1], pixels = dx.elements() / c;
+    for (int64_t p = 0; p < pixels; ++p) {
+      const float* from = dy.data + p * C + start;
+      float* to = dx.data + p * c;
+      if (accumulate)
+        for (int64_t j = 0; j < c; ++j) to[j] += from[j];
+      else
+        std::copy(from, from + c, to);
+    }
+    return;
+  }
   const auto sy = dy.strides(), sx = dx.strides();
   for_each_index(dx.shape, [&](const std::vector<int64_t>& i) {
     std::vector<int64_t> o = i;
@@ -327,6 +341,23 @@ void concat_backward(const ConstView& dy, int64_t axis, const std::vector<std::v
 }
 
 void pad_backward(const ConstView& dy, const std::vector<int64_t>& pads, const View& dx, bool accumulate) {
+  if (dx.rank() == 4 && dy.channels_last && dx.channels_last && pads.size() == 8 && pads[0] == 0 && pads[1] == 0 &&
+      pads[4] == 0 && pads[5] == 0) {
+    // Spatial padding in channels-last storage: each pixel's channels are one contiguous run.
+    const int64_t N = dx.shape[0], C = dx.shape[1], H = dx.shape[2], W = dx.shape[3];
+    const int64_t HY = dy.shape[2], WY = dy.shape[3];
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t w = 0; w < W; ++w) {
+          const float* from = dy.data + ((n * HY + h + pads[2]) * WY + w + pads[3]) * C;
+          float* to = dx.data + ((n * H + h) * W + w) * C;
+          if (accumulate)
+            for (int64_t c = 0; c < C; ++c) to[c] += from[c];
+          else
+            std::copy(from, from + C, to);
+        }
+    return;
+  }
   const auto sy = dy.strides(), sx = dx.strides();
   for_each_index(dx.shape, [&](const std::vector<int64_t>& i) {
     std::vector<int64_t> o = i;
