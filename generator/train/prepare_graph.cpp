@@ -131,12 +131,16 @@ int fuse_within_channel_lrn(Graph& g, std::vector<std::string>* why) {
   return fused;
 }
 
-// A Relu that is a MaxPool's only reader runs inside the pooling: max(0, pool(x)), and
-// the backward's scatter skips the outputs ReLU zeroed -- one pass and one stored
-// activation fewer (cifar10_full's pool1 -> relu1).
-void fuse_relu_into_max_pool(Graph& g, std::vector<std::string>* why) {
+// A Relu that is the only reader of a `producer` node's output runs inside that node
+// (fused_relu): the same bits as two nodes, one pass over the activation fewer each way
+// and one stored activation fewer.
+//   MaxPool: max(0, pool(x)); the backward's scatter skips the outputs ReLU zeroed
+//     (cifar10_full's pool1 -> relu1).
+//   BatchNormalization: the forward stores max(0, y) and the backward masks dy with that
+//     output (the BN -> ReLU of every torchvision network).
+void fuse_relu_into(Graph& g, Op producer, const char* how, std::vector<std::string>* why) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (g.nodes[i].op != Op::MaxPool || g.nodes[i].attributes.fused_relu) continue;
+    if (g.nodes[i].op != producer || g.nodes[i].attributes.fused_relu) continue;
     const std::string out = g.nodes[i].outputs[0];
     const auto r = readers_of(g, out);
     if (r.size() != 1 || g.nodes[r[0]].op != Op::Relu ||
@@ -145,28 +149,7 @@ void fuse_relu_into_max_pool(Graph& g, std::vector<std::string>* why) {
     const size_t relu = r[0];
     g.nodes[i].attributes.fused_relu = true;
     g.nodes[i].outputs[0] = g.nodes[relu].outputs[0];
-    if (why) why->push_back(fmt::format("{} fused into {} (max(0, pool))", g.nodes[relu].name, g.nodes[i].name));
-    g.values.erase(out);
-    g.nodes.erase(g.nodes.begin() + static_cast<long>(relu));
-  }
-}
-
-// A Relu that is a BatchNormalization's only reader runs inside it: the forward stores
-// max(0, y) and the backward masks dy with that output -- the same bits as the two
-// nodes, with one pass over the activation fewer each way and one activation fewer
-// stored (the BN -> ReLU of every torchvision network).
-void fuse_relu_into_batch_norm(Graph& g, std::vector<std::string>* why) {
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (g.nodes[i].op != Op::BatchNormalization || g.nodes[i].attributes.fused_relu) continue;
-    const std::string out = g.nodes[i].outputs[0];
-    const auto r = readers_of(g, out);
-    if (r.size() != 1 || g.nodes[r[0]].op != Op::Relu ||
-        std::find(g.outputs.begin(), g.outputs.end(), out) != g.outputs.end())
-      continue;
-    const size_t relu = r[0];
-    g.nodes[i].attributes.fused_relu = true;
-    g.nodes[i].outputs[0] = g.nodes[relu].outputs[0];
-    if (why) why->push_back(fmt::format("{} fused into {} (max(0, batch norm))", g.nodes[relu].name, g.nodes[i].name));
+    if (why) why->push_back(fmt::format("{} fused into {} ({})", g.nodes[relu].name, g.nodes[i].name, how));
     g.values.erase(out);
     g.nodes.erase(g.nodes.begin() + static_cast<long>(relu));
     if (relu < i) --i;
@@ -218,8 +201,8 @@ TrainGraph prepare_training_graph(const std::string& model_path, int64_t micro_b
   }
   fuse_within_channel_lrn(g, why);
   fuse_for_training(g, why);
-  fuse_relu_into_max_pool(g, why);
-  fuse_relu_into_batch_norm(g, why);
+  fuse_relu_into(g, Op::MaxPool, "max(0, pool)", why);
+  fuse_relu_into(g, Op::BatchNormalization, "max(0, batch norm)", why);
 
   // Trainable parameters, in graph order, each once.
   std::set<std::string> seen;

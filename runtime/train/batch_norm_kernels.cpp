@@ -9,8 +9,9 @@ namespace {
 // dy where the fused ReLU passed its input (relu_y > 0), else 0; dy itself without one.
 template <bool kRelu>
 __attribute__((always_inline)) inline float masked(const float* __restrict dy, const float* __restrict relu_y, int64_t c) {
-  if constexpr (kRelu) return relu_y[c] > 0.0f ? dy[c] : 0.0f;
-  return dy[c];
+  const float g = dy[c];  // loaded unconditionally: a select, not a branch, so the loop vectorises
+  if constexpr (kRelu) return relu_y[c] > 0.0f ? g : 0.0f;
+  return g;
 }
 
 template <bool kRelu>
@@ -19,6 +20,7 @@ __attribute__((always_inline)) inline void gradient_sums(const float* __restrict
                           const float* __restrict invstd, double* __restrict dy_sum, double* __restrict dy_xhat_sum) {
   for (int64_t p = 0; p < pixels; ++p) {
     const int64_t o = p * channels;
+    #pragma omp simd
     for (int64_t c = 0; c < channels; ++c) {
       const double xhat = (double(x[o + c]) - mean[c]) * double(invstd[c]);
       const float g = masked<kRelu>(dy + o, kRelu ? relu_y + o : nullptr, c);
@@ -35,6 +37,7 @@ __attribute__((always_inline)) inline void gradient(const float* __restrict x, c
                      float* __restrict dx) {
   for (int64_t p = 0; p < pixels; ++p) {
     const int64_t o = p * channels;
+    #pragma omp simd
     for (int64_t c = 0; c < channels; ++c) {
       const double xhat = (double(x[o + c]) - mean[c]) * double(invstd[c]);
       const float g = masked<kRelu>(dy + o, kRelu ? relu_y + o : nullptr, c);
@@ -49,12 +52,14 @@ __attribute__((always_inline)) inline void gradient(const float* __restrict x, c
 
 CONVGEN_BN_CLONES void add_sums(const float* __restrict x, int64_t pixels, int64_t channels, double* __restrict acc) {
   for (int64_t p = 0; p < pixels; ++p, x += channels)
+    #pragma omp simd
     for (int64_t c = 0; c < channels; ++c) acc[c] += x[c];
 }
 
 CONVGEN_BN_CLONES void add_squares(const float* __restrict x, int64_t pixels, int64_t channels,
                                    const double* __restrict mean, double* __restrict acc) {
   for (int64_t p = 0; p < pixels; ++p, x += channels)
+    #pragma omp simd
     for (int64_t c = 0; c < channels; ++c) {
       const double d = double(x[c]) - mean[c];
       acc[c] += d * d;
@@ -73,12 +78,14 @@ CONVGEN_BN_CLONES void scale_shift(const float* __restrict x, int64_t pixels, in
                                    float* __restrict y) {
   if (relu) {
     for (int64_t p = 0; p < pixels; ++p, x += channels, y += channels)
+      #pragma omp simd
       for (int64_t c = 0; c < channels; ++c) {
         const float v = x[c] * alpha[c] + beta[c];
         y[c] = v > 0.0f ? v : 0.0f;  // ops::unary's Relu, bit for bit
       }
   } else {
     for (int64_t p = 0; p < pixels; ++p, x += channels, y += channels)
+      #pragma omp simd
       for (int64_t c = 0; c < channels; ++c) y[c] = x[c] * alpha[c] + beta[c];
   }
 }

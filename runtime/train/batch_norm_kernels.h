@@ -1,6 +1,7 @@
 // The per-element loops of training-mode BatchNormalization over channels-last data
 // ([pixels][channels]). Each channel's sums run over the pixels in order, so the bits
-// do not depend on the vector width; the file is compiled with -ffp-contract=off and
+// do not depend on the vector width (the channel loops are `omp simd`: independent
+// channels, no reassociation); the file is compiled with -ffp-contract=off and
 // each loop is cloned for AVX-512, AVX2 and the baseline, which all give the same bits.
 //
 // A ReLU fused after the normalisation (the trainer's BatchNormalization + Relu) is

@@ -53,12 +53,19 @@ void unary_backward(const ConstView& x, const ConstView& y, const ConstView& dy,
   const int64_t n = dy.elements();
   const float *xs = x.data, *ys = y.data, *g = dy.data;
   switch (op) {
-    case Unary::Relu: return store_elements(dx.data, n, accumulate, [=](int64_t i) { return ys[i] > 0.0f ? g[i] : 0.0f; });
+    // g[i] is loaded before the select, so the loops vectorise (no conditional load).
+    case Unary::Relu:
+      return store_elements(dx.data, n, accumulate, [=](int64_t i) {
+        const float gi = g[i];
+        return ys[i] > 0.0f ? gi : 0.0f;
+      });
     case Unary::LeakyRelu:
       return store_elements(dx.data, n, accumulate, [=](int64_t i) { return xs[i] > 0.0f ? g[i] : g[i] * alpha; });
     case Unary::Clip:
-      return store_elements(dx.data, n, accumulate,
-                            [=](int64_t i) { return (xs[i] >= lo && xs[i] <= hi) ? g[i] : 0.0f; });
+      return store_elements(dx.data, n, accumulate, [=](int64_t i) {
+        const float gi = g[i], xi = xs[i];
+        return (xi >= lo && xi <= hi) ? gi : 0.0f;
+      });
     case Unary::Sigmoid:
       return store_elements(dx.data, n, accumulate, [=](int64_t i) { return g[i] * (ys[i] * (1.0f - ys[i])); });
     case Unary::Identity: return store_elements(dx.data, n, accumulate, [=](int64_t i) { return g[i]; });
