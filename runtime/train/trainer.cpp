@@ -74,6 +74,10 @@ std::vector<NodeTime> Trainer::profile() const {
       out.push_back({loss ? "loss" : s.tg.graph.nodes[n].name, loss ? "SoftmaxCrossEntropy" : op_name(s.tg.graph.nodes[n].op),
                      passes[p], total[3 * n + p]});
     }
+  // Wall time of the step's parts; "waiting" is thread-seconds idle at the phases' ends.
+  const char* parts[] = {"phases", "waiting", "combines", "whole-batch dW", "reduce+update"};
+  for (int p = 0; p < Impl::kStepParts; ++p)
+    if (s.step_seconds[p] != 0.0) out.push_back({"(step)", parts[p], p == Impl::kWaiting ? "threads" : "wall", s.step_seconds[p]});
   return out;
 }
 

@@ -130,7 +130,9 @@ class Trainer {
   void set_steps_taken(int64_t steps);   // resuming
   void set_learning_rate(float lr);
 
-  // With TrainerOptions::profile: per node and pass, in graph order, since the start.
+  // With TrainerOptions::profile: per node and pass, in graph order, since the start
+  // (thread time); then rows of node "(step)": the wall time of the step's parts (phases,
+  // combines, whole-batch dW, reduce+update) and the threads' idle time at phase ends.
   std::vector<NodeTime> profile() const;
 
   const TrainGraph& graph() const;

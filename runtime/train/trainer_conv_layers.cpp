@@ -104,6 +104,11 @@ void Trainer::Impl::choose_conv_layers() {
                                intensity, kWholeBatchBelowFlopsPerByte);
     }
     if (why) why->push_back(fmt::format("{}: parallel mode {} ({})", n.name, parallel_mode_name(L.mode), L.why_mode));
+    if (L.mode == ParallelMode::WholeBatch) {
+      ConvDescriptor batch = work;
+      batch.mb = options.batch;
+      L.weight_gradient_flops = batch.flops();
+    }
     if (L.mode == ParallelMode::WholeBatch)
       for (int p : {L.w_param, L.b_param}) {
         if (p < 0) continue;
@@ -172,40 +177,45 @@ void Trainer::Impl::refresh_cropped_weights() {
     }
 }
 
-void Trainer::Impl::whole_batch_gradients(int64_t count, const Guard& guarded) {
-  for (auto& [node, L] : conv_layers) {
-    if (L.mode != ParallelMode::WholeBatch) continue;
+void Trainer::Impl::whole_batch_gradient(size_t node, int64_t count) {
+  ConvLayer& L = conv_layers.at(node);
+  const Node& n = tg.graph.nodes[node];
+  const int x = id(n.inputs[0]), y = id(n.outputs[0]);
+  TrainConv* k = L.whole_batch.at(count);
+  float* dw = deferred_grad[L.w_param].data();
+  if (L.crop) {
+    L.cropped_dw.resize(static_cast<size_t>(L.full.oc * L.full.icg() * L.taps.kh * L.taps.kw));
+    dw = L.cropped_dw.data();
+  }
+  float* db = nullptr;
+  if (L.full.bias) {
+    if (L.b_param >= 0) {
+      db = deferred_grad[L.b_param].data();
+    } else {
+      L.unused_db.resize(static_cast<size_t>(L.full.oc));
+      db = L.unused_db.data();
+    }
+  }
+  const float* yp = n.attributes.fused_relu ? batch_act[y].data() : nullptr;
+  k->backward_weights(batch_act[x].data(), batch_grad[y].data(), yp, dw, db);
+  if (!L.crop) return;
+  const int64_t blocks = (L.full.oc + kChannelBlock - 1) / kChannelBlock;
+  float* full = deferred_grad[L.w_param].data();
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b)
+    expand_weight_gradient(L.full, L.taps, L.cropped_dw.data(), full, b * kChannelBlock,
+                           std::min(L.full.oc, (b + 1) * kChannelBlock));
+}
+
+void Trainer::Impl::drain_whole_batch_gradients(const std::vector<size_t>& layers, std::atomic<size_t>& next,
+                                                int64_t count, const Guard& guarded) {
+  for (size_t j; (j = next.fetch_add(1)) < layers.size();) {
+    const size_t node = layers[j];
     const auto start = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-    const Node& n = tg.graph.nodes[node];
-    const int x = id(n.inputs[0]), y = id(n.outputs[0]);
-    TrainConv* k = L.whole_batch.at(count);
-    float* dw = deferred_grad[L.w_param].data();
-    if (L.crop) {
-      L.cropped_dw.resize(static_cast<size_t>(L.full.oc * L.full.icg() * L.taps.kh * L.taps.kw));
-      dw = L.cropped_dw.data();
-    }
-    float* db = nullptr;
-    if (L.full.bias) {
-      if (L.b_param >= 0) {
-        db = deferred_grad[L.b_param].data();
-      } else {
-        whole_batch_db.resize(static_cast<size_t>(L.full.oc));
-        db = whole_batch_db.data();
-      }
-    }
-    const float* yp = n.attributes.fused_relu ? batch_act[y].data() : nullptr;
-    guarded([&] { k->backward_weights(batch_act[x].data(), batch_grad[y].data(), yp, dw, db); });
-    if (L.crop) {
-      const int64_t blocks = (L.full.oc + kChannelBlock - 1) / kChannelBlock;
-      float* full = deferred_grad[L.w_param].data();
-#pragma omp parallel for schedule(static) num_threads(options.threads)
-      for (int64_t b = 0; b < blocks; ++b)
-        expand_weight_gradient(L.full, L.taps, L.cropped_dw.data(), full, b * kChannelBlock,
-                               std::min(L.full.oc, (b + 1) * kChannelBlock));
-    }
-    if (options.profile)
-      gemm_seconds[3 * node + 1] +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * options.threads;
+    guarded([&] { whole_batch_gradient(node, count); });
+    if (options.profile)  // thread time; one thread per layer: no other thread writes this entry
+      gemm_seconds[3 * node + 1] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() *
+                                    (omp_in_parallel() ? 1 : options.threads);
   }
 }
 

@@ -9,6 +9,8 @@
 //   trainer_update.cpp      gradients summed by the fixed tree, then the SGD update
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -112,6 +114,9 @@ struct Trainer::Impl {
     std::vector<Step> steps;
     Action combine = Action::Forward;  // Forward: nothing to combine
     size_t combine_node = 0;
+    // Whole-batch Conv layers whose backward runs in this phase, longest weight gradient
+    // first: their weight gradients can run from the next phase on.
+    std::vector<size_t> weight_gradients_ready;
   };
 
   TrainerOptions options;
@@ -181,16 +186,24 @@ struct Trainer::Impl {
   std::map<size_t, BatchedGemm> batched;  // by node index
   std::vector<float> gemm_y, gemm_dy, gemm_da;
   std::vector<double> gemm_seconds;  // profiling, as Slot::seconds
+  // Profiling, wall time of the step's parts (Trainer::profile()'s "(step)" rows): inside
+  // the phases' parallel regions, threads waiting at their ends (thread-seconds), the
+  // combines between phases, whole-batch weight gradients, reduction and update.
+  enum StepPart { kPhases, kWaiting, kCombines, kWholeBatch, kReduceUpdate, kStepParts };
+  std::array<double, kStepParts> step_seconds{};
   static constexpr int64_t kGemmBlock = 128;  // columns (rows of dW) per work item
 
   void choose_deferred_gradients();
 
   // ---- Conv layers: parallel mode and cropped taps (trainer_conv_layers.cpp) -----------
   // Micro-batch mode: each micro-batch computes its own weight gradient, summed by the
-  // tree. Whole-batch mode: one backward-weights kernel over the whole mini-batch after
-  // the backward pass (the activations are contiguous across micro-batches), its
-  // intra-kernel parallel variant splitting output channels, no private copies and no
-  // tree. Forward and backward-data stay per micro-batch either way.
+  // tree. Whole-batch mode: one backward-weights kernel over the whole mini-batch (the
+  // activations are contiguous across micro-batches), no private copies and no tree; it
+  // runs on one thread as soon as the phase holding the layer's backward has ended, taken
+  // from a queue by the threads that finish the next phase's micro-batches first (or,
+  // with intra-kernel parallelism, after the backward on all threads). Either way the
+  // same kernel computes every output channel the same way: no bit depends on T.
+  // Forward and backward-data stay per micro-batch either way.
   struct ConvLayer {
     ConvDescriptor full;         // the layer as the model has it (mb = m)
     TapWindow taps;              // useful_taps(full)
@@ -200,11 +213,12 @@ struct Trainer::Impl {
     int w_param = -1, b_param = -1;
     FloatBuffer cropped_w;       // [oc][icg][taps.kh][taps.kw], refreshed before each mini-batch
     FloatBuffer cropped_dw;      // whole-batch, cropped: the gradient before expansion
+    FloatBuffer unused_db;       // whole-batch with an untrained bias: its gradient, dropped
+    double weight_gradient_flops = 0.0;  // whole-batch: its kernel's work at the full batch
     bool frozen_cropped = false; // untrained weights: cropped once
     std::map<int64_t, TrainConv*> whole_batch;  // by sample count
   };
   std::map<size_t, ConvLayer> conv_layers;  // by node index
-  FloatBuffer whole_batch_db;                // a whole-batch layer's untrained bias: its gradient, unused
 
   void choose_conv_layers();
   // The layer's kernels at `n` samples (cropped when its taps are), intra-kernel parallel or not.
@@ -212,8 +226,14 @@ struct Trainer::Impl {
   TrainConv* conv_kernels(size_t node, int64_t n, bool intra_kernel, bool needs_forward);
   // Cropped layers' weights copied from the parameters (before every mini-batch).
   void refresh_cropped_weights();
-  // Whole-batch layers' weight gradients over the mini-batch of `count` samples.
-  void whole_batch_gradients(int64_t count, const Guard& guarded);
+  // One whole-batch layer's weight gradient over the mini-batch of `count` samples; its
+  // kernel's parallel loops use the threads of the caller's team (one thread when called
+  // inside a parallel region).
+  void whole_batch_gradient(size_t node, int64_t count);
+  // Runs the whole-batch gradients of `layers` (longest first) on the threads of the
+  // enclosing parallel region, each taking the next from `next`.
+  void drain_whole_batch_gradients(const std::vector<size_t>& layers, std::atomic<size_t>& next, int64_t count,
+                                   const Guard& guarded);
 
   // The convolution kernels of a Gemm that is a 1x1 convolution of a 1 x rows image:
   // input NHWC [1][1][rows][K] = A, weights OIHW [N][K][1][1] = W (transB), output

@@ -129,7 +129,7 @@ void Trainer::Impl::backward(Slot& slot, size_t node_index) {
       const float* yp = n.attributes.fused_relu ? y.data : nullptr;
       const float* wp = layer.crop ? layer.cropped_w.data() : x(1).data;
       const int w = in_id(1), b = in_id(2);
-      // Whole-batch layers' weight gradients run after the backward pass (whole_batch_gradients).
+      // Whole-batch layers' weight gradients run once the whole mini-batch's dY is in (run_batch).
       if (wants_grad(w) && layer.mode == ParallelMode::MicroBatch) {
         const Target tw = target_for(slot, w);
         Target tb{};

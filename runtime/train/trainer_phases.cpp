@@ -50,7 +50,14 @@ auto Trainer::Impl::make_phases(const Graph& g, bool train) const -> std::vector
       continue;
     }
     phases.back().steps.push_back({Action::Backward, i});
+    auto layer = conv_layers.find(i);
+    if (layer != conv_layers.end() && layer->second.mode == ParallelMode::WholeBatch)
+      phases.back().weight_gradients_ready.push_back(i);
   }
+  for (Phase& p : phases)  // longest first: the queue's last items are the short ones
+    std::stable_sort(p.weight_gradients_ready.begin(), p.weight_gradients_ready.end(), [&](size_t a, size_t b) {
+      return conv_layers.at(a).weight_gradient_flops > conv_layers.at(b).weight_gradient_flops;
+    });
   return phases;
 }
 
@@ -151,19 +158,58 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
       guarded([&] { combine(p.combine, p.combine_node); });
     }
   };
+  using Clock = std::chrono::steady_clock;
+  const bool profile = options.profile;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  std::vector<double> busy(profile ? static_cast<size_t>(options.threads) : 0);
+  // Whole-batch weight gradients whose layer's backward has ended: taken from a queue by
+  // the threads done with their micro-batches of the next phase, one layer per thread.
+  std::vector<size_t> ready;
+  std::atomic<size_t> next_ready{0};
   omp_set_num_threads(options.threads);  // the kernels' own parallel loops
   for (size_t ph = 0; ph < phases.size() && !failed; ++ph) {
+    const Clock::time_point phase_start = profile ? Clock::now() : Clock::time_point{};
     if (intra) {
       for (int64_t i = 0; i < micro && !failed; ++i) guarded([&] { run(ph, i); });
     } else {
-      // Micro-batch i on thread i mod T in every phase: the same static schedule over
-      // the same team size gives every phase the same mapping.
-#pragma omp parallel for schedule(static, 1) num_threads(options.threads)
-      for (int64_t i = 0; i < micro; ++i) guarded([&] { run(ph, i); });
+      std::fill(busy.begin(), busy.end(), 0.0);
+      next_ready = 0;
+      // Micro-batch i on thread i mod T in every phase: the same mapping in every phase.
+#pragma omp parallel num_threads(options.threads)
+      {
+        const int thread = omp_get_thread_num(), team = omp_get_num_threads();
+        const Clock::time_point start = profile ? Clock::now() : Clock::time_point{};
+        for (int64_t i = thread; i < micro; i += team) guarded([&] { run(ph, i); });
+        drain_whole_batch_gradients(ready, next_ready, count, guarded);
+        if (profile) busy[static_cast<size_t>(thread)] += since(start);
+      }
+      ready = phases[ph].weight_gradients_ready;
     }
+    if (profile) {
+      const double wall = since(phase_start);
+      step_seconds[kPhases] += wall;
+      if (!intra)
+        for (double b : busy) step_seconds[kWaiting] += wall - b;
+    }
+    const Clock::time_point combine_start = profile ? Clock::now() : Clock::time_point{};
     if (!failed) combine_phase(phases[ph]);
+    if (profile) step_seconds[kCombines] += since(combine_start);
   }
-  if (train && !failed) whole_batch_gradients(count, guarded);
+  // What is left: the last phase's layers on the team's threads, or with intra-kernel
+  // parallelism every layer, one after another, each on all threads.
+  const Clock::time_point whole_start = profile ? Clock::now() : Clock::time_point{};
+  if (train && !failed) {
+    next_ready = 0;
+    if (intra) {
+      std::vector<size_t> all;
+      for (const Phase& p : phases) all.insert(all.end(), p.weight_gradients_ready.begin(), p.weight_gradients_ready.end());
+      drain_whole_batch_gradients(all, next_ready, count, guarded);
+    } else if (!ready.empty()) {
+#pragma omp parallel num_threads(options.threads)
+      drain_whole_batch_gradients(ready, next_ready, count, guarded);
+    }
+  }
+  if (profile) step_seconds[kWholeBatch] += since(whole_start);
   if (failure) std::rethrow_exception(failure);
 
   // The loss and the correct count: a pairwise tree over the micro-batch index.
@@ -175,7 +221,9 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
   stats.loss = losses[0] / double(count);
   stats.count = count;
   if (train) {
+    const Clock::time_point update_start = profile ? Clock::now() : Clock::time_point{};
     reduce_and_update(micro);
+    if (profile) step_seconds[kReduceUpdate] += since(update_start);
     for (const Parameter& p : parameters)
       if (!std::all_of(p.value.begin(), p.value.end(), [](float v) { return std::isfinite(v); })) {
         stats.non_finite = p.name;
