@@ -38,7 +38,8 @@ process -- RSS after the model and data are set up and peak RSS above it.
   --schedules FILE   schedule records (convgen tune --train) for the generated kernels
   --intra-kernel     micro-batches in sequence, kernels parallel inside
   --parallel-mode S  Conv layers' parallel modes, NODE=MODE,... (convgen train --help)
-  --profile          per node and pass: thread-seconds per step (on stderr)
+  --profile          per node and pass: thread-seconds per step, then the step's parts
+                     (phases, combines, whole-batch dW, reduce+update, idle) (on stderr)
 )";
 
 double status_mib(const std::string& key) {

@@ -1,6 +1,7 @@
 #include "schedules/tap_window.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace convgen {
 
@@ -74,6 +75,33 @@ void expand_weight_gradient(const ConvDescriptor& d, const TapWindow& w, const f
       for (int64_t r = 0; r < w.kh; ++r)
         for (int64_t s = 0; s < w.kw; ++s) to[(w.r0 + r) * d.kw + w.s0 + s] = from[r * w.kw + s];
     }
+}
+
+void expand_weight_gradient_elements(const ConvDescriptor& d, const TapWindow& w, const float* cropped_dw,
+                                     int64_t begin, int64_t end, float* out) {
+  const int64_t taps = d.kh * d.kw, kept = w.kh * w.kw;
+  // Each tap of d: its index among the kept taps, or -1; each kept tap: its tap of d.
+  std::vector<int64_t> source(static_cast<size_t>(taps), -1), target(static_cast<size_t>(kept));
+  for (int64_t r = 0; r < w.kh; ++r)
+    for (int64_t s = 0; s < w.kw; ++s) {
+      const int64_t t = (w.r0 + r) * d.kw + w.s0 + s;
+      source[static_cast<size_t>(t)] = r * w.kw + s;
+      target[static_cast<size_t>(r * w.kw + s)] = t;
+    }
+  for (int64_t group = begin / taps; group * taps < end; ++group) {  // one (output, input channel) pair
+    const int64_t first = group * taps, lo = std::max(begin, first), hi = std::min(end, first + taps);
+    const float* from = cropped_dw + group * kept;
+    if (lo == first && hi == first + taps) {  // the whole group: zeros, then the kept taps
+      float* to = out + (first - begin);
+      std::fill(to, to + taps, 0.0f);
+      for (int64_t j = 0; j < kept; ++j) to[target[static_cast<size_t>(j)]] = from[j];
+      continue;
+    }
+    for (int64_t i = lo; i < hi; ++i) {  // a group cut by the range's ends
+      const int64_t t = source[static_cast<size_t>(i - first)];
+      out[i - begin] = t >= 0 ? from[t] : 0.0f;
+    }
+  }
 }
 
 }  // namespace convgen

@@ -38,4 +38,8 @@ void crop_weights(const ConvDescriptor& d, const TapWindow& w, const float* full
 void expand_weight_gradient(const ConvDescriptor& d, const TapWindow& w, const float* cropped_dw, float* full,
                             int64_t oc_begin, int64_t oc_end);
 
+// Elements [begin, end) of that expanded gradient (flat OIHW indices) into out[0, end - begin).
+void expand_weight_gradient_elements(const ConvDescriptor& d, const TapWindow& w, const float* cropped_dw,
+                                     int64_t begin, int64_t end, float* out);
+
 }  // namespace convgen

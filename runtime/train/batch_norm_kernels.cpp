@@ -62,19 +62,15 @@ __attribute__((always_inline)) inline void gradient(const float* __restrict x, c
 
 }  // namespace
 
-CONVGEN_BN_CLONES void add_sums(const float* __restrict x, int64_t pixels, int64_t channels, double* __restrict acc) {
-  for (int64_t p = 0; p < pixels; ++p, x += channels)
-#pragma omp simd
-    for (int64_t c = 0; c < channels; ++c) acc[c] += x[c];
-}
-
-CONVGEN_BN_CLONES void add_squares(const float* __restrict x, int64_t pixels, int64_t channels,
-                                   const double* __restrict mean, double* __restrict acc) {
+CONVGEN_BN_CLONES void add_shifted_moments(const float* __restrict x, int64_t pixels, int64_t channels,
+                                           const float* __restrict shift, double* __restrict s1,
+                                           double* __restrict s2) {
   for (int64_t p = 0; p < pixels; ++p, x += channels)
 #pragma omp simd
     for (int64_t c = 0; c < channels; ++c) {
-      const double d = double(x[c]) - mean[c];
-      acc[c] += d * d;
+      const double d = double(x[c]) - double(shift[c]);
+      s1[c] += d;
+      s2[c] += d * d;
     }
 }
 

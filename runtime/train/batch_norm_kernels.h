@@ -14,11 +14,11 @@
 
 namespace convgen::model::bn {
 
-// acc[c] += x[p][c] over the pixels.
-void add_sums(const float* x, int64_t pixels, int64_t channels, double* acc);
-
-// acc[c] += (x[p][c] - mean[c])^2 over the pixels.
-void add_squares(const float* x, int64_t pixels, int64_t channels, const double* mean, double* acc);
+// The batch statistics' sums in one pass, shifted by a per-channel constant for
+// accuracy: d = x[p][c] - shift[c] in double, s1[c] += d, s2[c] += d * d over the
+// pixels. mean = shift + S1/n, var = S2/n - (S1/n)^2 (BatchNormalization's combine).
+void add_shifted_moments(const float* x, int64_t pixels, int64_t channels, const float* shift, double* s1,
+                         double* s2);
 
 // dy_sum[c] += dy[p][c]; dy_xhat_sum[c] += dy[p][c] * xhat, xhat = (x - mean) * invstd.
 void add_gradient_sums(const float* x, const float* dy, const float* relu_y, int64_t pixels, int64_t channels,

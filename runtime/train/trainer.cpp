@@ -78,6 +78,8 @@ std::vector<NodeTime> Trainer::profile() const {
   const char* parts[] = {"phases", "waiting", "combines", "whole-batch dW", "reduce+update"};
   for (int p = 0; p < Impl::kStepParts; ++p)
     if (s.step_seconds[p] != 0.0) out.push_back({"(step)", parts[p], p == Impl::kWaiting ? "threads" : "wall", s.step_seconds[p]});
+  for (size_t t = 0; t < s.thread_busy.size(); ++t)
+    out.push_back({"(step)", fmt::format("thread {} busy", t), "thread", s.thread_busy[t]});
   return out;
 }
 
@@ -114,6 +116,12 @@ std::vector<std::vector<float>> Trainer::last_gradients() const {
   const Impl& s = *impl_;
   std::vector<std::vector<float>> out;
   for (size_t p = 0; p < s.parameters.size(); ++p) {
+    if (const Impl::ConvLayer* L = s.cropped_gradient_of[p]) {
+      out.emplace_back(s.parameters[p].value.size());
+      expand_weight_gradient_elements(L->full, L->taps, L->cropped_dw.data(), 0, int64_t(out.back().size()),
+                                      out.back().data());
+      continue;
+    }
     const FloatBuffer& g = s.deferred_param[p] ? s.deferred_grad[p] : s.slots.at(0).param_grad[p];  // the tree's root
     out.emplace_back(g.begin(), g.end());
   }

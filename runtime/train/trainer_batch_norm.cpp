@@ -28,9 +28,7 @@ void Trainer::Impl::bn_partial_sums(Slot& slot, size_t node_index, Action a) {
   acc.assign(static_cast<size_t>(2 * w.channels), 0.0);
   const BatchStats& st = batch_stats.at(node_index);
   if (a == Action::BnSums) {
-    bn::add_sums(x, w.pixels, w.channels, acc.data());
-  } else if (a == Action::BnSquares) {
-    bn::add_squares(x, w.pixels, w.channels, st.mean.data(), acc.data());
+    bn::add_shifted_moments(x, w.pixels, w.channels, moments_shift(n), acc.data(), acc.data() + w.channels);
   } else {
     const int out = id(n.outputs[0]);
     if (!slot.grad_written[out]) std::fill(slot.grad[out].begin(), slot.grad[out].end(), 0.0f), slot.grad_written[out] = 1;
@@ -51,6 +49,13 @@ void Trainer::Impl::bn_partial_sums(Slot& slot, size_t node_index, Action a) {
   }
 }
 
+// The per-channel shift of the moments' sums: the running mean as the step found it
+// (the same for every micro-batch and thread count, and near the batch mean once
+// training runs, so S2/n - (S1/n)^2 cancels little).
+const float* Trainer::Impl::moments_shift(const Node& n) const {
+  return frozen[values[id(n.inputs[3])].frozen].data();
+}
+
 std::vector<double> Trainer::Impl::combined(size_t node_index) {
   std::vector<std::vector<double>*> parts;
   for (int64_t i = 0; i < active; ++i) parts.push_back(&slots[i].bn_partial[node_index]);
@@ -67,19 +72,20 @@ void Trainer::Impl::combine(Action a, size_t node_index) {
   const int64_t channels = int64_t(total.size() / 2);
   const double elements = double(batch_count) * double(values[id(n.inputs[0])].sample_elements / channels);
   if (a == Action::BnSums) {
-    st.mean.assign(total.begin(), total.begin() + channels);
-    for (double& v : st.mean) v /= elements;
-  } else if (a == Action::BnSquares) {
-    st.var.assign(total.begin(), total.begin() + channels);
+    st.mean.resize(static_cast<size_t>(channels));
+    st.var.resize(static_cast<size_t>(channels));
     st.invstd.resize(static_cast<size_t>(channels));
+    // The shift the sums were taken around: read before the running mean moves.
+    const float* shift = moments_shift(n);
     float* running_mean = frozen[values[id(n.inputs[3])].frozen].data();
     float* running_var = frozen[values[id(n.inputs[4])].frozen].data();
     const float momentum = n.attributes.momentum;  // ONNX: running = momentum * running + (1 - momentum) * batch
     for (int64_t c = 0; c < channels; ++c) {
-      const double sum_sq = st.var[c];
-      st.var[c] = sum_sq / elements;
+      const double offset = total[c] / elements;  // mean - shift
+      st.mean[c] = double(shift[c]) + offset;
+      st.var[c] = std::max(0.0, total[channels + c] / elements - offset * offset);
       st.invstd[c] = float(1.0 / std::sqrt(st.var[c] + double(n.attributes.epsilon)));
-      const double unbiased = elements > 1 ? sum_sq / (elements - 1) : st.var[c];
+      const double unbiased = elements > 1 ? st.var[c] * (elements / (elements - 1)) : st.var[c];
       running_mean[c] = momentum * running_mean[c] + (1.0f - momentum) * float(st.mean[c]);
       running_var[c] = momentum * running_var[c] + (1.0f - momentum) * float(unbiased);
     }

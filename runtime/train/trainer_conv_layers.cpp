@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include "runtime/ops/tensor.h"
+#include "runtime/parallel/openmp_par_for.h"
 #include "runtime/train/train_conv.h"
 #include "runtime/train/train_ops.h"
 #include "schedules/errors.h"
@@ -54,6 +55,7 @@ void Trainer::Impl::choose_conv_layers() {
   for (const Node& n : g.nodes)
     for (const std::string& in : n.inputs) ++uses[in];
   std::map<std::string, ParallelMode> overrides = options.parallel_modes;
+  cropped_gradient_of.assign(parameters.size(), nullptr);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     if (n.op != Op::Conv) continue;
@@ -113,9 +115,14 @@ void Trainer::Impl::choose_conv_layers() {
       for (int p : {L.w_param, L.b_param}) {
         if (p < 0) continue;
         deferred_param[p] = 1;
+        // A cropped layer's weight gradient stays cropped: the update expands it chunk
+        // by chunk (cropped_gradient_of).
+        if (p == L.w_param && L.crop) continue;
         deferred_grad[p].assign(parameters[p].value.size(), 0.0f);
       }
-    conv_layers.emplace(i, std::move(L));
+    auto placed = conv_layers.emplace(i, std::move(L)).first;
+    if (placed->second.mode == ParallelMode::WholeBatch && placed->second.crop)
+      cropped_gradient_of[static_cast<size_t>(placed->second.w_param)] = &placed->second;
   }
   overrides.erase("*");
   if (!overrides.empty())
@@ -198,13 +205,6 @@ void Trainer::Impl::whole_batch_gradient(size_t node, int64_t count) {
   }
   const float* yp = n.attributes.fused_relu ? batch_act[y].data() : nullptr;
   k->backward_weights(batch_act[x].data(), batch_grad[y].data(), yp, dw, db);
-  if (!L.crop) return;
-  const int64_t blocks = (L.full.oc + kChannelBlock - 1) / kChannelBlock;
-  float* full = deferred_grad[L.w_param].data();
-#pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < blocks; ++b)
-    expand_weight_gradient(L.full, L.taps, L.cropped_dw.data(), full, b * kChannelBlock,
-                           std::min(L.full.oc, (b + 1) * kChannelBlock));
 }
 
 void Trainer::Impl::drain_whole_batch_gradients(const std::vector<size_t>& layers, std::atomic<size_t>& next,
@@ -212,7 +212,10 @@ void Trainer::Impl::drain_whole_batch_gradients(const std::vector<size_t>& layer
   for (size_t j; (j = next.fetch_add(1)) < layers.size();) {
     const size_t node = layers[j];
     const auto start = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-    guarded([&] { whole_batch_gradient(node, count); });
+    guarded([&] {
+      const LoopsAsTasks share;  // threads done with their micro-batches help with its loop
+      whole_batch_gradient(node, count);
+    });
     if (options.profile)  // thread time; one thread per layer: no other thread writes this entry
       gemm_seconds[3 * node + 1] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() *
                                     (omp_in_parallel() ? 1 : options.threads);

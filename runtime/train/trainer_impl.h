@@ -105,7 +105,7 @@ struct Trainer::Impl {
 
   // Per-micro-batch work between two barriers (docs/training.md): a phase runs its actions
   // for every micro-batch, then `combine` (if any) runs once, on one thread.
-  enum class Action { Forward, Loss, Backward, BnSums, BnSquares, BnBackwardSums, GemmForward, GemmBackward };
+  enum class Action { Forward, Loss, Backward, BnSums, BnBackwardSums, GemmForward, GemmBackward };
   struct Step {
     Action action;
     size_t node = 0;
@@ -191,6 +191,7 @@ struct Trainer::Impl {
   // combines between phases, whole-batch weight gradients, reduction and update.
   enum StepPart { kPhases, kWaiting, kCombines, kWholeBatch, kReduceUpdate, kStepParts };
   std::array<double, kStepParts> step_seconds{};
+  std::vector<double> thread_busy;  // profiling: each thread's time at work inside the phases
   static constexpr int64_t kGemmBlock = 128;  // columns (rows of dW) per work item
 
   void choose_deferred_gradients();
@@ -212,13 +213,16 @@ struct Trainer::Impl {
     std::string why_mode;
     int w_param = -1, b_param = -1;
     FloatBuffer cropped_w;       // [oc][icg][taps.kh][taps.kw], refreshed before each mini-batch
-    FloatBuffer cropped_dw;      // whole-batch, cropped: the gradient before expansion
+    FloatBuffer cropped_dw;      // whole-batch, cropped: the weight gradient, expanded by the update
     FloatBuffer unused_db;       // whole-batch with an untrained bias: its gradient, dropped
     double weight_gradient_flops = 0.0;  // whole-batch: its kernel's work at the full batch
     bool frozen_cropped = false; // untrained weights: cropped once
     std::map<int64_t, TrainConv*> whole_batch;  // by sample count
   };
   std::map<size_t, ConvLayer> conv_layers;  // by node index
+  // Per parameter: the whole-batch layer whose weights it is when that layer is cropped
+  // (its gradient is ConvLayer::cropped_dw, no deferred_grad), else null.
+  std::vector<const ConvLayer*> cropped_gradient_of;
 
   void choose_conv_layers();
   // The layer's kernels at `n` samples (cropped when its taps are), intra-kernel parallel or not.
@@ -301,15 +305,17 @@ struct Trainer::Impl {
 
   // ---- BatchNormalization in training mode -------------------------------------
   // Mini-batch statistics need every micro-batch: each computes per-channel sums in a
-  // fixed order (BnSums, BnSquares, BnBackwardSums), a barrier, and one thread combines
-  // them by the pairwise tree (combine_*). Then each micro-batch normalises (forward) or
-  // computes dx (backward) with the mini-batch's numbers.
+  // fixed order (BnSums: the shifted first and second moments in one pass over x;
+  // BnBackwardSums), a barrier, and one thread combines them by the pairwise tree
+  // (combine). Then each micro-batch normalises (forward) or computes dx (backward) with
+  // the mini-batch's numbers: one barrier per pass.
   struct ChannelWalk {
     int64_t channels, pixels;
   };
   ChannelWalk walk(Slot& slot, int v);
 
   void bn_partial_sums(Slot& slot, size_t node_index, Action a);
+  const float* moments_shift(const Node& n) const;
 
   // The pairwise tree over micro-batches of one node's partial sums.
   std::vector<double> combined(size_t node_index);

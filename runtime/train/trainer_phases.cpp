@@ -29,8 +29,6 @@ auto Trainer::Impl::make_phases(const Graph& g, bool train) const -> std::vector
     if (train && g.nodes[i].op == Op::BatchNormalization) {
       phases.back().steps.push_back({Action::BnSums, i});
       barrier(Action::BnSums, i);
-      phases.back().steps.push_back({Action::BnSquares, i});
-      barrier(Action::BnSquares, i);
     }
     if (deferred_node[i]) {
       barrier(Action::GemmForward, i);  // the whole mini-batch at once, at the barrier
@@ -78,7 +76,7 @@ void Trainer::Impl::run_step(Slot& slot, const Step& st, bool train, double scal
     switch (st.action) {
       case Action::Forward: forward(slot, st.node, train); break;
       case Action::Backward: backward(slot, st.node); break;
-      case Action::BnSums: case Action::BnSquares: case Action::BnBackwardSums:
+      case Action::BnSums: case Action::BnBackwardSums:
         bn_partial_sums(slot, st.node, st.action);
         break;
       case Action::Loss:
@@ -189,7 +187,11 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
       const double wall = since(phase_start);
       step_seconds[kPhases] += wall;
       if (!intra)
-        for (double b : busy) step_seconds[kWaiting] += wall - b;
+        for (size_t t = 0; t < busy.size(); ++t) {
+          step_seconds[kWaiting] += wall - busy[t];
+          if (thread_busy.size() < busy.size()) thread_busy.resize(busy.size());
+          thread_busy[t] += busy[t];
+        }
     }
     const Clock::time_point combine_start = profile ? Clock::now() : Clock::time_point{};
     if (!failed) combine_phase(phases[ph]);
