@@ -53,8 +53,10 @@ Trainer::Trainer(TrainGraph graph, const TrainerOptions& options, const TargetIn
     if (s.tg.graph.nodes[i].op == Op::BatchNormalization) s.batch_stats[i];
   s.train_phases = s.make_phases(s.tg.graph, true);
   s.eval_phases = s.make_phases(s.tg.graph, false);
+  s.plan_gradient_memory();
   const int64_t full_micro = (s.options.batch + s.m - 1) / s.m;
   s.intra = s.options.threads > 1 && (s.options.intra_kernel || full_micro < s.options.threads);
+  if (s.why) s.why->push_back(s.memory_plan());
 }
 
 Trainer::~Trainer() = default;

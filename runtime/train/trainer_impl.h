@@ -87,6 +87,7 @@ struct Trainer::Impl {
     std::vector<std::vector<double>> bn_partial;  // per node (BatchNormalization): per-channel sums
     std::vector<char> grad_written, param_written;
     FloatBuffer scratch;
+    BatchBuffer grad_arena;  // gradients at grad_offset (plan_gradient_memory)
     double loss = 0.0;
     int64_t correct = 0;
     std::vector<double> seconds;  // profiling: per node, [3 * node + pass]
@@ -273,6 +274,21 @@ struct Trainer::Impl {
 
   // The whole-batch buffers of every activation and gradient (first call only).
   void allocate_batch_buffers();
+  // What the step's buffers take, for --verbose: activations, gradients, private weight
+  // gradients of the micro-batches, the whole-batch ones.
+  std::string memory_plan() const;
+
+  // ---- Gradient memory (trainer_memory.cpp) -------------------------------------------
+  // A value's gradient lives from the first backward event that touches it (the last
+  // consumer's backward writes it) to the last (its producer's backward reads it). Each
+  // micro-batch runs the backward's events in order on one thread, so gradients whose
+  // lives do not overlap share memory: they are placed at offsets of one arena per
+  // micro-batch, planned once (largest first, lowest free offset). The gradient of a
+  // whole-batch layer's output is read over the whole mini-batch after the phase, so it
+  // keeps a mini-batch buffer (batch_grad); grad_offset is -1 for those.
+  std::vector<int64_t> grad_offset;  // per value: floats into a slot's arena, at m samples
+  int64_t grad_arena_floats = 0;
+  void plan_gradient_memory();
   // The slot's views of its micro-batch (first_sample .. + n) in the whole-batch buffers.
   void prepare_slot(Slot& slot, int64_t n);
 

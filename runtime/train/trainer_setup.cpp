@@ -143,8 +143,34 @@ void Trainer::Impl::allocate_batch_buffers() {
     const ValueInfo& v = values[i];
     if (v.constant) continue;
     batch_act[i].allocate(static_cast<size_t>(v.sample_elements * options.batch));
-    if (v.requires_grad) batch_grad[i].allocate(static_cast<size_t>(v.sample_elements * options.batch));
+    if (v.requires_grad && grad_offset[i] < 0)
+      batch_grad[i].allocate(static_cast<size_t>(v.sample_elements * options.batch));
   }
+}
+
+std::string Trainer::Impl::memory_plan() const {
+  double activations = 0, gradients = 0, batch_gradients = 0, private_grads = 0, shared_grads = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const ValueInfo& v = values[i];
+    if (v.constant) continue;
+    activations += double(v.sample_elements * options.batch);
+    if (!v.requires_grad) continue;
+    gradients += double(v.sample_elements * options.batch);
+    if (grad_offset[i] < 0) batch_gradients += double(v.sample_elements * options.batch);
+  }
+  const int64_t micro = (options.batch + m - 1) / m;
+  const double arenas = double(grad_arena_floats) * double(micro);
+  for (size_t p = 0; p < parameters.size(); ++p) {
+    const double n = double(parameters[p].value.size());
+    if (!deferred_param[p]) private_grads += n * double(micro);
+    else if (!cropped_gradient_of[p]) shared_grads += n;
+  }
+  constexpr double mib = 4.0 / (1024.0 * 1024.0);
+  return fmt::format("memory: activations {:.1f} MiB; their gradients {:.1f} MiB in {} micro-batch arenas (of "
+                     "{:.1f} MiB without sharing) and {:.1f} MiB read whole-batch; weight gradients {:.1f} MiB "
+                     "private to the micro-batches and {:.1f} MiB whole-batch",
+                     activations * mib, arenas * mib, micro, (gradients - batch_gradients) * mib,
+                     batch_gradients * mib, private_grads * mib, shared_grads * mib);
 }
 
 void Trainer::Impl::prepare_slot(Slot& slot, int64_t n) {
@@ -154,6 +180,10 @@ void Trainer::Impl::prepare_slot(Slot& slot, int64_t n) {
   slot.index = index;
   slot.act.assign(values.size(), {});
   slot.grad.assign(values.size(), {});
+  if (!slot.grad_arena.data() && grad_arena_floats > 0) {
+    slot.grad_arena.allocate(static_cast<size_t>(grad_arena_floats));
+    std::fill(slot.grad_arena.data(), slot.grad_arena.data() + grad_arena_floats, 0.0f);
+  }
   // This micro-batch's samples of every whole-batch buffer, zeroed here: first touched by
   // the thread that always runs this micro-batch.
   for (size_t i = 0; i < values.size(); ++i) {
@@ -163,7 +193,7 @@ void Trainer::Impl::prepare_slot(Slot& slot, int64_t n) {
     slot.act[i] = {batch_act[i].data() + first, len};
     std::fill(slot.act[i].begin(), slot.act[i].end(), 0.0f);
     if (!v.requires_grad) continue;
-    slot.grad[i] = {batch_grad[i].data() + first, len};
+    slot.grad[i] = {grad_offset[i] >= 0 ? slot.grad_arena.data() + grad_offset[i] : batch_grad[i].data() + first, len};
     std::fill(slot.grad[i].begin(), slot.grad[i].end(), 0.0f);
   }
   slot.param_grad.assign(parameters.size(), {});
