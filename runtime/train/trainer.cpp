@@ -155,6 +155,8 @@ const TrainGraph& Trainer::graph() const { return impl_->tg; }
 const TrainerOptions& Trainer::options() const { return impl_->options; }
 int64_t Trainer::micro_batch() const { return impl_->m; }
 
+TrainerMemory Trainer::memory() const { return impl_->memory(); }
+
 std::string Trainer::parallel_modes() const {
   std::string out;
   for (const auto& [node, layer] : impl_->conv_layers)

@@ -64,6 +64,15 @@ struct NodeTime {
   double seconds = 0.0;
 };
 
+// What a step's buffers hold, in floats (Trainer::memory(), `convgen train --verbose`).
+struct TrainerMemory {
+  int64_t activations = 0;           // every value of the mini-batch
+  int64_t gradients = 0;             // activation gradients as allocated (arenas + mini-batch buffers)
+  int64_t unshared_gradients = 0;    // the same, one buffer per value
+  int64_t private_weight_gradients = 0;  // micro-batch mode: one copy per micro-batch
+  int64_t whole_batch_weight_gradients = 0;
+};
+
 // The micro-batch size TrainerOptions::micro_batch = 0 stands for.
 int64_t default_micro_batch(int64_t batch);
 // m for these options (micro_batch, or its default); Usage error for a batch or thread
@@ -141,6 +150,7 @@ class Trainer {
   // Every Conv layer's parallel mode, "node=mode" joined by commas in graph order: part of
   // what a resumed run must match (it shapes the summation order).
   std::string parallel_modes() const;
+  TrainerMemory memory() const;
   // Sum of the nominal flops (2*N*K*(C/g)*R*S*P*Q per conv pass, 2*M*N*K per GEMM) of the
   // passes one training step on `count` samples executes.
   double step_flops(int64_t count) const;

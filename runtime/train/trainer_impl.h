@@ -277,6 +277,7 @@ struct Trainer::Impl {
   // What the step's buffers take, for --verbose: activations, gradients, private weight
   // gradients of the micro-batches, the whole-batch ones.
   std::string memory_plan() const;
+  TrainerMemory memory() const;
 
   // ---- Gradient memory (trainer_memory.cpp) -------------------------------------------
   // A value's gradient lives from the first backward event that touches it (the last

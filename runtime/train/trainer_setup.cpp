@@ -148,29 +148,34 @@ void Trainer::Impl::allocate_batch_buffers() {
   }
 }
 
-std::string Trainer::Impl::memory_plan() const {
-  double activations = 0, gradients = 0, batch_gradients = 0, private_grads = 0, shared_grads = 0;
+TrainerMemory Trainer::Impl::memory() const {
+  TrainerMemory r;
+  const int64_t micro = (options.batch + m - 1) / m;
   for (size_t i = 0; i < values.size(); ++i) {
     const ValueInfo& v = values[i];
     if (v.constant) continue;
-    activations += double(v.sample_elements * options.batch);
+    r.activations += v.sample_elements * options.batch;
     if (!v.requires_grad) continue;
-    gradients += double(v.sample_elements * options.batch);
-    if (grad_offset[i] < 0) batch_gradients += double(v.sample_elements * options.batch);
+    r.unshared_gradients += v.sample_elements * options.batch;
+    if (grad_offset[i] < 0) r.gradients += v.sample_elements * options.batch;
   }
-  const int64_t micro = (options.batch + m - 1) / m;
-  const double arenas = double(grad_arena_floats) * double(micro);
+  r.gradients += grad_arena_floats * micro;
   for (size_t p = 0; p < parameters.size(); ++p) {
-    const double n = double(parameters[p].value.size());
-    if (!deferred_param[p]) private_grads += n * double(micro);
-    else if (!cropped_gradient_of[p]) shared_grads += n;
+    const int64_t n = static_cast<int64_t>(parameters[p].value.size());
+    if (!deferred_param[p]) r.private_weight_gradients += n * micro;
+    else if (!cropped_gradient_of[p]) r.whole_batch_weight_gradients += n;
   }
-  constexpr double mib = 4.0 / (1024.0 * 1024.0);
-  return fmt::format("memory: activations {:.1f} MiB; their gradients {:.1f} MiB in {} micro-batch arenas (of "
-                     "{:.1f} MiB without sharing) and {:.1f} MiB read whole-batch; weight gradients {:.1f} MiB "
-                     "private to the micro-batches and {:.1f} MiB whole-batch",
-                     activations * mib, arenas * mib, micro, (gradients - batch_gradients) * mib,
-                     batch_gradients * mib, private_grads * mib, shared_grads * mib);
+  return r;
+}
+
+std::string Trainer::Impl::memory_plan() const {
+  const TrainerMemory r = memory();
+  const auto mib = [](int64_t floats) { return double(floats) * 4.0 / (1024.0 * 1024.0); };
+  return fmt::format("memory: activations {:.1f} MiB; their gradients {:.1f} MiB, shared by lifetime ({:.1f} MiB "
+                     "one buffer each); weight gradients {:.1f} MiB private to the {} micro-batches and {:.1f} MiB "
+                     "whole-batch",
+                     mib(r.activations), mib(r.gradients), mib(r.unshared_gradients), mib(r.private_weight_gradients),
+                     (options.batch + m - 1) / m, mib(r.whole_batch_weight_gradients));
 }
 
 void Trainer::Impl::prepare_slot(Slot& slot, int64_t n) {
