@@ -54,6 +54,7 @@ Trainer::Trainer(TrainGraph graph, const TrainerOptions& options, const TargetIn
   s.train_phases = s.make_phases(s.tg.graph, true);
   s.eval_phases = s.make_phases(s.tg.graph, false);
   s.plan_gradient_memory();
+  s.plan_updates();
   const int64_t full_micro = (s.options.batch + s.m - 1) / s.m;
   s.intra = s.options.threads > 1 && (s.options.intra_kernel || full_micro < s.options.threads);
   if (s.why) s.why->push_back(s.memory_plan());
@@ -77,7 +78,7 @@ std::vector<NodeTime> Trainer::profile() const {
                      passes[p], total[3 * n + p]});
     }
   // Wall time of the step's parts; "waiting" is thread-seconds idle at the phases' ends.
-  const char* parts[] = {"phases", "waiting", "combines", "whole-batch dW", "reduce+update"};
+  const char* parts[] = {"phases", "waiting", "combines", "tail:dW+updates"};
   for (int p = 0; p < Impl::kStepParts; ++p)
     if (s.step_seconds[p] != 0.0) out.push_back({"(step)", parts[p], p == Impl::kWaiting ? "threads" : "wall", s.step_seconds[p]});
   for (size_t t = 0; t < s.thread_busy.size(); ++t)

@@ -189,8 +189,9 @@ struct Trainer::Impl {
   std::vector<double> gemm_seconds;  // profiling, as Slot::seconds
   // Profiling, wall time of the step's parts (Trainer::profile()'s "(step)" rows): inside
   // the phases' parallel regions, threads waiting at their ends (thread-seconds), the
-  // combines between phases, whole-batch weight gradients, reduction and update.
-  enum StepPart { kPhases, kWaiting, kCombines, kWholeBatch, kReduceUpdate, kStepParts };
+  // combines between phases, the tail after the last phase (the whole-batch weight
+  // gradients and updates still to do).
+  enum StepPart { kPhases, kWaiting, kCombines, kTail, kStepParts };
   std::array<double, kStepParts> step_seconds{};
   std::vector<double> thread_busy;  // profiling: each thread's time at work inside the phases
   static constexpr int64_t kGemmBlock = 128;  // columns (rows of dW) per work item
@@ -352,16 +353,26 @@ struct Trainer::Impl {
 
   void begin_micro_batch(Slot& slot, int64_t n);
 
-  void end_micro_batch(Slot& slot);
 
   // Runs a mini-batch's phases over its micro-batches: on the threads (micro-batch i on
   // thread i mod T in every phase, a barrier between phases), or in order with
   // intra-kernel parallel kernels.
   StepStats run_batch(const float* pixels, const int32_t* labels, int64_t count, bool train);
 
-  // Gradients summed over micro-batches by the tree, then the SGD update; threads split
-  // the elements (each element's sum and update are the same whoever computes them).
-  void reduce_and_update(int64_t micro);
+  // ---- Reduction and update (trainer_update.cpp) -------------------------------------
+  // A parameter's gradient summed over micro-batches by the tree, then the SGD update, in
+  // chunks: each element's sum and update are the same whoever computes them and when.
+  // A chunk runs once the last phase reading the parameter or writing its gradient has
+  // ended, taken by the threads that finish the next phase's micro-batches first (after
+  // the whole-batch gradients), or after the last phase.
+  struct UpdateChunk {
+    int p;
+    int64_t begin, end;
+  };
+  std::vector<std::vector<UpdateChunk>> updates_after;  // [k]: ready once phase k has ended
+  void plan_updates();
+  void update_chunk(const UpdateChunk& chunk);
+  void drain_updates(const std::vector<UpdateChunk>& chunks, std::atomic<size_t>& next);
 };
 
 }  // namespace convgen::model

@@ -101,11 +101,6 @@ void Trainer::Impl::begin_micro_batch(Slot& slot, int64_t n) {
   std::fill(slot.param_written.begin(), slot.param_written.end(), 0);
 }
 
-void Trainer::Impl::end_micro_batch(Slot& slot) {
-  for (size_t p = 0; p < parameters.size(); ++p)
-    if (!slot.param_written[p]) std::fill(slot.param_grad[p].begin(), slot.param_grad[p].end(), 0.0f);
-}
-
 StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, int64_t count, bool train) {
   if (count < 1 || count > options.batch)
     throw Error(ExitCode::Internal, fmt::format("trainer: a batch of {} samples (batch size {})", count, options.batch));
@@ -128,7 +123,6 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
     Slot& slot = slots[i];
     if (phase == 0) begin_micro_batch(slot, i + 1 == micro ? last : m);
     run_steps(slot, phases[phase], train, scale);
-    if (phase + 1 == phases.size()) end_micro_batch(slot);
   };
   std::exception_ptr failure;
   std::mutex failure_mutex;
@@ -160,10 +154,13 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
   const bool profile = options.profile;
   auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   std::vector<double> busy(profile ? static_cast<size_t>(options.threads) : 0);
-  // Whole-batch weight gradients whose layer's backward has ended: taken from a queue by
-  // the threads done with their micro-batches of the next phase, one layer per thread.
+  // Work whose inputs an ended phase completed, taken from queues by the threads done with
+  // their micro-batches of the next phase: whole-batch weight gradients (one layer per
+  // thread), then reductions and updates of parameters no later phase touches.
   std::vector<size_t> ready;
-  std::atomic<size_t> next_ready{0};
+  const std::vector<UpdateChunk> no_updates;
+  const std::vector<UpdateChunk>* updates = &no_updates;
+  std::atomic<size_t> next_ready{0}, next_update{0};
   omp_set_num_threads(options.threads);  // the kernels' own parallel loops
   for (size_t ph = 0; ph < phases.size() && !failed; ++ph) {
     const Clock::time_point phase_start = profile ? Clock::now() : Clock::time_point{};
@@ -172,6 +169,7 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
     } else {
       std::fill(busy.begin(), busy.end(), 0.0);
       next_ready = 0;
+      next_update = 0;
       // Micro-batch i on thread i mod T in every phase: the same mapping in every phase.
 #pragma omp parallel num_threads(options.threads)
       {
@@ -179,9 +177,13 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
         const Clock::time_point start = profile ? Clock::now() : Clock::time_point{};
         for (int64_t i = thread; i < micro; i += team) guarded([&] { run(ph, i); });
         drain_whole_batch_gradients(ready, next_ready, count, guarded);
+        drain_updates(*updates, next_update);
         if (profile) busy[static_cast<size_t>(thread)] += since(start);
       }
-      ready = phases[ph].weight_gradients_ready;
+      if (train) {
+        ready = phases[ph].weight_gradients_ready;
+        updates = &updates_after[ph];
+      }
     }
     if (profile) {
       const double wall = since(phase_start);
@@ -197,21 +199,35 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
     if (!failed) combine_phase(phases[ph]);
     if (profile) step_seconds[kCombines] += since(combine_start);
   }
-  // What is left: the last phase's layers on the team's threads, or with intra-kernel
-  // parallelism every layer, one after another, each on all threads.
-  const Clock::time_point whole_start = profile ? Clock::now() : Clock::time_point{};
+  // What is left after the last phase: its whole-batch layers, then (after a barrier: some
+  // are theirs) the remaining updates. With intra-kernel parallelism everything is left:
+  // each layer's kernel on all threads, one after another, then every update.
+  const Clock::time_point tail_start = profile ? Clock::now() : Clock::time_point{};
   if (train && !failed) {
     next_ready = 0;
+    next_update = 0;
+    std::atomic<size_t> next_final{0};
+    const std::vector<UpdateChunk>& final_updates = updates_after.back();
     if (intra) {
       std::vector<size_t> all;
       for (const Phase& p : phases) all.insert(all.end(), p.weight_gradients_ready.begin(), p.weight_gradients_ready.end());
       drain_whole_batch_gradients(all, next_ready, count, guarded);
-    } else if (!ready.empty()) {
+      std::vector<UpdateChunk> every;
+      for (const std::vector<UpdateChunk>& chunks : updates_after) every.insert(every.end(), chunks.begin(), chunks.end());
 #pragma omp parallel num_threads(options.threads)
-      drain_whole_batch_gradients(ready, next_ready, count, guarded);
+      drain_updates(every, next_update);
+    } else {
+#pragma omp parallel num_threads(options.threads)
+      {
+        drain_whole_batch_gradients(ready, next_ready, count, guarded);
+        drain_updates(*updates, next_update);
+#pragma omp barrier
+        drain_updates(final_updates, next_final);
+      }
     }
+    ++steps;
   }
-  if (profile) step_seconds[kWholeBatch] += since(whole_start);
+  if (profile) step_seconds[kTail] += since(tail_start);
   if (failure) std::rethrow_exception(failure);
 
   // The loss and the correct count: a pairwise tree over the micro-batch index.
@@ -223,9 +239,6 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
   stats.loss = losses[0] / double(count);
   stats.count = count;
   if (train) {
-    const Clock::time_point update_start = profile ? Clock::now() : Clock::time_point{};
-    reduce_and_update(micro);
-    if (profile) step_seconds[kReduceUpdate] += since(update_start);
     for (const Parameter& p : parameters)
       if (!std::all_of(p.value.begin(), p.value.end(), [](float v) { return std::isfinite(v); })) {
         stats.non_finite = p.name;
