@@ -1,6 +1,6 @@
 // Schedule records as versioned JSON lines. Writing is done by hand with fmt so the key
 // order and number formatting are fixed; reading uses nlohmann::json and rejects
-// anything that is not exactly a record of a version it knows (1 to 4).
+// anything that is not exactly a record of a version it knows (1 to 5).
 #include "schedules/schedule_records.h"
 
 #include <fcntl.h>
@@ -29,11 +29,17 @@ constexpr const char* kFormat = "convgen-schedule";
 // Written: version 4 (kinds, tuning statistics and provenance with its timing method).
 // Still read: version 3 (no "timing_method": method 1), version 2 (no "kind", no
 // "tuning") and version 1 (no "partitions" either).
+// Training lines (kinds "training" and "training_trial") are version 5; schedule lines
+// stay at version 4.
 constexpr int kRecordVersion = 4;
+constexpr int kTrainingRecordVersion = 5;
+constexpr int kNewestReadableVersion = 5;
 constexpr int kOldestReadableVersion = 1;
 const std::vector<std::string> kPasses = {"fwd", "bwd_data", "bwd_weights"};
 const std::vector<std::string> kSources = {"analytic", "tuned"};
 const std::vector<std::string> kKinds = {"schedule", "trial"};
+const std::vector<std::string> kTrainingKinds = {"training", "training_trial"};
+const std::vector<std::string> kParallelModes = {"micro-batch", "whole-batch"};
 const std::vector<std::string> kStatuses = {"ok", "wrong", "failed", "refused"};
 const std::vector<std::string> kSearches = {"guided", "random"};
 const std::vector<std::string> kVariants = {"none", "images", "pixels"};
@@ -238,13 +244,13 @@ class ObjectReader {
 
 // "format" and "version" are read first: a record of another version may have other
 // fields, and saying "version 2" is more useful than "unknown field".
-int check_format_and_version(const ObjectReader& top, const std::string& where) {
+int check_format_and_version(const ObjectReader& top, const std::string& where, int newest) {
   const std::string format = top.str("format");
   if (format != kFormat) fail(where, fmt::format("format: expected \"{}\", got \"{}\"", kFormat, format));
   const int version = top.integer("version");
-  if (version < kOldestReadableVersion || version > kRecordVersion) {
+  if (version < kOldestReadableVersion || version > newest) {
     fail(where, fmt::format("version {} is not supported; this convgen reads versions {} to {}", version,
-                            kOldestReadableVersion, kRecordVersion));
+                            kOldestReadableVersion, newest));
   }
   return version;
 }
@@ -397,6 +403,15 @@ bool ScheduleKey::operator==(const ScheduleKey& o) const {
          generator_hash == o.generator_hash;
 }
 
+bool TrainingKey::operator==(const TrainingKey& o) const {
+  return model_sha256 == o.model_sha256 && batch == o.batch && target == o.target;
+}
+
+bool TrainingRecord::operator==(const TrainingRecord& o) const {
+  return key == o.key && micro_batch == o.micro_batch && parallel_modes == o.parallel_modes && gflops == o.gflops &&
+         note == o.note && kind == o.kind && tuning == o.tuning;
+}
+
 bool Provenance::operator==(const Provenance& o) const {
   return cpu == o.cpu && l1_bytes == o.l1_bytes && l2_bytes == o.l2_bytes && l3_bytes == o.l3_bytes &&
          halide == o.halide && threads == o.threads && micro_batch == o.micro_batch && variant == o.variant &&
@@ -428,10 +443,19 @@ std::string to_json_line(const ScheduleRecord& r) {
       r.tuning.present ? R"(,"tuning":)" + tuning_json(r.tuning) : std::string());
 }
 
-ScheduleRecord parse_record_line(const std::string& line, const std::string& where) {
-  const json j = parse_json(line, where);
+namespace {
+
+bool is_training_line(const json& j) {
+  if (!j.is_object()) return false;
+  const auto kind = j.find("kind");
+  return kind != j.end() && kind->is_string() && contains(kTrainingKinds, kind->get<std::string>());
+}
+
+ScheduleRecord schedule_from_json(const json& j, const std::string& where) {
+  if (is_training_line(j))
+    fail(where, fmt::format("a \"{}\" line where a schedule record was expected", j["kind"].get<std::string>()));
   const ObjectReader top(j, "", where);
-  const int version = check_format_and_version(top, where);
+  const int version = check_format_and_version(top, where, kRecordVersion);
   if (version >= 3) {
     top.reject_unknown({"format", "version", "kind", "key", "schedule", "source", "gflops", "note", "tuning"});
   } else {
@@ -456,13 +480,103 @@ ScheduleRecord parse_record_line(const std::string& line, const std::string& whe
   return r;
 }
 
-std::vector<ScheduleRecord> read_records(const std::string& path, int64_t* torn_tail) {
+bool is_sha256_hex(const std::string& s) {
+  if (s.size() != 64) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+TrainingRecord training_from_json(const json& j, const std::string& where) {
+  const ObjectReader top(j, "", where);
+  const int version = check_format_and_version(top, where, kNewestReadableVersion);
+  const std::string kind = top.str("kind");
+  if (!contains(kTrainingKinds, kind))
+    fail(where, fmt::format("kind: \"{}\" where a training record (training, training_trial) was expected", kind));
+  if (version < kTrainingRecordVersion)
+    fail(where, fmt::format("kind \"{}\" needs version {} or later, the line says {}", kind, kTrainingRecordVersion,
+                            version));
+  top.reject_unknown({"format", "version", "kind", "key", "config", "gflops", "note", "tuning"});
+  TrainingRecord r;
+  r.kind = kind == "training_trial" ? RecordKind::Trial : RecordKind::Schedule;
+  {
+    ObjectReader k(top.field("key"), "key", where);
+    k.reject_unknown({"model_sha256", "batch", "target"});
+    r.key.model_sha256 = k.str("model_sha256");
+    if (!is_sha256_hex(r.key.model_sha256))
+      fail(where, fmt::format("key.model_sha256: \"{}\" is not 64 lowercase hex digits", r.key.model_sha256));
+    r.key.batch = k.non_negative_int64("batch");
+    if (r.key.batch < 1) fail(where, "key.batch: must be >= 1");
+    r.key.target = k.non_empty_string("target");
+    try {
+      target_info(r.key.target);
+    } catch (const Error& e) {
+      fail(where, std::string("key.") + e.what());
+    }
+  }
+  {
+    ObjectReader c(top.field("config"), "config", where);
+    c.reject_unknown({"micro_batch", "parallel_modes"});
+    r.micro_batch = c.non_negative_int64("micro_batch");
+    if (r.micro_batch < 1 || r.micro_batch > r.key.batch)
+      fail(where, fmt::format("config.micro_batch: {} is not in 1..{} (the key's batch)", r.micro_batch, r.key.batch));
+    const json& modes = c.field("parallel_modes");
+    if (!modes.is_object())
+      fail(where, fmt::format("config.parallel_modes: expected an object, got {}", what_is(modes)));
+    ObjectReader m(modes, "config.parallel_modes", where);
+    for (const auto& item : modes.items()) {
+      if (item.key().empty()) fail(where, "config.parallel_modes: a node name must not be empty");
+      r.parallel_modes[item.key()] = m.one_of(item.key(), kParallelModes);
+    }
+  }
+  r.gflops = top.non_negative_number("gflops");
+  r.note = top.str("note");
+  r.tuning = read_tuning(top.field("tuning"), r.kind, version, where);
+  return r;
+}
+
+}  // namespace
+
+ScheduleRecord parse_record_line(const std::string& line, const std::string& where) {
+  return schedule_from_json(parse_json(line, where), where);
+}
+
+TrainingRecord parse_training_record_line(const std::string& line, const std::string& where) {
+  return training_from_json(parse_json(line, where), where);
+}
+
+std::string to_json_line(const TrainingRecord& r) {
+  if (!r.tuning.present) throw Error(ExitCode::BadRecord, "record: a training line needs its tuning object");
+  std::string modes;
+  for (const auto& [node, mode] : r.parallel_modes)
+    modes += fmt::format("{}{}:{}", modes.empty() ? "" : ",", quote(node, "config.parallel_modes"),
+                         quote(mode, "config.parallel_modes"));
+  return fmt::format(
+      R"({{"format":"{}","version":{},"kind":"{}","key":{{"model_sha256":{},"batch":{},"target":{}}},)"
+      R"("config":{{"micro_batch":{},"parallel_modes":{{{}}}}},"gflops":{},"note":{},"tuning":{}}})",
+      kFormat, kTrainingRecordVersion, r.kind == RecordKind::Trial ? "training_trial" : "training",
+      quote(r.key.model_sha256, "key.model_sha256"), r.key.batch, quote(r.key.target, "key.target"), r.micro_batch,
+      modes, number(r.gflops), quote(r.note, "note"), tuning_json(r.tuning));
+}
+
+std::vector<ScheduleRecord> read_records(const std::string& path, int64_t* torn_tail,
+                                         std::vector<TrainingRecord>* training) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw io_error(path, "cannot read", errno);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) throw io_error(path, "read error", errno);
   if (torn_tail) *torn_tail = -1;
   std::vector<ScheduleRecord> records;
+  // Every line is checked, whichever list it goes to.
+  auto take = [&](const std::string& line, const std::string& where) {
+    const json j = parse_json(line, where);
+    if (!is_training_line(j)) {
+      records.push_back(schedule_from_json(j, where));
+      return;
+    }
+    TrainingRecord t = training_from_json(j, where);
+    if (training) training->push_back(std::move(t));
+  };
   size_t begin = 0;
   for (int n = 1; begin < text.size(); ++n) {
     const size_t end = text.find('\n', begin);
@@ -471,7 +585,7 @@ std::vector<ScheduleRecord> read_records(const std::string& path, int64_t* torn_
     if (end == std::string::npos && !blank(line)) {
       // The last line has no newline: whole if it parses, else a write cut short.
       try {
-        records.push_back(parse_record_line(line, where));
+        take(line, where);
       } catch (const Error& e) {
         // Whole JSON that convgen refuses is a bad record, never a torn write.
         if (json::accept(line)) throw;
@@ -485,20 +599,27 @@ std::vector<ScheduleRecord> read_records(const std::string& path, int64_t* torn_
       }
       break;
     }
-    if (!blank(line)) records.push_back(parse_record_line(line, where));
+    if (!blank(line)) take(line, where);
     if (end == std::string::npos) break;
     begin = end + 1;
   }
   return records;
 }
 
-void write_records(const std::string& path, const std::vector<ScheduleRecord>& records) {
+void write_records(const std::string& path, const std::vector<ScheduleRecord>& records,
+                   const std::vector<TrainingRecord>& training) {
   // Build and re-read every line before touching the disk: never write a file that
   // read_records would reject.
   std::string text;
   for (std::size_t i = 0; i < records.size(); ++i) {
     const std::string line = to_json_line(records[i]);
     parse_record_line(line, fmt::format("{}: record {}", path, i + 1));
+    text += line;
+    text += '\n';
+  }
+  for (std::size_t i = 0; i < training.size(); ++i) {
+    const std::string line = to_json_line(training[i]);
+    parse_training_record_line(line, fmt::format("{}: training record {}", path, i + 1));
     text += line;
     text += '\n';
   }
@@ -513,6 +634,13 @@ void write_records(const std::string& path, const std::vector<ScheduleRecord>& r
 }
 
 const ScheduleRecord* find_record(const std::vector<ScheduleRecord>& records, const ScheduleKey& key) {
+  for (auto it = records.rbegin(); it != records.rend(); ++it) {
+    if (it->kind == RecordKind::Schedule && it->key == key) return &*it;
+  }
+  return nullptr;
+}
+
+const TrainingRecord* find_training_record(const std::vector<TrainingRecord>& records, const TrainingKey& key) {
   for (auto it = records.rbegin(); it != records.rend(); ++it) {
     if (it->kind == RecordKind::Schedule && it->key == key) return &*it;
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,38 @@ struct ScheduleRecord {
   bool operator!=(const ScheduleRecord& o) const { return !(*this == o); }
 };
 
+// What a training configuration was chosen for: one model file (its bytes' SHA-256), one
+// mini-batch size, one target. Never the thread count: a training record fixes what
+// shapes the bits, so every T computes the same weights with it.
+struct TrainingKey {
+  std::string model_sha256;  // 64 lowercase hex digits
+  int64_t batch = 0;         // mini-batch B
+  std::string target;        // Halide target string
+
+  bool operator==(const TrainingKey& o) const;
+  bool operator!=(const TrainingKey& o) const { return !(*this == o); }
+};
+
+// The trainer's choices that `convgen tune --train` measures on whole training steps
+// (docs/tuning.md, "Training steps"): the micro-batch size and every Conv layer's
+// parallel mode. Written as kind "training" (the choice) or "training_trial" (one timed
+// configuration, the journal), record version 5. `train --schedules` and
+// `compile --train --schedules` apply the last "training" line of their key.
+struct TrainingRecord {
+  TrainingKey key;
+  int64_t micro_batch = 0;     // the trainer's m, 1..batch
+  // Every Conv layer's mode by node name: "micro-batch" or "whole-batch" (written in name
+  // order, so the same record always gives the same bytes).
+  std::map<std::string, std::string> parallel_modes;
+  double gflops = 0;           // the step's nominal flops per second, measured
+  std::string note;            // free text, may be empty
+  RecordKind kind = RecordKind::Schedule;  // Schedule: "training"; Trial: "training_trial"
+  TuningInfo tuning;           // required: how it was measured (default_gflops: the untuned trainer's)
+
+  bool operator==(const TrainingRecord& o) const;
+  bool operator!=(const TrainingRecord& o) const { return !(*this == o); }
+};
+
 // Inverses of to_string(enum) (conv_schedule.cpp): false if `name` names no value.
 bool from_string(const std::string& name, Strategy* out);
 bool from_string(const std::string& name, Layout* out);
@@ -108,22 +141,35 @@ void apply_schedule_overrides(const std::string& text, ConvSchedule* s);
 // (gflops not finite, a string that is not UTF-8).
 std::string to_json_line(const ScheduleRecord& r);
 
-// Strict parse of one line; `where` ("file:line") prefixes every error message.
+// Strict parse of one line; `where` ("file:line") prefixes every error message. A
+// training line is an Error(BadRecord) here: parse_training_record_line reads those.
 ScheduleRecord parse_record_line(const std::string& line, const std::string& where);
+
+// The same for training records: same bytes for the same record; strict parse (a
+// schedule line is an error here).
+std::string to_json_line(const TrainingRecord& r);
+TrainingRecord parse_training_record_line(const std::string& line, const std::string& where);
 
 // All records of a file in order; blank lines are skipped. Error(Io) if unreadable.
 // A last line without its newline that is not even JSON is a write a crash cut short
 // (the tuner appends one line per trial): with `torn_tail` non-null it is left out and
 // *torn_tail set to its byte offset (else -1), so the tuner can cut it off before
-// appending; without, it is an Error(BadRecord) that says so.
-std::vector<ScheduleRecord> read_records(const std::string& path, int64_t* torn_tail = nullptr);
+// appending; without, it is an Error(BadRecord) that says so. Training lines are checked
+// as strictly and go to `training` (skipped when it is null).
+std::vector<ScheduleRecord> read_records(const std::string& path, int64_t* torn_tail = nullptr,
+                                         std::vector<TrainingRecord>* training = nullptr);
 
 // Replaces `path` atomically (temp file, fsync, rename): a crash leaves the old file or
 // the new one, never a half-written one. Every record is checked to read back first.
-void write_records(const std::string& path, const std::vector<ScheduleRecord>& records);
+// Training records follow the schedule records.
+void write_records(const std::string& path, const std::vector<ScheduleRecord>& records,
+                   const std::vector<TrainingRecord>& training = {});
 
 // The last schedule record (never a trial line) with this key -- later records supersede
 // earlier ones -- or nullptr.
 const ScheduleRecord* find_record(const std::vector<ScheduleRecord>& records, const ScheduleKey& key);
+
+// The last training record (never a trial line) with this key, or nullptr.
+const TrainingRecord* find_training_record(const std::vector<TrainingRecord>& records, const TrainingKey& key);
 
 }  // namespace convgen

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <filesystem>
 #include <thread>
 
@@ -21,6 +22,7 @@
 #include "generator/train/conv_factories.h"
 #include "generator/train/driver_codegen.h"
 #include "generator/train/prepare_graph.h"
+#include "generator/train/training_record.h"
 #include "generator/train/training_requests.h"
 #include "runtime/ops/weights_file.h"
 #include "runtime/train/train_conv.h"
@@ -66,7 +68,9 @@ convgen::runtime (runtime/driver/model_runtime.h, runtime/ops/ops.h); from CMake
   --target STRING      Halide target (default x86-64-linux-avx-avx2-f16c-fma-sse41), or
                        host: the widest this CPU runs (AVX-512 where it has it)
   --schedules FILE     schedule records (JSON lines); a matching record wins over the
-                       analytic default
+                       analytic default. With --train, a training record for the model
+                       and batch (`convgen tune --train`) fixes the driver's micro-batch
+                       and parallel modes
   --jobs J             kernels generated in parallel (default: the number of CPUs)
   --cache-dir DIR      kernel cache (default $CONVGEN_CACHE_DIR, else
                        $XDG_CACHE_HOME/convgen, else ~/.cache/convgen)
@@ -335,9 +339,12 @@ int compile_training_driver(const Options& o, const std::string& name, const std
   model::TrainerOptions topt;
   topt.batch = o.batch.empty() ? 64 : parse_count("--batch", o.batch);
   if (!o.micro_batch.empty()) topt.micro_batch = parse_count("--micro-batch", o.micro_batch);
+  std::vector<std::string> why;
+  // A training record (`convgen tune --train`) fixes the micro-batch and the modes.
+  topt.records = o.schedules;
+  const std::optional<TrainingRecord> record = model::apply_training_record(o.model, &topt, t, &why);
   const int64_t m = model::checked_micro_batch(topt);
   const std::vector<int64_t> counts = parse_counts("--samples", o.samples);
-  std::vector<std::string> why;
   const model::TrainGraph tg = model::prepare_training_graph(o.model, m, &why);
 
   // The kernels are exactly those the engine asks for (the same requests `convgen
@@ -353,6 +360,7 @@ int compile_training_driver(const Options& o, const std::string& name, const std
   spec.sample_counts = counts;
   spec.target = target;
   spec.regenerate = regenerate_command(o, name, target);
+  if (record) spec.recorded_modes = record->parallel_modes;
   for (const auto& [key, r] : requests) {
     model::TrainKernelRow row;
     row.descriptor = r.descriptor;

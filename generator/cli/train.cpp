@@ -75,7 +75,9 @@ SOURCE: fashion-mnist (Debian's dataset-fashion-mnist; accuracy on its test spli
   --every S            checkpoint interval in steps
   --resume DIR         continue from DIR's checkpoint, bit-identically to a run never
                        stopped; the model and the options that shape training must match
-  --schedules FILE     schedule records for the kernels
+  --schedules FILE     records (`convgen tune`): schedules for the kernels, and a
+                       training record for this model and batch sets the micro-batch and
+                       every Conv layer's parallel mode (unless --micro-batch differs)
   --target STRING      Halide target of the kernels (default host: the widest this CPU
                        runs, AVX-512 where present, else
                        x86-64-linux-avx-avx2-f16c-fma-sse41). Results are bit-identical

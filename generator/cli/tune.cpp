@@ -2,6 +2,7 @@
 // that compile, train, convgen_add_model and convgen-bench read (docs/tuning.md).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include "generator/cli/cli.h"
 #include "generator/kernel_cache/kernel_cache.h"
 #include "generator/tune/kernel_evaluator.h"
+#include "generator/tune/step_search.h"
 #include "generator/tune/tune_plan.h"
 #include "schedules/build_info.h"
 #include "schedules/errors.h"
@@ -42,7 +44,11 @@ Options:
   --records FILE       the records file (JSON lines), created if missing; locked while tuning
   --passes LIST        fwd,bwd_data,bwd_weights or all (default all)
   --train              tune what training runs (needs a model); --batch B (default 64),
-                       --micro-batch M (default: the trainer's)
+                       --micro-batch M (default: searched). First whole training steps
+                       are timed to choose the micro-batch and each Conv layer's parallel
+                       mode (one "training" record, applied by train and compile --train
+                       whatever the thread count), then that configuration's kernels
+  --no-step-search     with --train: keep the trainer's own micro-batch and modes
   --batch B            models: the batch; layer sets and descriptors: replaces mb
   --trials N           trials per layer and pass, the default included (default 64)
   --budget TIME        wall time for the whole run, e.g. 45m, 2h, 900s, shared out over
@@ -75,7 +81,7 @@ struct Options {
   std::string records, passes = "all", batch, micro_batch, trials = "64", budget, search = "guided", seed = "1",
               jobs = "1", threads = "1", target = "host", log, rounds = "7";
   std::vector<std::string> compare;
-  bool train = false, verbose = false;
+  bool train = false, verbose = false, step_search = true;
 };
 
 std::vector<std::string> parse_passes(const std::string& text) {
@@ -202,6 +208,7 @@ int tune(const Args& args) {
       continue;
     }
     if (r.flag("--train")) { o.train = true; continue; }
+    if (r.flag("--no-step-search")) { o.step_search = false; continue; }
     if (r.flag("--verbose") || r.flag("-v")) { o.verbose = true; continue; }
     o.inputs.push_back(r.positional());
   }
@@ -209,6 +216,7 @@ int tune(const Args& args) {
   if (o.records.empty() && o.compare.empty())
     throw Error(ExitCode::Usage, "tune: --records FILE is required (the records file to append to)");
   if (!o.train && !o.micro_batch.empty()) throw Error(ExitCode::Usage, "tune: --micro-batch needs --train");
+  if (!o.train && !o.step_search) throw Error(ExitCode::Usage, "tune: --no-step-search needs --train");
   if (o.search != "guided" && o.search != "random")
     throw Error(ExitCode::Usage, fmt::format("--search {}: expected guided or random", o.search));
 
@@ -231,10 +239,12 @@ int tune(const Args& args) {
   const TargetInfo t = target_info(o.target);
 
   std::vector<std::string> why;
-  const std::vector<TuneItem> items = tune_items(sources, t, &why);
-  if (o.verbose)
-    for (const auto& line : why) fmt::print(stderr, "convgen: {}\n", line);
-  if (!o.compare.empty()) return compare(o, items, t, threads, bounded("--rounds", o.rounds, 1000));
+  std::vector<TuneItem> items = tune_items(sources, t, &why);  // also checks the inputs
+  if (!o.compare.empty()) {
+    if (o.verbose)
+      for (const auto& line : why) fmt::print(stderr, "convgen: {}\n", line);
+    return compare(o, items, t, threads, bounded("--rounds", o.rounds, 1000));
+  }
   TuneJournal journal(o.records);
   if (journal.repaired_bytes() > 0)
     fmt::print(stderr, "convgen: {}: cut off an incomplete last line ({} bytes, a write interrupted by a crash)\n",
@@ -251,12 +261,48 @@ int tune(const Args& args) {
   base.halide = CONVGEN_HALIDE_VERSION;
   base.threads = threads;
 
+  const double start = monotonic_seconds();
+  if (o.train && o.step_search) {
+    // The trainer's configuration first: it decides which kernels training runs.
+    for (const std::string& model : o.inputs) {
+      StepSearchRequest sr;
+      sr.model = model;
+      sr.batch = sources.batch > 0 ? sources.batch : 64;
+      sr.micro_batch = sources.micro_batch;
+      sr.records = o.records;
+      sr.threads = threads;
+      sr.seed = seed;
+      sr.seconds = budget / 4 / static_cast<double>(o.inputs.size());
+      sr.provenance = base;
+      const StepSearchOutcome s = search_training_step(sr, t, journal, [&](const std::string& line) {
+        if (o.verbose || line.rfind("training step: trial", 0) != 0) fmt::print(stderr, "convgen: {}: {}\n", model, line);
+      });
+      if (log)
+        *log << fmt::format(R"({{"event":"training_step","model":"{}","skipped":{},"accepted":{},"micro_batch":{},)"
+                            R"("whole_batch_layers":{},"default_gflops":{:.3f},"tuned_gflops":{:.3f},"trials":{},)"
+                            R"("seconds":{:.1f}}})",
+                            json_escape(model), s.skipped, s.accepted, s.chosen.micro_batch,
+                            std::count_if(s.chosen.parallel_modes.begin(), s.chosen.parallel_modes.end(),
+                                          [](const auto& e) { return e.second == "whole-batch"; }),
+                            s.default_gflops, s.tuned_gflops, s.trials.size(), s.seconds)
+             << std::endl;
+    }
+  }
+  if (o.train) {
+    // The kernels of the configuration the records file's training record fixes (the one
+    // just chosen, or an earlier run's).
+    sources.records = o.records;
+    why.clear();
+    items = tune_items(sources, t, &why);
+  }
+  if (o.verbose)
+    for (const auto& line : why) fmt::print(stderr, "convgen: {}\n", line);
+
   struct Row {
     std::string layer, pass;
     TuneKeyOutcome outcome;
   };
   std::vector<Row> rows;
-  const double start = monotonic_seconds();
   for (size_t i = 0; i < items.size(); ++i) {
     const TuneItem& item = items[i];
     const ConvDescriptor& d = item.descriptor;

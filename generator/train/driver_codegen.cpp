@@ -13,6 +13,19 @@ namespace convgen::model {
 
 namespace {
 
+std::string c_string(const std::string& s);
+
+// The training record's parallel modes as TrainerOptions::recorded_modes assignments.
+std::string recorded_modes_code(const TrainDriverSpec& spec) {
+  if (spec.recorded_modes.empty()) return "";
+  std::string out = "  // Parallel modes from the training record the driver was compiled with.\n";
+  for (const auto& [node, mode] : spec.recorded_modes)
+    out += fmt::format("  o.recorded_modes[{}] = convgen::model::ParallelMode::{};\n", c_string(node),
+                       mode == "whole-batch" ? "WholeBatch" : "MicroBatch");
+  out += fmt::format("  o.recorded_modes_source = {};\n", c_string("the training record compiled into " + spec.name));
+  return out;
+}
+
 // A C++ string literal; octal escapes (always three digits) so no escape runs into the
 // next character.
 std::string c_string(const std::string& s) {
@@ -220,7 +233,7 @@ std::string training_driver_declaration(const TrainGraph& tg, const TrainDriverS
         std::string s = "{";
         for (size_t i = 0; i < tg.sample_shape.size(); ++i) s += (i ? ", " : "") + std::to_string(tg.sample_shape[i]);
         return s + "}";
-      }(), counts.empty() ? "0" : counts, fmt::arg("ns", spec.cpp_namespace));
+      }(), counts.empty() ? "0" : counts, fmt::arg("ns", spec.cpp_namespace), fmt::arg("recorded_modes", recorded_modes_code(spec)));
 }
 
 std::string training_driver_source(const TrainGraph& tg, const TrainDriverSpec& spec, const std::string& provenance) {
@@ -262,7 +275,7 @@ std::string training_driver_source(const TrainGraph& tg, const TrainDriverSpec& 
       "  convgen::install_kernel_runtime();\n"
       "  const std::vector<float> weights = convgen::read_weights_file(weights_path, kWeightFloats, kWeightsKey);\n"
       "  TrainerOptions o;\n"
-      "  o.batch = kBatch;\n  o.micro_batch = kMicroBatch;\n"
+      "  o.batch = kBatch;\n  o.micro_batch = kMicroBatch;\n{recorded_modes}"
       "  o.lr = options.lr;\n  o.momentum = options.momentum;\n  o.weight_decay = options.weight_decay;\n"
       "  o.threads = options.threads;\n  o.intra_kernel = options.intra_kernel;\n  o.seed = options.seed;\n"
       "  engine_ = std::make_unique<convgen::model::Trainer>(training_graph(weights.data()), o,\n"
@@ -285,7 +298,7 @@ std::string training_driver_source(const TrainGraph& tg, const TrainDriverSpec& 
       "  return load_driver_checkpoint(*engine_, dir, kWeightsKey);\n}}\n\n"
       "}}  // namespace {ns}\n",
       provenance, spec.name, includes, spec.weights_key, blob_floats(tg), c_string(spec.target),
-      c_string(spec.regenerate), graph_builder(tg), kernel_table(spec), fmt::arg("ns", spec.cpp_namespace));
+      c_string(spec.regenerate), graph_builder(tg), kernel_table(spec), fmt::arg("ns", spec.cpp_namespace), fmt::arg("recorded_modes", recorded_modes_code(spec)));
 }
 
 }  // namespace convgen::model

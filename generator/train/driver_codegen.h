@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ struct TrainDriverSpec {
   std::string weights_key;     // ties NAME.weights to this driver
   std::string regenerate;      // the command that produced it
   std::vector<TrainKernelRow> kernels;
+  // Conv node -> "micro-batch" | "whole-batch" from a training record (`convgen tune
+  // --train`), baked into the driver; empty: the trainer's cost model chooses, as in
+  // `convgen train` without a record.
+  std::map<std::string, std::string> recorded_modes;
 };
 
 // NAME.h: the class <cpp_namespace>::Trainer and the compile-time constants.

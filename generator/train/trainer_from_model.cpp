@@ -8,6 +8,7 @@
 
 #include "generator/train/conv_factories.h"
 #include "generator/train/prepare_graph.h"
+#include "generator/train/training_record.h"
 #include "schedules/errors.h"
 
 namespace convgen::model {
@@ -24,6 +25,13 @@ TrainConvFactory conv_factory(const std::string& conv_impl, std::vector<std::str
 
 std::unique_ptr<Trainer> make_trainer(const std::string& model_path, const TrainerOptions& options,
                                       const TargetInfo& t, std::vector<std::string>* why) {
+  TrainerOptions o = options;
+  apply_training_record(model_path, &o, t, why);
+  return make_trainer_as_given(model_path, o, t, why);
+}
+
+std::unique_ptr<Trainer> make_trainer_as_given(const std::string& model_path, const TrainerOptions& options,
+                                               const TargetInfo& t, std::vector<std::string>* why) {
   TrainConvFactory make_conv = conv_factory(options.conv_impl, why);
   TrainGraph graph = prepare_training_graph(model_path, checked_micro_batch(options), why);
   return std::make_unique<Trainer>(std::move(graph), options, t, std::move(make_conv), why);

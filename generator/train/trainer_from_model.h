@@ -12,8 +12,15 @@
 
 namespace convgen::model {
 
-// Usage error for an unknown options.conv_impl; import errors name the file and node.
+// options.records' training record for this model, batch and target, if any, sets the
+// micro-batch and parallel modes (training_record.h). Usage error for an unknown
+// options.conv_impl; import errors name the file and node.
 std::unique_ptr<Trainer> make_trainer(const std::string& model_path, const TrainerOptions& options,
                                       const TargetInfo& t, std::vector<std::string>* why = nullptr);
+
+// The same with `options` exactly as given, no training record read: what the step
+// search of `convgen tune --train` times.
+std::unique_ptr<Trainer> make_trainer_as_given(const std::string& model_path, const TrainerOptions& options,
+                                               const TargetInfo& t, std::vector<std::string>* why = nullptr);
 
 }  // namespace convgen::model

@@ -8,6 +8,7 @@
 #include "generator/model/kernels.h"
 #include "generator/onnx/import.h"
 #include "generator/train/prepare_graph.h"
+#include "generator/train/training_record.h"
 #include "generator/train/training_requests.h"
 #include "runtime/train/trainer.h"
 #include "schedules/errors.h"
@@ -58,6 +59,8 @@ void add_model(const std::string& path, const TuneSources& src, const TargetInfo
   model::TrainerOptions topt;
   topt.batch = src.batch > 0 ? src.batch : 64;
   topt.micro_batch = src.micro_batch;
+  topt.records = src.records;
+  model::apply_training_record(path, &topt, t, why);
   const int64_t m = model::checked_micro_batch(topt);
   const model::TrainGraph tg = model::prepare_training_graph(path, m, why);
   for (const auto& [key, r] : model::training_conv_requests(tg, topt, t, {})) {

@@ -165,6 +165,12 @@ std::string Trainer::parallel_modes() const {
   return out;
 }
 
+std::map<std::string, ParallelMode> Trainer::parallel_mode_of_layer() const {
+  std::map<std::string, ParallelMode> out;
+  for (const auto& [node, layer] : impl_->conv_layers) out[impl_->tg.graph.nodes[node].name] = layer.mode;
+  return out;
+}
+
 double Trainer::step_flops(int64_t count) const {
   const Impl& s = *impl_;
   double flops = 0.0;

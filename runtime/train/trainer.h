@@ -52,6 +52,15 @@ struct TrainerOptions {
   // Parallel modes by Conv node name, overriding the trainer's choice (experiments;
   // `convgen train --parallel-mode`). A name that is not a Conv node is a Usage error.
   std::map<std::string, ParallelMode> parallel_modes;
+  // The cost model's threshold: a Conv layer runs whole-batch when one micro-batch's
+  // backward-weights does fewer flops than this per byte of its weight gradient
+  // (docs/training.md, "Parallel modes"). `convgen tune --train` tries others.
+  double whole_batch_below_flops_per_byte = 64.0;
+  // Every Conv layer's mode as a training record chose it (`convgen tune --train`;
+  // generator/train/training_record.h); `parallel_modes` entries win over these. A name
+  // that is not a Conv node, or a layer missing, is a BadRecord error naming the source.
+  std::map<std::string, ParallelMode> recorded_modes;
+  std::string recorded_modes_source;  // e.g. "the training record in FILE", for messages
 };
 
 // Parses "NODE=MODE[,NODE=MODE...]" (MODE: micro-batch or whole-batch; NODE * is every
@@ -150,6 +159,8 @@ class Trainer {
   // Every Conv layer's parallel mode, "node=mode" joined by commas in graph order: part of
   // what a resumed run must match (it shapes the summation order).
   std::string parallel_modes() const;
+  // The same by Conv node name (training records store them so).
+  std::map<std::string, ParallelMode> parallel_mode_of_layer() const;
   TrainerMemory memory() const;
   // Sum of the nominal flops (2*N*K*(C/g)*R*S*P*Q per conv pass, 2*M*N*K per GEMM) of the
   // passes one training step on `count` samples executes.

@@ -24,7 +24,7 @@ namespace {
 // outweighs the kernel (torchvision ResNet-18 at 32x32, micro-batch 16: layer4's
 // 3x3 512-channel layers on 1x1 images are at 0.9 after cropping, layer3's on 2x2 at 32,
 // layer2's on 4x4 at 128). Depends on the layer and the micro-batch only, never on T.
-constexpr double kWholeBatchBelowFlopsPerByte = 64.0;
+// TrainerOptions::whole_batch_below_flops_per_byte (64 by default) holds it.
 
 constexpr int64_t kChannelBlock = 16;  // output channels per work item when copying weights
 
@@ -55,6 +55,8 @@ void Trainer::Impl::choose_conv_layers() {
   for (const Node& n : g.nodes)
     for (const std::string& in : n.inputs) ++uses[in];
   std::map<std::string, ParallelMode> overrides = options.parallel_modes;
+  std::map<std::string, ParallelMode> recorded = options.recorded_modes;
+  const double below = options.whole_batch_below_flops_per_byte;
   cropped_gradient_of.assign(parameters.size(), nullptr);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
@@ -93,18 +95,29 @@ void Trainer::Impl::choose_conv_layers() {
       L.mode = over->second;
       L.why_mode = "--parallel-mode";
       if (over->first != "*") overrides.erase(over);
+    } else if (!recorded.empty()) {
+      const auto rec = recorded.find(n.name);
+      if (rec == recorded.end())
+        throw Error(ExitCode::BadRecord, fmt::format("{}: names no parallel mode for Conv layer '{}' of {}",
+                                                     options.recorded_modes_source, n.name, g.source));
+      if (rec->second == ParallelMode::WholeBatch && !refused.empty())
+        throw Error(ExitCode::BadRecord, fmt::format("{}: layer '{}' cannot run whole-batch: {}",
+                                                     options.recorded_modes_source, n.name, refused));
+      L.mode = rec->second;
+      L.why_mode = options.recorded_modes_source;
     } else if (!refused.empty()) {
       L.mode = ParallelMode::MicroBatch;
       L.why_mode = refused;
-    } else if (intensity < kWholeBatchBelowFlopsPerByte) {
+    } else if (intensity < below) {
       L.mode = ParallelMode::WholeBatch;
       L.why_mode = fmt::format("a micro-batch's backward-weights does {:.3g} flop per byte of weight gradient, below {:g}",
-                               intensity, kWholeBatchBelowFlopsPerByte);
+                               intensity, below);
     } else {
       L.mode = ParallelMode::MicroBatch;
       L.why_mode = fmt::format("a micro-batch's backward-weights does {:.3g} flop per byte of weight gradient, at least {:g}",
-                               intensity, kWholeBatchBelowFlopsPerByte);
+                               intensity, below);
     }
+    recorded.erase(n.name);
     if (why) why->push_back(fmt::format("{}: parallel mode {} ({})", n.name, parallel_mode_name(L.mode), L.why_mode));
     if (L.mode == ParallelMode::WholeBatch) {
       ConvDescriptor batch = work;
@@ -125,6 +138,9 @@ void Trainer::Impl::choose_conv_layers() {
       cropped_gradient_of[static_cast<size_t>(placed->second.w_param)] = &placed->second;
   }
   overrides.erase("*");
+  if (!recorded.empty())
+    throw Error(ExitCode::BadRecord, fmt::format("{}: '{}' is not a Conv node of {}", options.recorded_modes_source,
+                                                 recorded.begin()->first, g.source));
   if (!overrides.empty())
     throw Error(ExitCode::Usage, fmt::format("--parallel-mode: '{}' is not a Conv node of {}", overrides.begin()->first,
                                              g.source));

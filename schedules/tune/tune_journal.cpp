@@ -29,7 +29,7 @@ TuneJournal::TuneJournal(std::string path) : path_(std::move(path)), inflight_pa
   }
   try {
     int64_t torn = -1;
-    records_ = read_records(path_, &torn);
+    records_ = read_records(path_, &torn, &training_);
     if (torn >= 0) {
       const off_t size = ::lseek(fd_, 0, SEEK_END);
       repaired_ = static_cast<int64_t>(size) - torn;
@@ -76,13 +76,37 @@ const ScheduleRecord* TuneJournal::find_tuned(const ScheduleKey& key) const {
 void TuneJournal::append(const ScheduleRecord& r) {
   const std::string line = to_json_line(r);
   parse_record_line(line, fmt::format("{}: new line", path_));  // never write what cannot be read
+  append_line(line);
+  records_.push_back(r);
+}
+
+void TuneJournal::append(const TrainingRecord& r) {
+  const std::string line = to_json_line(r);
+  parse_training_record_line(line, fmt::format("{}: new line", path_));
+  append_line(line);
+  training_.push_back(r);
+}
+
+void TuneJournal::append_line(const std::string& line) {
   const std::string text = line + "\n";
   // One write: O_APPEND puts it at the end whole; a crash mid-way leaves a torn line
   // without its newline, which the next open cuts off.
   const ssize_t n = ::write(fd_, text.data(), text.size());
   if (n != static_cast<ssize_t>(text.size())) throw io_error(path_, "cannot append", n < 0 ? errno : EIO);
   if (::fsync(fd_) != 0) throw io_error(path_, "cannot fsync", errno);
-  records_.push_back(r);
+}
+
+const TrainingRecord* TuneJournal::find_training_trial(const TrainingKey& key, int64_t micro_batch,
+                                                       const std::map<std::string, std::string>& modes,
+                                                       const Provenance& p) const {
+  for (auto it = training_.rbegin(); it != training_.rend(); ++it) {
+    if (it->kind != RecordKind::Trial || it->key != key || it->micro_batch != micro_batch ||
+        it->parallel_modes != modes)
+      continue;
+    const Provenance& q = it->tuning.provenance;
+    if (q.cpu == p.cpu && q.threads == p.threads && q.timing_method == p.timing_method) return &*it;
+  }
+  return nullptr;
 }
 
 // PATH.inflight: "<attempts> <key and schedule, one line>". Written whole through a

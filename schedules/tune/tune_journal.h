@@ -22,6 +22,7 @@ class TuneJournal {
 
   const std::string& path() const { return path_; }
   const std::vector<ScheduleRecord>& records() const { return records_; }
+  const std::vector<TrainingRecord>& training_records() const { return training_; }
   // Bytes of a torn last line cut off when the file was opened (0 if none).
   int64_t repaired_bytes() const { return repaired_; }
 
@@ -35,6 +36,13 @@ class TuneJournal {
 
   // Writes one line with one write(), then fsyncs; checks first that it reads back.
   void append(const ScheduleRecord& r);
+  void append(const TrainingRecord& r);
+
+  // The training-step search's journal: a finished trial of this key and configuration
+  // timed the same way (CPU, threads, timing method), or nullptr; the last one wins.
+  const TrainingRecord* find_training_trial(const TrainingKey& key, int64_t micro_batch,
+                                            const std::map<std::string, std::string>& modes,
+                                            const Provenance& p) const;
 
   // A candidate that crashes the process leaves no trial line, so a resumed run would
   // propose it again and crash again. Before a candidate runs, begin_trial notes it in
@@ -50,6 +58,8 @@ class TuneJournal {
   int64_t repaired_ = 0;
   std::string inflight_path_;
   std::vector<ScheduleRecord> records_;
+  std::vector<TrainingRecord> training_;
+  void append_line(const std::string& line);
 };
 
 }  // namespace convgen

@@ -23,6 +23,7 @@
 #include "runtime/train/trainer.h"
 #include "small_resnet.h"
 #include "down_to_1x1.h"
+#include "down_to_1x1_tuned.h"
 #include "runtime/data/train_data.h"
 #include "tests/common/train_compare.h"
 
@@ -87,8 +88,10 @@ std::string weights_file(const std::string& name) {
 }
 
 template <typename Driver, typename Options>
-void check_driver(const std::string& name) {
-  auto jit_owned = model::make_trainer(model_file(name), jit_options(), default_target());
+void check_driver(const std::string& name, const std::string& model_name = "", const std::string& records = "") {
+  model::TrainerOptions jo = jit_options();
+  jo.records = records;
+  auto jit_owned = model::make_trainer(model_file(model_name.empty() ? name : model_name), jo, default_target());
   model::Trainer& jit = *jit_owned;
   const TrainRun reference = train(jit);
   for (auto [threads, intra] : {std::pair{1, false}, std::pair{2, false}, std::pair{3, false}, std::pair{2, true}}) {
@@ -119,6 +122,27 @@ TEST_CASE("generated training driver: whole-batch gradients and cropped taps mat
   CHECK_THAT(model::make_trainer(model_file("down_to_1x1"), jit_options(), default_target())->parallel_modes(),
              Catch::Contains("/conv/Conv=whole-batch") && Catch::Contains("/down/down.6/Conv=micro-batch"));
   check_driver<convgen_model_down_to_1x1::Trainer, convgen_model_down_to_1x1::TrainOptions>("down_to_1x1");
+}
+
+TEST_CASE("generated training driver: a training record's micro-batch and modes are baked in", "[train_driver]") {
+  // The record flips five of the six modes and halves the micro-batch; `convgen train
+  // --schedules` and the driver compiled with it must run the same configuration.
+  model::TrainerOptions o = jit_options();
+  o.records = CONVGEN_TRAINING_RECORD;
+  auto jit = model::make_trainer(model_file("down_to_1x1"), o, default_target());
+  CHECK(jit->micro_batch() == 4);
+  CHECK(jit->parallel_modes() ==
+        "/down/down.0/Conv=whole-batch,/down/down.3/Conv=micro-batch,/down/down.6/Conv=whole-batch,"
+        "/down/down.9/Conv=micro-batch,/down/down.12/Conv=whole-batch,/conv/Conv=micro-batch");
+  CHECK(convgen_model_down_to_1x1_tuned::kMicroBatch == 4);
+  check_driver<convgen_model_down_to_1x1_tuned::Trainer, convgen_model_down_to_1x1_tuned::TrainOptions>(
+      "down_to_1x1_tuned", "down_to_1x1", CONVGEN_TRAINING_RECORD);
+  // A --micro-batch of its own wins: the record is then not used at all.
+  o.micro_batch = 8;
+  std::vector<std::string> why;
+  auto own = model::make_trainer(model_file("down_to_1x1"), o, default_target(), &why);
+  CHECK_THAT(own->parallel_modes(), Catch::Contains("/conv/Conv=whole-batch"));
+  CHECK(std::any_of(why.begin(), why.end(), [](const std::string& w) { return w.find("not used") != std::string::npos; }));
 }
 
 TEST_CASE("generated training driver: compile-time facts and clear errors", "[train_driver]") {

@@ -137,5 +137,49 @@ grep -q "schedule from $work/t.jsonl (tuned" "$work/err1" || fail "train --verbo
 cmp -s "$work/t1.onnx" "$work/t2.onnx" || fail "tuned training differs between 1 and 2 threads"
 cmp -s "$work/t1.onnx" "$work/t3.onnx" || fail "tuned training differs between 1 and 3 threads"
 
+# --- the training-step search: one training record, applied; resumed from its trials --------
+(( $(key_count "$work/t.jsonl" training) == 1 )) || fail "tune --train wrote $(key_count "$work/t.jsonl" training) training records, not 1"
+trials=$(key_count "$work/t.jsonl" training_trial)
+(( trials >= 5 )) || fail "tune --train timed $trials training configurations (LeNet at batch 16 has at least 5 micro-batch sizes)"
+grep -q "training step: \(chose\|kept the default\)" "$work/err" || fail "tune --train does not report the step search: $(cat "$work/err")"
+grep -q "training record applied: micro-batch" "$work/err1" || fail "train --verbose does not say the training record was applied"
+# The same command again: nothing re-timed.
+"$convgen" tune "$lenet" --train --batch 16 --records "$work/t.jsonl" --trials 4 >/dev/null 2>"$work/err" ||
+  fail "tune --train again failed: $(cat "$work/err")"
+grep -q "training step: already tuned" "$work/err" || fail "tune --train again: not skipped: $(cat "$work/err")"
+(( $(key_count "$work/t.jsonl" training_trial) == trials )) || fail "tune --train again timed configurations again"
+# Killed before its choice was written: the next run replays every trial from the journal.
+grep -v '"kind":"training"' "$work/t.jsonl" >"$work/t-cut.jsonl"
+"$convgen" tune "$lenet" --train --batch 16 --records "$work/t-cut.jsonl" --trials 4 --verbose >/dev/null 2>"$work/err" ||
+  fail "tune --train resumed failed: $(cat "$work/err")"
+(( $(grep -c "training step: trial .*(from the journal)" "$work/err") == trials )) ||
+  fail "tune --train resumed: not every trial replayed: $(grep "training step" "$work/err")"
+(( $(key_count "$work/t-cut.jsonl" training) == 1 )) || fail "tune --train resumed wrote no training record"
+# A record choosing another micro-batch and a whole-batch layer: the same bits on any T.
+python3 - "$work/t.jsonl" "$work/forced.jsonl" <<'EOF2'
+import json, sys
+out = []
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r["kind"] == "training":
+        r["config"] = {"micro_batch": 8, "parallel_modes": {"conv1": "micro-batch", "conv2": "whole-batch"}}
+    out.append(json.dumps(r, separators=(",", ":")))
+open(sys.argv[2], "w").write("\n".join(out) + "\n")
+EOF2
+for t in 1 3; do
+  "$convgen" train "$lenet" --data synthetic --synthetic-count 64 --steps 3 --batch 16 --threads "$t" \
+    --schedules "$work/forced.jsonl" --save "$work/f$t.onnx" --verbose >/dev/null 2>"$work/ferr$t" ||
+    fail "train with a forced training record, --threads $t, failed: $(cat "$work/ferr$t")"
+done
+grep -q "conv2: parallel mode whole-batch (the training record in $work/forced.jsonl)" "$work/ferr1" ||
+  fail "train --verbose does not give the record as the reason for conv2's mode: $(grep conv2 "$work/ferr1")"
+grep -q "batch 16, micro-batch 8" "$work/ferr1" || fail "the training record's micro-batch was not used"
+cmp -s "$work/f1.onnx" "$work/f3.onnx" || fail "training with a training record differs between 1 and 3 threads"
+# A record naming a node the model does not have is refused, naming the file.
+sed 's#"conv2":"whole-batch"#"conv2":"whole-batch","conv9":"micro-batch"#' "$work/forced.jsonl" >"$work/badnode.jsonl"
+expect_error 5 "conv9" train "$lenet" --data synthetic --synthetic-count 64 --steps 1 --batch 16 --schedules "$work/badnode.jsonl"
+
+expect_error 2 "--no-step-search needs --train" tune "$layer" --records "$work/r.jsonl" --no-step-search
+
 [[ $failures -eq 0 ]] && echo "cli.tune: all checks passed"
 exit $((failures > 0))
