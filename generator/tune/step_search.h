@@ -5,7 +5,7 @@
 // bits, and is used identically at every thread count.
 //
 // Candidates: the trainer's default (trial 0); then each micro-batch m dividing the batch
-// (at most 64 micro-batches) with the default cost model; then, at the fastest m, the
+// (at most 16 micro-batches, or 4 per timing thread) with the default cost model; then, at the fastest m, the
 // cost model's threshold at 0, 16, 256 flop/byte and infinity (all micro-batch ... all
 // whole-batch). A threshold that gives modes already timed is not timed again. Each is
 // built, its first step's loss checked against the default's (same weights, same data:

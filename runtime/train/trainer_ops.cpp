@@ -138,17 +138,29 @@ void Trainer::Impl::backward(Slot& slot, size_t node_index) {
         if (!layer.crop && !tw.accumulate && (!has_bias || !tb.accumulate)) {
           k.backward_weights(x(0).data, dy.data, yp, tw.view.data, has_bias ? tb.view.data : nullptr);
         } else {
+          // Cropped, or adding to a gradient another node wrote: through scratch buffers
+          // of this thread (a micro-batch runs on one thread), reused from call to call.
+          thread_local std::vector<float> dw_scratch, full_scratch, db_scratch;
+          auto scratch = [](std::vector<float>& v, int64_t n) {
+            if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+            return v.data();
+          };
+          auto add_into = [](float* to, const float* from, int64_t n) {
+            for (int64_t i = 0; i < n; ++i) to[i] += from[i];
+          };
           const ConvDescriptor& d = layer.full;
-          std::vector<float> dw(static_cast<size_t>(d.oc * d.icg() * layer.taps.kh * layer.taps.kw)),
-              db(has_bias ? tb.view.elements() : 0);
-          k.backward_weights(x(0).data, dy.data, yp, dw.data(), has_bias ? db.data() : nullptr);
+          const int64_t kernel_dw = d.oc * d.icg() * layer.taps.kh * layer.taps.kw;
+          float* dw = !layer.crop && !tw.accumulate ? tw.view.data : scratch(dw_scratch, kernel_dw);
+          float* db = !has_bias ? nullptr : !tb.accumulate ? tb.view.data : scratch(db_scratch, tb.view.elements());
+          k.backward_weights(x(0).data, dy.data, yp, dw, db);
           if (layer.crop) {
-            std::vector<float> full(static_cast<size_t>(tw.view.elements()));
-            expand_weight_gradient(d, layer.taps, dw.data(), full.data(), 0, d.oc);
-            dw = std::move(full);
+            float* full = tw.accumulate ? scratch(full_scratch, tw.view.elements()) : tw.view.data;
+            expand_weight_gradient(d, layer.taps, dw, full, 0, d.oc);
+            if (tw.accumulate) add_into(tw.view.data, full, tw.view.elements());
+          } else if (tw.accumulate) {
+            add_into(tw.view.data, dw, kernel_dw);
           }
-          for (size_t i = 0; i < dw.size(); ++i) tw.view.data[i] = tw.accumulate ? tw.view.data[i] + dw[i] : dw[i];
-          for (size_t i = 0; i < db.size(); ++i) tb.view.data[i] = tb.accumulate ? tb.view.data[i] + db[i] : db[i];
+          if (has_bias && tb.accumulate) add_into(tb.view.data, db, tb.view.elements());
         }
       }
       if (values[in_id(0)].requires_grad) {
