@@ -139,22 +139,23 @@ void average_pool(const ConstView& x, const Window& w, bool count_include_pad, c
 }
 
 void global_pool(const ConstView& x, bool max, const View& y) {
+  // Dense or channels-last, the spatial positions of one (n, c) are a fixed stride apart:
+  // one stride loop, no index vectors (this runs on every training step). The sum is taken
+  // in double in row-major spatial order, whatever the layout.
   const auto sx = x.strides(), sy = y.strides();
-  std::vector<int64_t> spatial(x.shape.begin() + 2, x.shape.end());
+  int64_t spatial = 1;
+  for (size_t d = 2; d < x.shape.size(); ++d) spatial *= x.shape[d];
+  const int64_t step = x.channels_last ? x.shape[1] : 1;
   for (int64_t n = 0; n < x.shape[0]; ++n) {
     for (int64_t c = 0; c < x.shape[1]; ++c) {
+      const float* p = x.data + n * sx[0] + c * sx[1];
       double acc = max ? -std::numeric_limits<double>::infinity() : 0.0;
-      int64_t count = 0;
-      for_each_index(spatial, [&](const std::vector<int64_t>& s) {
-        std::vector<int64_t> i = {n, c};
-        i.insert(i.end(), s.begin(), s.end());
-        const double v = x.data[offset(i, sx)];
+      for (int64_t s = 0; s < spatial; ++s) {
+        const double v = p[s * step];
         acc = max ? std::max(acc, v) : acc + v;
-        ++count;
-      });
-      std::vector<int64_t> o(y.shape.size(), 0);
-      o[0] = n, o[1] = c;
-      y.data[offset(o, sy)] = static_cast<float>(max ? acc : acc / static_cast<double>(count));
+      }
+      y.data[n * sy[0] + c * sy[1]] =
+          static_cast<float>(max ? acc : acc / static_cast<double>(spatial));
     }
   }
 }

@@ -254,11 +254,14 @@ void global_average_pool_backward(const ConstView& dy, const View& dx, bool accu
   int64_t spatial = 1;
   for (size_t d = 2; d < dx.shape.size(); ++d) spatial *= dx.shape[d];
   const auto sdx = dx.strides(), sy = dy.strides();
-  for_each_index(dx.shape, [&](const std::vector<int64_t>& i) {
-    std::vector<int64_t> o(dy.shape.size(), 0);
-    o[0] = i[0], o[1] = i[1];
-    put(dx.data, offset(i, sdx), dy.data[offset(o, sy)] / float(spatial), accumulate);
-  });
+  const int64_t step = dx.channels_last ? dx.shape[1] : 1;
+  for (int64_t n = 0; n < dx.shape[0]; ++n) {
+    for (int64_t c = 0; c < dx.shape[1]; ++c) {
+      const float g = dy.data[n * sy[0] + c * sy[1]] / float(spatial);
+      float* p = dx.data + n * sdx[0] + c * sdx[1];
+      for (int64_t s = 0; s < spatial; ++s) put(p, s * step, g, accumulate);
+    }
+  }
 }
 
 // ---- GEMM ------------------------------------------------------------------------
