@@ -3,6 +3,7 @@
 // Internal to convgen's runtime; not an installed header.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -20,6 +21,32 @@ inline void for_each_index(const std::vector<int64_t>& shape, F f) {
   for (int64_t e = 0; e < n; ++e) {
     f(idx);
     for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0 && ++idx[d] == shape[d]; --d) idx[d] = 0;
+  }
+}
+
+// Calls f(offsets, length) for every row of `shape`'s last dimension, rows in row-major
+// order: offsets[k] is the row's first element under strides[k]; element j of the row is at
+// offsets[k] + j * strides[k].back(). The same order as for_each_index, with no index
+// vectors per element (a rank-0 shape is one row of one element).
+template <size_t K, typename F>
+inline void for_each_row(const std::vector<int64_t>& shape, const std::array<const std::vector<int64_t>*, K>& strides,
+                         F f) {
+  const size_t rank = shape.size();
+  std::array<int64_t, K> base{};
+  if (rank == 0) return f(base, int64_t(1));
+  for (int64_t e : shape)
+    if (e == 0) return;
+  std::vector<int64_t> idx(rank - 1, 0);
+  for (;;) {
+    f(base, shape[rank - 1]);
+    int64_t d = static_cast<int64_t>(rank) - 2;
+    for (; d >= 0; --d) {
+      for (size_t k = 0; k < K; ++k) base[k] += (*strides[k])[size_t(d)];
+      if (++idx[size_t(d)] < shape[size_t(d)]) break;
+      for (size_t k = 0; k < K; ++k) base[k] -= (*strides[k])[size_t(d)] * shape[size_t(d)];
+      idx[size_t(d)] = 0;
+    }
+    if (d < 0) return;
   }
 }
 

@@ -13,24 +13,10 @@ namespace convgen::ops {
 
 using detail::broadcast_strides;
 using detail::for_each_index;
+using detail::for_each_row;
 using detail::for_each_window;
 using detail::offset;
 using detail::pool_window_count;
-
-namespace {
-
-float apply(Binary op, float a, float b) {
-  switch (op) {
-    case Binary::Add: return a + b;
-    case Binary::Sub: return a - b;
-    case Binary::Mul: return a * b;
-    case Binary::Div: return a / b;
-    case Binary::Pow: return std::pow(a, b);
-  }
-  return 0.0f;
-}
-
-}  // namespace
 
 // Element-wise loops and channels-last pooling split over OpenMP threads: each output
 // element is computed by one thread in a fixed way, so the bits never depend on T.
@@ -77,11 +63,24 @@ void binary(const ConstView& a, const ConstView& b, const View& y, Binary op) {
     }
     return;
   }
+  // Broadcasting (e.g. squeeze-excitation's x * s[N, C, 1, 1]): row by row over y.
   const auto sa = broadcast_strides(a, y.shape.size()), sb = broadcast_strides(b, y.shape.size());
   const auto sy = y.strides();
-  for_each_index(y.shape, [&](const std::vector<int64_t>& i) {
-    y.data[offset(i, sy)] = apply(op, a.data[offset(i, sa)], b.data[offset(i, sb)]);
-  });
+  const int64_t ty = sy.empty() ? 0 : sy.back(), ta = sa.empty() ? 0 : sa.back(), tb = sb.empty() ? 0 : sb.back();
+  auto run = [&](auto f) {
+    for_each_row<3>(y.shape, {&sy, &sa, &sb}, [&](const std::array<int64_t, 3>& o, int64_t len) {
+      float* py = y.data + o[0];
+      const float *pa = a.data + o[1], *pb = b.data + o[2];
+      for (int64_t j = 0; j < len; ++j) py[j * ty] = f(pa[j * ta], pb[j * tb]);
+    });
+  };
+  switch (op) {
+    case Binary::Add: return run([](float u, float v) { return u + v; });
+    case Binary::Sub: return run([](float u, float v) { return u - v; });
+    case Binary::Mul: return run([](float u, float v) { return u * v; });
+    case Binary::Div: return run([](float u, float v) { return u / v; });
+    case Binary::Pow: return run([](float u, float v) { return std::pow(u, v); });
+  }
 }
 
 // Channels-last 2-D pooling: the window loops outside, channels contiguous inside.

@@ -14,6 +14,7 @@ namespace convgen::ops {
 
 using detail::broadcast_strides;
 using detail::for_each_index;
+using detail::for_each_row;
 using detail::for_each_window;
 using detail::offset;
 using detail::pool_window_count;
@@ -119,11 +120,14 @@ void binary_backward(const ConstView& a, const ConstView& b, const ConstView& y,
   const size_t r = dy.shape.size();
   const auto sa = broadcast_strides(a, r), sb = broadcast_strides(b, r), so = broadcast_strides(operand, r);
   const auto sy = dy.strides();
+  const int64_t ty = sy.empty() ? 0 : sy.back(), ta = sa.empty() ? 0 : sa.back(), tb = sb.empty() ? 0 : sb.back(),
+                to = so.empty() ? 0 : so.back();
   std::vector<double> acc(static_cast<size_t>(operand.elements()), 0.0);
-  for_each_index(dy.shape, [&](const std::vector<int64_t>& i) {
-    const int64_t oy = offset(i, sy);
-    acc[offset(i, so)] += double(dy.data[oy]) *
-                          partial(op, which, a.data[offset(i, sa)], b.data[offset(i, sb)], y.data[oy]);
+  for_each_row<4>(dy.shape, {&sy, &sa, &sb, &so}, [&](const std::array<int64_t, 4>& o, int64_t len) {
+    const float *g = dy.data + o[0], *py = y.data + o[0], *pa = a.data + o[1], *pb = b.data + o[2];
+    double* pacc = acc.data() + o[3];
+    for (int64_t j = 0; j < len; ++j)
+      pacc[j * to] += double(g[j * ty]) * partial(op, which, pa[j * ta], pb[j * tb], py[j * ty]);
   });
   for (size_t i = 0; i < acc.size(); ++i) put(d_operand.data, int64_t(i), float(acc[i]), accumulate);
 }

@@ -153,6 +153,30 @@ TEST_CASE("trainer gradients match finite differences: Gemm -> Reshape to 4-D ->
   check_gradients(path, 5, 2, labelled_data(5, 12, 6, 5));  // micro-batches 2 + 2 + 1
 }
 
+TEST_CASE("trainer gradients match finite differences: squeeze-excitation broadcasts", "[trainer][gradcheck]") {
+  // conv -> GlobalAveragePool -> conv(1x1) -> Sigmoid gives s[N, C, 1, 1]; Mul(c, s) broadcasts
+  // it over the image (both operands' gradients: one summed over H x W), Add(., bias[C, 1, 1])
+  // and Sub(bias2[1, W], .) broadcast initializers from either side and along the last axis.
+  test::OnnxModelBuilder b;
+  b.input("x", {-1, 2, 5, 5}).output("logits", 2);
+  b.weights("w", {4, 2, 3, 3}).weights("wse", {4, 4, 1, 1}).weights("fc", {3, 4 * 5 * 5});
+  b.weights("bias", {4, 1, 1}).weights("bias2", {1, 5});
+  randomize(b, 11);
+  auto& c = b.node("Conv", {"x", "w"}, {"c"}, "conv");
+  test::set_ints(c, "pads", {1, 1, 1, 1});
+  b.node("GlobalAveragePool", {"c"}, {"g"}, "squeeze");
+  b.node("Conv", {"g", "wse"}, {"e"}, "excite");
+  b.node("Sigmoid", {"e"}, {"s"}, "gate");
+  b.node("Mul", {"c", "s"}, {"m"}, "scale");
+  b.node("Add", {"m", "bias"}, {"a"}, "add_bias");
+  b.node("Sub", {"bias2", "a"}, {"d"}, "sub_from");
+  b.node("Flatten", {"d"}, {"f"}, "flatten");
+  auto& fc = b.node("Gemm", {"f", "fc"}, {"logits"}, "fc");
+  test::set_int(fc, "transB", 1);
+  const std::string path = b.write("gradcheck_squeeze_excitation");
+  check_gradients(path, 5, 2, labelled_data(5, 2 * 5 * 5, 3, 7));  // micro-batches 2 + 2 + 1
+}
+
 TEST_CASE("trainer gradients match finite differences: small images (whole-batch gradients, cropped taps)",
           "[trainer][gradcheck]") {
   // conv3 and conv4 read their inputs through 2x2 and 1x1 of their 3x3 taps: the other
