@@ -122,6 +122,19 @@ void binary_backward(const ConstView& a, const ConstView& b, const ConstView& y,
   const auto sy = dy.strides();
   const int64_t ty = sy.empty() ? 0 : sy.back(), ta = sa.empty() ? 0 : sa.back(), tb = sb.empty() ? 0 : sb.back(),
                 to = so.empty() ? 0 : so.back();
+  if (same_layout(operand, dy)) {
+    // The other operand is broadcast, this one is not: one term per element, rounded as
+    // the accumulator below would round it (0.0 + term, then to float).
+    for_each_row<4>(dy.shape, {&sy, &sa, &sb, &so}, [&](const std::array<int64_t, 4>& o, int64_t len) {
+      const float *g = dy.data + o[0], *py = y.data + o[0], *pa = a.data + o[1], *pb = b.data + o[2];
+      float* pd = d_operand.data + o[3];
+      for (int64_t j = 0; j < len; ++j) {
+        const double term = 0.0 + double(g[j * ty]) * partial(op, which, pa[j * ta], pb[j * tb], py[j * ty]);
+        put(pd, j * to, float(term), accumulate);
+      }
+    });
+    return;
+  }
   std::vector<double> acc(static_cast<size_t>(operand.elements()), 0.0);
   for_each_row<4>(dy.shape, {&sy, &sa, &sb, &so}, [&](const std::array<int64_t, 4>& o, int64_t len) {
     const float *g = dy.data + o[0], *py = y.data + o[0], *pa = a.data + o[1], *pb = b.data + o[2];
