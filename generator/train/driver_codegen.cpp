@@ -115,6 +115,7 @@ std::string attribute_statements(const Attributes& a) {
   real("pad_value", a.pad_value, d.pad_value);
   real("ratio", a.ratio, d.ratio);
   flag("fused_relu", a.fused_relu, d.fused_relu);
+  flag("fused_clip", a.fused_clip, d.fused_clip);
   return out;
 }
 

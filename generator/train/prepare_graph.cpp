@@ -156,6 +156,34 @@ void fuse_relu_into(Graph& g, Op producer, const char* how, std::vector<std::str
   }
 }
 
+// A Clip that is the only reader of a BatchNormalization's output runs inside it
+// (fused_clip, bounds in clip_min/clip_max): the forward stores min(max(y, lo), hi) as
+// ops::unary does; the backward recomputes y from the BN's input with the forward's
+// per-channel factors and passes dy where lo <= y <= hi, as the Clip's backward does.
+// The same bits as two nodes (MobileNet-V2's BN -> ReLU6).
+void fuse_clip_into_batch_norm(Graph& g, std::vector<std::string>* why) {
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Attributes& a = g.nodes[i].attributes;
+    if (g.nodes[i].op != Op::BatchNormalization || a.fused_relu || a.fused_clip) continue;
+    const std::string out = g.nodes[i].outputs[0];
+    const auto r = readers_of(g, out);
+    if (r.size() != 1 || g.nodes[r[0]].op != Op::Clip ||
+        std::find(g.outputs.begin(), g.outputs.end(), out) != g.outputs.end())
+      continue;
+    const size_t clip = r[0];
+    a.fused_clip = true;
+    a.clip_min = g.nodes[clip].attributes.clip_min;
+    a.clip_max = g.nodes[clip].attributes.clip_max;
+    g.nodes[i].outputs[0] = g.nodes[clip].outputs[0];
+    if (why)
+      why->push_back(fmt::format("{} fused into {} (clip({:g}, {:g}) of batch norm)", g.nodes[clip].name,
+                                 g.nodes[i].name, a.clip_min, a.clip_max));
+    g.values.erase(out);
+    g.nodes.erase(g.nodes.begin() + static_cast<long>(clip));
+    if (clip < i) --i;
+  }
+}
+
 }  // namespace
 
 TrainGraph prepare_training_graph(const std::string& model_path, int64_t micro_batch, std::vector<std::string>* why) {
@@ -203,6 +231,7 @@ TrainGraph prepare_training_graph(const std::string& model_path, int64_t micro_b
   fuse_for_training(g, why);
   fuse_relu_into(g, Op::MaxPool, "max(0, pool)", why);
   fuse_relu_into(g, Op::BatchNormalization, "max(0, batch norm)", why);
+  fuse_clip_into_batch_norm(g, why);
 
   // Trainable parameters, in graph order, each once.
   std::set<std::string> seen;

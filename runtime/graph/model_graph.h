@@ -77,6 +77,9 @@ struct Attributes {
   // Conv: a following Relu fused into the kernel's epilogue (generator/model/fusion.h); MaxPool
   // (training graphs only, generator/train/prepare_graph.h): a following Relu fused into the pooling
   bool fused_relu = false;
+  // BatchNormalization (training graphs only): a following Clip fused into the normalisation,
+  // its bounds in clip_min and clip_max (MobileNet's ReLU6)
+  bool fused_clip = false;
 };
 
 struct Node {

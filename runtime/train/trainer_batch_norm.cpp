@@ -33,8 +33,7 @@ void Trainer::Impl::bn_partial_sums(Slot& slot, size_t node_index, Action a) {
     const int out = id(n.outputs[0]);
     if (!slot.grad_written[out]) std::fill(slot.grad[out].begin(), slot.grad[out].end(), 0.0f), slot.grad_written[out] = 1;
     const float* dy = slot.grad[out].data();
-    const float* relu_y = n.attributes.fused_relu ? view(slot, out).data : nullptr;
-    bn::add_gradient_sums(x, dy, relu_y, w.pixels, w.channels, st.mean.data(), st.invstd.data(), acc.data(),
+    bn::add_gradient_sums(x, dy, fused_activation(slot, node_index), w.pixels, w.channels, st.mean.data(), st.invstd.data(), acc.data(),
                           acc.data() + w.channels);
     // This micro-batch's scale and bias gradients; the parameter tree adds them up.
     for (int input : {1, 2}) {
@@ -75,6 +74,8 @@ void Trainer::Impl::combine(Action a, size_t node_index) {
     st.mean.resize(static_cast<size_t>(channels));
     st.var.resize(static_cast<size_t>(channels));
     st.invstd.resize(static_cast<size_t>(channels));
+    st.alpha.resize(static_cast<size_t>(channels));
+    st.beta.resize(static_cast<size_t>(channels));
     // The shift the sums were taken around: read before the running mean moves.
     const float* shift = moments_shift(n);
     float* running_mean = frozen[values[id(n.inputs[3])].frozen].data();
@@ -89,6 +90,15 @@ void Trainer::Impl::combine(Action a, size_t node_index) {
       running_mean[c] = momentum * running_mean[c] + (1.0f - momentum) * float(st.mean[c]);
       running_var[c] = momentum * running_var[c] + (1.0f - momentum) * float(unbiased);
     }
+    // y = x * alpha + beta per channel, PyTorch's CPU form; kept for a fused Clip's backward.
+    // Scale and bias are parameters, the same in every slot, and do not move before the
+    // step's updates.
+    const float* scale = view(slots[0], id(n.inputs[1])).data;
+    const float* bias = view(slots[0], id(n.inputs[2])).data;
+    for (int64_t c = 0; c < channels; ++c) {
+      st.alpha[c] = st.invstd[c] * scale[c];
+      st.beta[c] = bias[c] - float(st.mean[c]) * st.alpha[c];
+    }
   } else {
     st.dy_sum.assign(total.begin(), total.begin() + channels);
     st.dy_xhat_sum.assign(total.begin() + channels, total.end());
@@ -101,16 +111,25 @@ void Trainer::Impl::batch_norm_forward(Slot& slot, size_t node_index) {
   const ChannelWalk w = walk(slot, xv);
   const float* x = view(slot, xv).data;
   float* y = view(slot, id(n.outputs[0])).data;
-  const float* scale = view(slot, id(n.inputs[1])).data;
-  const float* bias = view(slot, id(n.inputs[2])).data;
   const BatchStats& st = batch_stats.at(node_index);
-  // y = x * alpha + beta per channel, PyTorch's CPU form.
-  std::vector<float> alpha(static_cast<size_t>(w.channels)), beta(alpha.size());
-  for (int64_t c = 0; c < w.channels; ++c) {
-    alpha[c] = st.invstd[c] * scale[c];
-    beta[c] = bias[c] - float(st.mean[c]) * alpha[c];
+  bn::scale_shift(x, w.pixels, w.channels, st.alpha.data(), st.beta.data(), fused_activation(slot, node_index), y);
+}
+
+bn::FusedActivation Trainer::Impl::fused_activation(Slot& slot, size_t node_index) {
+  const Node& n = tg.graph.nodes[node_index];
+  bn::FusedActivation act;
+  if (n.attributes.fused_relu) {
+    act.kind = bn::Fused::Relu;
+    act.y = view(slot, id(n.outputs[0])).data;
+  } else if (n.attributes.fused_clip) {
+    const BatchStats& st = batch_stats.at(node_index);
+    act.kind = bn::Fused::Clip;
+    act.alpha = st.alpha.data();
+    act.beta = st.beta.data();
+    act.lo = n.attributes.clip_min;
+    act.hi = n.attributes.clip_max;
   }
-  bn::scale_shift(x, w.pixels, w.channels, alpha.data(), beta.data(), n.attributes.fused_relu, y);
+  return act;
 }
 
 void Trainer::Impl::batch_norm_backward(Slot& slot, size_t node_index) {
@@ -121,7 +140,6 @@ void Trainer::Impl::batch_norm_backward(Slot& slot, size_t node_index) {
   const float* x = view(slot, xv).data;
   const int out = id(n.outputs[0]);
   const float* dy = slot.grad[out].data();
-  const float* relu_y = n.attributes.fused_relu ? view(slot, out).data : nullptr;
   const float* scale = view(slot, id(n.inputs[1])).data;
   const BatchStats& st = batch_stats.at(node_index);
   const double elements = double(batch_count) * double(w.pixels / slot.size);
@@ -134,7 +152,7 @@ void Trainer::Impl::batch_norm_backward(Slot& slot, size_t node_index) {
     m1[c] = st.dy_sum[c] / elements;
     m2[c] = st.dy_xhat_sum[c] / elements;
   }
-  bn::input_gradient(x, dy, relu_y, w.pixels, w.channels, st.mean.data(), st.invstd.data(), a.data(), m1.data(), m2.data(),
+  bn::input_gradient(x, dy, fused_activation(slot, node_index), w.pixels, w.channels, st.mean.data(), st.invstd.data(), a.data(), m1.data(), m2.data(),
                      t.accumulate, t.view.data);
 }
 

@@ -24,6 +24,7 @@
 #include "runtime/graph/train_graph.h"
 #include "runtime/ops/aligned_buffer.h"
 #include "runtime/ops/tensor.h"
+#include "runtime/train/batch_norm_kernels.h"
 #include "runtime/train/train_conv.h"
 #include "runtime/train/trainer.h"
 #include "schedules/conv_descriptor.h"
@@ -101,6 +102,7 @@ struct Trainer::Impl {
   struct BatchStats {
     std::vector<double> mean, var;       // biased variance
     std::vector<float> invstd;           // 1 / sqrt(var + epsilon)
+    std::vector<float> alpha, beta;      // the step's y = x * alpha + beta per channel
     std::vector<double> dy_sum, dy_xhat_sum;
   };
 
@@ -341,6 +343,8 @@ struct Trainer::Impl {
   void combine(Action a, size_t node_index);
 
   void batch_norm_forward(Slot& slot, size_t node_index);
+  // The ReLU or Clip fused into a BatchNormalization node, for its kernels.
+  bn::FusedActivation fused_activation(Slot& slot, size_t node_index);
 
   void batch_norm_backward(Slot& slot, size_t node_index);
 

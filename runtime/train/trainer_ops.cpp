@@ -77,6 +77,7 @@ void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
       if (!train) {
         ops::batch_norm(x(0), x(1), x(2), x(3), x(4), a.epsilon, y);
         if (a.fused_relu) ops::unary(y, y, ops::Unary::Relu);
+        if (a.fused_clip) ops::unary(y, y, ops::Unary::Clip, 0.0f, a.clip_min, a.clip_max);
         return;
       }
       return batch_norm_forward(slot, node_index);
