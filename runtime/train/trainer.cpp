@@ -171,6 +171,13 @@ std::map<std::string, ParallelMode> Trainer::parallel_mode_of_layer() const {
   return out;
 }
 
+std::vector<std::string> Trainer::batched_layers() const {
+  std::vector<std::string> out;
+  for (const auto& [node, layer] : impl_->conv_layers)
+    if (layer.batched) out.push_back(impl_->tg.graph.nodes[node].name);
+  return out;
+}
+
 double Trainer::step_flops(int64_t count) const {
   const Impl& s = *impl_;
   double flops = 0.0;

@@ -161,6 +161,10 @@ class Trainer {
   std::string parallel_modes() const;
   // The same by Conv node name (training records store them so).
   std::map<std::string, ParallelMode> parallel_mode_of_layer() const;
+  // The whole-batch Conv layers whose forward and backward-data also run once over the
+  // mini-batch, at barriers (too little work per byte of weights per micro-batch), in graph
+  // order. Determined by the modes and the micro-batch, never by T.
+  std::vector<std::string> batched_layers() const;
   TrainerMemory memory() const;
   // Sum of the nominal flops (2*N*K*(C/g)*R*S*P*Q per conv pass, 2*M*N*K per GEMM) of the
   // passes one training step on `count` samples executes.

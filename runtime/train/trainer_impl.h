@@ -108,7 +108,8 @@ struct Trainer::Impl {
 
   // Per-micro-batch work between two barriers (docs/training.md): a phase runs its actions
   // for every micro-batch, then `combine` (if any) runs once, on one thread.
-  enum class Action { Forward, Loss, Backward, BnSums, BnBackwardSums, GemmForward, GemmBackward };
+  enum class Action { Forward, Loss, Backward, BnSums, BnBackwardSums, GemmForward, GemmBackward, ConvForward,
+                      ConvBackward };
   struct Step {
     Action action;
     size_t node = 0;
@@ -188,6 +189,7 @@ struct Trainer::Impl {
   };
   std::map<size_t, BatchedGemm> batched;  // by node index
   std::vector<float> gemm_y, gemm_dy, gemm_da;
+  FloatBuffer conv_dx;  // batched_conv: the input gradient of the mini-batch, before it is scattered
   std::vector<double> gemm_seconds;  // profiling, as Slot::seconds
   // Profiling, wall time of the step's parts (Trainer::profile()'s "(step)" rows): inside
   // the phases' parallel regions, threads waiting at their ends (thread-seconds), the
@@ -215,6 +217,9 @@ struct Trainer::Impl {
     bool crop = false;           // kernels run the cropped layer on cropped_w
     ParallelMode mode = ParallelMode::MicroBatch;
     std::string why_mode;
+    // Whole-batch and so little work per weight that forward and backward-data also run
+    // over the whole mini-batch, at barriers (batched_conv), not per micro-batch.
+    bool batched = false;
     int w_param = -1, b_param = -1;
     FloatBuffer cropped_w;       // [oc][icg][taps.kh][taps.kw], refreshed before each mini-batch
     FloatBuffer cropped_dw;      // whole-batch, cropped: the weight gradient, expanded by the update
@@ -238,6 +243,9 @@ struct Trainer::Impl {
   // kernel's parallel loops use the threads of the caller's team (one thread when called
   // inside a parallel region).
   void whole_batch_gradient(size_t node, int64_t count);
+  // A batched layer's forward (ConvForward) or backward-data (ConvBackward) over the
+  // mini-batch, between phases: its kernel's parallel loops on all threads.
+  void batched_conv(Action a, size_t node, const Guard& guarded);
   // Runs the whole-batch gradients of `layers` (longest first) on the threads of the
   // enclosing parallel region, each taking the next from `next`.
   void drain_whole_batch_gradients(const std::vector<size_t>& layers, std::atomic<size_t>& next, int64_t count,

@@ -45,7 +45,8 @@ void Trainer::Impl::plan_gradient_memory() {
       else continue;
       ++event;
     }
-    if (phase.combine == Action::GemmBackward) touch_node(phase.combine_node), ++event;
+    if (phase.combine == Action::GemmBackward || phase.combine == Action::ConvBackward)
+      touch_node(phase.combine_node), ++event;
   }
 
   // Largest first, each at the lowest offset free of every placed gradient it overlaps in time.

@@ -34,6 +34,11 @@ auto Trainer::Impl::make_phases(const Graph& g, bool train) const -> std::vector
       barrier(Action::GemmForward, i);  // the whole mini-batch at once, at the barrier
       continue;
     }
+    auto layer = conv_layers.find(i);
+    if (layer != conv_layers.end() && layer->second.batched) {
+      barrier(Action::ConvForward, i);
+      continue;
+    }
     phases.back().steps.push_back({Action::Forward, i});
   }
   phases.back().steps.push_back({Action::Loss, 0});
@@ -47,8 +52,15 @@ auto Trainer::Impl::make_phases(const Graph& g, bool train) const -> std::vector
       barrier(Action::GemmBackward, i);
       continue;
     }
-    phases.back().steps.push_back({Action::Backward, i});
     auto layer = conv_layers.find(i);
+    if (layer != conv_layers.end() && layer->second.batched) {
+      // Its weight gradient from the queue of the phase after the barrier, like any
+      // whole-batch layer's: dY is complete once the barrier is reached.
+      phases.back().weight_gradients_ready.push_back(i);
+      barrier(Action::ConvBackward, i);
+      continue;
+    }
+    phases.back().steps.push_back({Action::Backward, i});
     if (layer != conv_layers.end() && layer->second.mode == ParallelMode::WholeBatch)
       phases.back().weight_gradients_ready.push_back(i);
   }
@@ -88,7 +100,7 @@ void Trainer::Impl::run_step(Slot& slot, const Step& st, bool train, double scal
                                                &slot.correct);
         slot.grad_written[logits] = 1;
         break;
-      case Action::GemmForward: case Action::GemmBackward:
+      case Action::GemmForward: case Action::GemmBackward: case Action::ConvForward: case Action::ConvBackward:
         break;  // phase combines, never per-micro-batch steps
     }
   }
@@ -145,6 +157,12 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
       batched_gemm(p.combine, p.combine_node, guarded);
       if (options.profile)
         gemm_seconds[3 * p.combine_node + (p.combine == Action::GemmForward ? 0 : 1)] +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * options.threads;
+    } else if (p.combine == Action::ConvForward || p.combine == Action::ConvBackward) {
+      const auto start = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+      batched_conv(p.combine, p.combine_node, guarded);
+      if (options.profile)
+        gemm_seconds[3 * p.combine_node + (p.combine == Action::ConvForward ? 0 : 1)] +=
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * options.threads;
     } else if (p.combine != Action::Forward) {
       guarded([&] { combine(p.combine, p.combine_node); });

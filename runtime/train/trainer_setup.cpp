@@ -111,7 +111,7 @@ void Trainer::Impl::ensure_kernels(int64_t n) {
   const Graph& g = tg.graph;
   for (size_t index = 0; index < g.nodes.size(); ++index) {
     const Node& node = g.nodes[index];
-    if (node.op != Op::Conv) continue;
+    if (node.op != Op::Conv || conv_layers.at(index).batched) continue;  // batched: over the mini-batch only
     auto key = std::make_pair(index, n);
     if (kernels.count(key)) continue;
     TrainConv* k = conv_kernels(index, n, intra, true);
@@ -129,8 +129,10 @@ void Trainer::Impl::ensure_batch_kernels(int64_t count) {
   // variant on all threads (T only decides how many run it).
   for (auto& [index, layer] : conv_layers) {
     if (layer.mode != ParallelMode::WholeBatch || layer.whole_batch.count(count)) continue;
-    TrainConv* k = conv_kernels(index, count, true, false);
-    if (why) why->push_back(fmt::format("{}: weight gradient over {} samples: {}", tg.graph.nodes[index].name, count, k->describe()));
+    TrainConv* k = conv_kernels(index, count, true, layer.batched);
+    if (why)
+      why->push_back(fmt::format("{}: {} over {} samples: {}", tg.graph.nodes[index].name,
+                                 layer.batched ? "every pass" : "weight gradient", count, k->describe()));
     layer.whole_batch.emplace(count, k);
   }
 }

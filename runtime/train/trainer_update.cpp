@@ -34,7 +34,8 @@ void Trainer::Impl::plan_updates() {
       backward = backward || st.action == Action::Loss;
       if (backward && (st.action == Action::Backward || st.action == Action::BnBackwardSums)) touch(st.node, ph);
     }
-    if (train_phases[ph].combine == Action::GemmBackward) touch(train_phases[ph].combine_node, ph);
+    if (train_phases[ph].combine == Action::GemmBackward || train_phases[ph].combine == Action::ConvBackward)
+      touch(train_phases[ph].combine_node, ph);
   }
   // A whole-batch layer's gradient is computed in the phase after its backward's.
   for (size_t ph = 0; ph < count; ++ph)

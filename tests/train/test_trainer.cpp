@@ -176,7 +176,31 @@ std::string modes_of(const std::string& model, int64_t batch, const std::map<std
   return model::make_trainer(model, o, default_target())->parallel_modes();
 }
 
+// The batched layers (whole-batch forward and backward-data), comma-joined.
+std::string batched_of(const std::string& model, int64_t batch, int threads) {
+  model::TrainerOptions o;
+  o.batch = batch;
+  o.threads = threads;
+  std::string out;
+  for (const std::string& name : model::make_trainer(model, o, default_target())->batched_layers())
+    out += (out.empty() ? "" : ",") + name;
+  return out;
+}
+
 }  // namespace
+
+TEST_CASE("trainer: whole-batch layers with too little work per weight run every pass over the mini-batch",
+          "[trainer]") {
+  const std::string model = small_image_model();
+  // Micro-batches of 6: conv1 does 27 flop per byte of weights (whole-batch, not batched:
+  // at least 16); conv2 on 2x2 outputs 12, conv3 and conv4 (1x1 outputs, 4 and 1 of 9
+  // taps) less: batched. Micro-batches of 64: conv2 is micro-batch; conv3 does 14.2, conv4
+  // 3.6: batched. The thread count changes nothing.
+  CHECK(batched_of(model, 24, 1) == "conv2,conv3,conv4");
+  CHECK(batched_of(model, 24, 3) == "conv2,conv3,conv4");
+  CHECK(batched_of(model, 256, 1) == "conv3,conv4");
+  CHECK(batched_of(model, 256, 2) == "conv3,conv4");
+}
 
 TEST_CASE("trainer: layers on small images take whole-batch gradients, chosen without the thread count", "[trainer]") {
   const std::string model = small_image_model();
