@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -131,6 +132,23 @@ int fuse_within_channel_lrn(Graph& g, std::vector<std::string>* why) {
   return fused;
 }
 
+// When a node of kind `op` is the only reader of node i's output (not a graph output):
+// removes that node, gives node i its output, moves i to node i's new index, and returns
+// the removed node.
+std::optional<Node> absorb_only_reader(Graph& g, size_t& i, Op op) {
+  const std::string out = g.nodes[i].outputs[0];
+  const auto r = readers_of(g, out);
+  if (r.size() != 1 || g.nodes[r[0]].op != op || std::find(g.outputs.begin(), g.outputs.end(), out) != g.outputs.end())
+    return std::nullopt;
+  const size_t reader = r[0];
+  Node absorbed = g.nodes[reader];
+  g.nodes[i].outputs[0] = absorbed.outputs[0];
+  g.values.erase(out);
+  g.nodes.erase(g.nodes.begin() + static_cast<long>(reader));
+  if (reader < i) --i;
+  return absorbed;
+}
+
 // A Relu that is the only reader of a `producer` node's output runs inside that node
 // (fused_relu): the same bits as two nodes, one pass over the activation fewer each way
 // and one stored activation fewer.
@@ -140,19 +158,11 @@ int fuse_within_channel_lrn(Graph& g, std::vector<std::string>* why) {
 //     output (the BN -> ReLU of every torchvision network).
 void fuse_relu_into(Graph& g, Op producer, const char* how, std::vector<std::string>* why) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (g.nodes[i].op != producer || g.nodes[i].attributes.fused_relu) continue;
-    const std::string out = g.nodes[i].outputs[0];
-    const auto r = readers_of(g, out);
-    if (r.size() != 1 || g.nodes[r[0]].op != Op::Relu ||
-        std::find(g.outputs.begin(), g.outputs.end(), out) != g.outputs.end())
-      continue;
-    const size_t relu = r[0];
+    if (g.nodes[i].op != producer || g.nodes[i].attributes.fused_relu || g.nodes[i].attributes.fused_clip) continue;
+    const std::optional<Node> relu = absorb_only_reader(g, i, Op::Relu);
+    if (!relu) continue;
     g.nodes[i].attributes.fused_relu = true;
-    g.nodes[i].outputs[0] = g.nodes[relu].outputs[0];
-    if (why) why->push_back(fmt::format("{} fused into {} ({})", g.nodes[relu].name, g.nodes[i].name, how));
-    g.values.erase(out);
-    g.nodes.erase(g.nodes.begin() + static_cast<long>(relu));
-    if (relu < i) --i;
+    if (why) why->push_back(fmt::format("{} fused into {} ({})", relu->name, g.nodes[i].name, how));
   }
 }
 
@@ -165,22 +175,15 @@ void fuse_clip_into_batch_norm(Graph& g, std::vector<std::string>* why) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Attributes& a = g.nodes[i].attributes;
     if (g.nodes[i].op != Op::BatchNormalization || a.fused_relu || a.fused_clip) continue;
-    const std::string out = g.nodes[i].outputs[0];
-    const auto r = readers_of(g, out);
-    if (r.size() != 1 || g.nodes[r[0]].op != Op::Clip ||
-        std::find(g.outputs.begin(), g.outputs.end(), out) != g.outputs.end())
-      continue;
-    const size_t clip = r[0];
-    a.fused_clip = true;
-    a.clip_min = g.nodes[clip].attributes.clip_min;
-    a.clip_max = g.nodes[clip].attributes.clip_max;
-    g.nodes[i].outputs[0] = g.nodes[clip].outputs[0];
+    const std::optional<Node> clip = absorb_only_reader(g, i, Op::Clip);
+    if (!clip) continue;
+    Attributes& fused = g.nodes[i].attributes;  // i may have moved
+    fused.fused_clip = true;
+    fused.clip_min = clip->attributes.clip_min;
+    fused.clip_max = clip->attributes.clip_max;
     if (why)
-      why->push_back(fmt::format("{} fused into {} (clip({:g}, {:g}) of batch norm)", g.nodes[clip].name,
-                                 g.nodes[i].name, a.clip_min, a.clip_max));
-    g.values.erase(out);
-    g.nodes.erase(g.nodes.begin() + static_cast<long>(clip));
-    if (clip < i) --i;
+      why->push_back(fmt::format("{} fused into {} (clip({:g}, {:g}) of batch norm)", clip->name, g.nodes[i].name,
+                                 fused.clip_min, fused.clip_max));
   }
 }
 

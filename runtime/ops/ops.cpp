@@ -43,6 +43,23 @@ void unary(const ConstView& x, const View& y, Unary op, float alpha, float lo, f
   }
 }
 
+namespace {
+
+// Calls run(f) with the element function of `op`, one instantiation per op so that each
+// loop vectorises with its op inside.
+template <typename Run>
+void with_binary_op(Binary op, Run run) {
+  switch (op) {
+    case Binary::Add: return run([](float u, float v) { return u + v; });
+    case Binary::Sub: return run([](float u, float v) { return u - v; });
+    case Binary::Mul: return run([](float u, float v) { return u * v; });
+    case Binary::Div: return run([](float u, float v) { return u / v; });
+    case Binary::Pow: return run([](float u, float v) { return std::pow(u, v); });
+  }
+}
+
+}  // namespace
+
 void binary(const ConstView& a, const ConstView& b, const View& y, Binary op) {
   // Fast paths, same arithmetic: operands of y's shape and layout, or a scalar.
   const int64_t n = y.elements();
@@ -54,14 +71,7 @@ void binary(const ConstView& a, const ConstView& b, const View& y, Binary op) {
 #pragma omp parallel for schedule(static) if (n > 65536)
       for (int64_t i = 0; i < n; ++i) y.data[i] = f(a.data[i * ia], b.data[i * ib]);
     };
-    switch (op) {
-      case Binary::Add: return run([](float u, float v) { return u + v; });
-      case Binary::Sub: return run([](float u, float v) { return u - v; });
-      case Binary::Mul: return run([](float u, float v) { return u * v; });
-      case Binary::Div: return run([](float u, float v) { return u / v; });
-      case Binary::Pow: return run([](float u, float v) { return std::pow(u, v); });
-    }
-    return;
+    return with_binary_op(op, run);
   }
   // Broadcasting (e.g. squeeze-excitation's x * s[N, C, 1, 1]): row by row over y.
   const auto sa = broadcast_strides(a, y.shape.size()), sb = broadcast_strides(b, y.shape.size());
@@ -74,13 +84,7 @@ void binary(const ConstView& a, const ConstView& b, const View& y, Binary op) {
       for (int64_t j = 0; j < len; ++j) py[j * ty] = f(pa[j * ta], pb[j * tb]);
     });
   };
-  switch (op) {
-    case Binary::Add: return run([](float u, float v) { return u + v; });
-    case Binary::Sub: return run([](float u, float v) { return u - v; });
-    case Binary::Mul: return run([](float u, float v) { return u * v; });
-    case Binary::Div: return run([](float u, float v) { return u / v; });
-    case Binary::Pow: return run([](float u, float v) { return std::pow(u, v); });
-  }
+  with_binary_op(op, run);
 }
 
 // Channels-last 2-D pooling: the window loops outside, channels contiguous inside.
