@@ -184,23 +184,6 @@ ConvSchedule backward_weights_default(const ConvDescriptor& d, const TargetInfo&
 
 }  // namespace
 
-ConvSchedule parallel_variant(const ConvDescriptor& d, const std::string& pass, ConvSchedule s, Parallel p,
-                              std::vector<std::string>* why) {
-  s.parallel = p;
-  // One parallel loop per reduction item forked and joined a few microseconds of work
-  // at a time. Zen 5, 2 threads, mb 8, partitions 4 vs 1 (GF/s): AVX2 1x1 64->64 at
-  // 56x56 217 vs 89-167, 1x1 512->128 at 28x28 202 vs 179, 3x3 128 at 28x28 239 vs
-  // 225; AVX-512 the same 407 vs 271, 418 vs 300, 424 vs 321. Larger dW pays for the
-  // partitions' private sums: 3x3 256 at 14x14 (2.25 MiB) on AVX-512 340 vs 426, 3x3
-  // 512 at 7x7 (9 MiB) 256 vs 370, 1x1 1024->2048 216 vs 300.
-  const int64_t dw_bytes = d.oc * d.icg() * d.kh * d.kw * 4;
-  if (pass == "bwd_weights" && p != Parallel::None && s.partitions == 1 && dw_bytes <= (int64_t(1) << 20)) {
-    s.partitions = 4;
-    note(why, fmt::format("parallel variant: dW of {} KiB, its reduction in 4 partitions", dw_bytes / 1024));
-  }
-  return s;
-}
-
 ConvSchedule analytic_schedule_for_pass(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t,
                                         std::vector<std::string>* why) {
   if (pass == "fwd") return analytic_schedule(d, t, why);

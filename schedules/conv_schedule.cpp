@@ -31,7 +31,7 @@ constexpr Named<PackWeights> kPackWeightsNames[] = {{PackWeights::PerCall, "per_
 constexpr Named<LoopOrder> kLoopOrderNames[] = {{LoopOrder::PixelsOuter, "pixels_outer"},
                                                 {LoopOrder::ChannelsOuter, "channels_outer"}};
 constexpr Named<Parallel> kParallelNames[] = {
-    {Parallel::None, "none"}, {Parallel::Pixels, "pixels"}, {Parallel::Images, "images"}};
+    {Parallel::None, "none"}, {Parallel::Pixels, "pixels"}, {Parallel::Images, "images"}, {Parallel::Channels, "channels"}};
 
 template <typename E, std::size_t N>
 std::string name_of(const Named<E> (&table)[N], E v) {

@@ -27,7 +27,10 @@ enum class Layout { Nhwc };                        // internal activation layout
 enum class PackInput { None, Image, Rows, Panel };  // where the zero-padded input is staged
 enum class PackWeights { PerCall };                // weights blocked by MR once per call
 enum class LoopOrder { PixelsOuter, ChannelsOuter };
-enum class Parallel { None, Pixels, Images };      // intra-kernel threads over non-reduction dims
+// Intra-kernel threads over non-reduction loops: pixel tiles (or blocks) of each image,
+// the images, or the output-channel blocks -- these made the outermost loop, each thread
+// packing its own blocks' weights (generator/conv/loop_nest.cpp).
+enum class Parallel { None, Pixels, Images, Channels };
 
 struct ConvSchedule {
   static constexpr int kVersion = 2;
@@ -91,7 +94,7 @@ ConvSchedule analytic_schedule_for_pass(const ConvDescriptor& d, const std::stri
                                         std::vector<std::string>* why = nullptr);
 
 // The intra-kernel parallel variant of a pass's schedule: `p` (images or pixels) over the
-// output loops. Backward-weights, whose image and pixel loops are its reduction, threads
+// output loops, or their channel blocks where intra_kernel_loop says so. Backward-weights, whose image and pixel loops are its reduction, threads
 // over channel tiles once per reduction item; a small dW (<= 1 MiB) also has its
 // reduction split into 4 partitions -- fixed here, never by the thread count -- so the
 // threads share one parallel loop over the whole call. `why` gets a line. The trainer
@@ -99,6 +102,17 @@ ConvSchedule analytic_schedule_for_pass(const ConvDescriptor& d, const std::stri
 // each, where partitions would only add their private sums.
 ConvSchedule parallel_variant(const ConvDescriptor& d, const std::string& pass, ConvSchedule s, Parallel p,
                               std::vector<std::string>* why = nullptr);
+
+// The loop a kernel's intra-kernel threads split, from the layer and its schedule alone
+// (never the thread count): the output-channel blocks of a forward-type GEMM whose channel
+// blocks are its outermost loop (channels_outer with MC below K/g: the weights outweigh
+// the pixels, and threading images or pixels inside each block would pack every block's
+// weights on one thread and fork once per block); else `images_or_pixels`, the caller's
+// choice. Backward-weights threads its channel tiles or partitions whatever the value
+// (generator/conv/backward_weights.cpp), so it keeps the caller's. parallel_variant
+// applies it.
+Parallel intra_kernel_loop(const ConvDescriptor& d, const std::string& pass, const ConvSchedule& s,
+                           Parallel images_or_pixels);
 
 // True when the grouped strategy can run: the input channels of a group divide the
 // vector width, so a vector holds whole groups, and the layer has at least a vector's

@@ -62,6 +62,14 @@ void parallelise(Stage& acc, const Var& part, const VarOrRVar& tiles, int partit
   }
 }
 
+// The partial sums' zero fill (their pure definition), vectors along the output channels
+// and threads over the tap tiles: a whole-batch dW of a few pixels is mostly that fill
+// and the transpose (8 MiB for a 1x1 2048->1024).
+void zero_fill(Func partial, const Var& channel, const Var& tap_tile, int lanes, const ConvSchedule& s) {
+  partial.vectorize(channel, lanes);
+  if (s.parallel != Parallel::None) partial.parallel(tap_tile);
+}
+
 // dW leaves the tiles' order (output channels innermost) for ONNX's (taps innermost) in
 // blocks of 8 channels x 8 taps: 8 vector loads along the channels, transposed in
 // registers, 8 vector stores along the taps. Element by element, the loads strode
@@ -69,7 +77,7 @@ void parallelise(Stage& acc, const Var& part, const VarOrRVar& tiles, int partit
 // AVX2, 1x1 1024->2048/2 at 7x7: 1.3 ms of 17; 0.34 ms blocked). The taps run along C/g
 // for 1x1 kernels, along the kernel window (kh*kw >= 8) otherwise; windows of 2-7
 // taps keep the element-wise copy.
-void schedule_dw_transpose(const ConvDescriptor& d, Func dw, Func dw_block, Why* why) {
+void schedule_dw_transpose(const ConvDescriptor& d, Func dw, Func dw_block, bool parallel, Why* why) {
   constexpr int block = 8;
   const int window = int(d.kh * d.kw);
   if (d.ocg() < block || (window == 1 ? d.icg() < block : window < block)) return;
@@ -86,6 +94,9 @@ void schedule_dw_transpose(const ConvDescriptor& d, Func dw, Func dw_block, Why*
     dw.fuse(sv, rv, srv).reorder(srv, ki, c, ko, grp).vectorize(srv, block, TailStrategy::ShiftInwards).unroll(ki);
     dw_block.compute_at(dw, c).vectorize(dw_block.args()[0]).unroll(dw_block.args()[1]).unroll(dw_block.args()[2]);
   }
+  // A copy: the threads split its blocks of output channels. On one thread it was a third
+  // of a whole-batch 1x1 2048->1024 over 32 pixels (8 MiB dW; Zen 5 AVX-512, 2 threads).
+  if (parallel) dw.parallel(ko);
   explain(why, fmt::format("dW transposed to ONNX order in blocks of {} channels x {} {}", block, block,
                            window == 1 ? "input channels" : "window taps"));
 }
@@ -157,6 +168,7 @@ GemmPartial define_gemm_partial(const ConvDescriptor& d, const ConvSchedule& s, 
   acc.reorder(ki, ti, tti, kt, tb, ri.x, ri.y, grp, part);
   acc.split(ki, kio, kii, std::min(vl, mr), TailStrategy::GuardWithIf).vectorize(kii).unroll(kio).unroll(ti);
   parallelise(acc, part, kt, partitions, s, "tap block", why);
+  zero_fill(partial, ki, tt, std::min(vl, mr), s);
   // The register tile: accumulators stay in registers over the item's pixels.
   band_sum.compute_at(partial, tti);
   band_sum.split(ki, kio, kii, std::min(vl, mr), TailStrategy::RoundUp).vectorize(kii).unroll(kio).unroll(ti);
@@ -365,6 +377,7 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
     acc.vectorize(k_in, std::min(vl, mr), TailStrategy::GuardWithIf).unroll(k_in).unroll(ti);
     partial.compute_root();
     parallelise(acc, part, k_tile, partitions, s, "reduction item", why);
+    zero_fill(partial, k, tt, std::min(vl, mr), s);
     // Register tile: accumulators live in registers over the band's pixels.
     band_sum.compute_at(partial, tt);
     Stage bs = band_sum.update();
@@ -409,7 +422,7 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
   }
 
   dw.compute_root();
-  if (gemm) schedule_dw_transpose(d, dw, dw_block, why);
+  if (gemm) schedule_dw_transpose(d, dw, dw_block, s.parallel != Parallel::None, why);
 
   // Every extent and stride a constant; y only when the kernel reads it.
   const auto extents = forward_buffer_extents(d);

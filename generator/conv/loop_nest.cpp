@@ -123,7 +123,10 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
   }
 
   // Cache blocks, in whole tiles. Their loops only order work, so guards there are cheap.
-  const int mc_tiles = s.mc == 0 ? k_tiles : ceil_div(s.mc, tile_channels);
+  // Threads over channel blocks need blocks: without MC, each register tile is one.
+  const bool channels_parallel = s.parallel == Parallel::Channels;
+  int mc_tiles = s.mc == 0 ? k_tiles : ceil_div(s.mc, tile_channels);
+  if (channels_parallel && mc_tiles >= k_tiles) mc_tiles = 1;
   // Row-tiled depthwise reads the input in place: no row band to block for.
   const int nc_tiles = (s.nc == 0 || a.partitions_borders) ? pix_tiles : ceil_div(s.nc, nest.nr);
   nest.has_k_block = mc_tiles < k_tiles;
@@ -142,7 +145,7 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
   if (a.skips_padded_columns || a.partitions_borders) order.push_back(nest.row_tile);
   order.push_back(nest.pix_tile);
   std::vector<Var> blocks;  // innermost first
-  const bool channels_outer = s.loop_order == LoopOrder::ChannelsOuter;
+  const bool channels_outer = s.loop_order == LoopOrder::ChannelsOuter || channels_parallel;
   if (!channels_outer && nest.has_k_block) blocks.push_back(nest.k_block);
   if (nest.has_pix_block) blocks.push_back(nest.pix_block);
   for (const Var& v : blocks) order.push_back(v);
@@ -172,7 +175,20 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
   nest.rows_level = nest.has_pix_block ? LoopLevel(out, nest.pix_block) : nest.image_level;
 
   // Threads split only non-reduction loops, so the result does not depend on them.
-  if (s.parallel == Parallel::Pixels) {
+  if (channels_parallel) {
+    if (!nest.k_blocks_outermost) {
+      explain(why, "parallel over channel blocks refused: one register tile of channels; serial");
+    } else if (gemm && d.g > 1) {
+      // Every group's blocks in one parallel loop, not a fork per group.
+      Var blocks_of_groups("k_blocks_of_groups");
+      out.fuse(nest.k_block, a.g, blocks_of_groups).parallel(blocks_of_groups);
+      nest.k_block_level = LoopLevel(out, blocks_of_groups);
+      explain(why, "parallel over the channel blocks of every group (each thread packs its blocks' weights)");
+    } else {
+      out.parallel(nest.k_block);
+      explain(why, "parallel over the channel blocks (each thread packs its blocks' weights)");
+    }
+  } else if (s.parallel == Parallel::Pixels) {
     out.parallel(nest.has_pix_block ? nest.pix_block : nest.pix_tile);
     explain(why, fmt::format("parallel over {} of each image", nest.has_pix_block ? "pixel blocks" : "pixel tiles"));
   } else if (s.parallel == Parallel::Images) {

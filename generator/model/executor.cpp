@@ -37,7 +37,8 @@ ModelExecutor::ModelExecutor(Graph graph, const TargetInfo& t, const std::string
   if (threads > 1) omp_set_num_threads(threads);
   for (const PlannedKernel& k : planned) {
     ConvSchedule s = k.selection.schedule;
-    if (threads > 1) s.parallel = k.descriptor.mb >= 2 * threads ? Parallel::Images : Parallel::Pixels;
+    if (threads > 1)
+      s = parallel_variant(k.descriptor, "fwd", s, k.descriptor.mb >= 2 * threads ? Parallel::Images : Parallel::Pixels);
     kernels_->owned.push_back(std::make_unique<JitForwardKernel>(k.descriptor, s, t));
     for (const auto& layer : k.layers) kernels_->by_layer[layer] = kernels_->owned.back().get();
   }

@@ -56,7 +56,7 @@ SelectedSchedule training_schedule(const ConvDescriptor& d, const std::string& p
   // of them (intra-kernel). Measured: parallel=none and parallel=pixels of
   // mb1ic8ih1iw24oc5kh1kw1 forward differ in the last bits.
   SelectedSchedule s = select_schedule(d, pass, t, records, why);
-  s.schedule.parallel = d.mb >= 8 ? Parallel::Images : Parallel::Pixels;
+  s.schedule.parallel = intra_kernel_loop(d, pass, s.schedule, d.mb >= 8 ? Parallel::Images : Parallel::Pixels);
   s.source += ", parallel variant";
   return s;
 }

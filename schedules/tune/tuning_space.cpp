@@ -224,6 +224,8 @@ ConvSchedule TuningSpace::normalise(ConvSchedule s) const {
     // clamps its tile, and counts a block of NC pixels in its own tiles.
     s.nc = static_cast<int>(per_block * s.nr);
   }
+  // The consumer's threads over channel blocks where the blocks are outermost.
+  if (variant_ != Parallel::None) s.parallel = intra_kernel_loop(d_, pass_, s, variant_);
   return s;
 }
 

@@ -93,3 +93,51 @@ TEST_CASE("parallel variant: a small dW's reduction in 4 partitions, bit-identic
   three.partitions = 3;
   CHECK(parallel_variant(small, "bwd_weights", three, Parallel::Images).partitions == 3);
 }
+
+TEST_CASE("parallel variant: channel blocks outermost are split across threads, bit-identical to one thread",
+          "[determinism]") {
+  const TargetInfo t = test::sweep_target();
+  // Few pixels, many channels: the trainer's whole-batch layers on 1x1 images (one 1 x n
+  // image); a grouped GEMM whose groups' blocks share one parallel loop; no MC (blocks of
+  // one register tile); strided backward-data (residue classes staged for the minibatch).
+  struct Case {
+    const char* descriptor;
+    const char* words;
+  };
+  for (const Case& c : {Case{"mb1ic96ih1iw12oc160kh1kw1+bias+relu", "loop_order=channels_outer mc=32"},
+                        Case{"mb2ic64ih3iw3oc96kh3kw3pt1pb1pl1pr1g2", "strategy=gemm loop_order=channels_outer mc=16"},
+                        Case{"mb2ic48ih4iw4oc40kh1kw1", "loop_order=channels_outer mc=0"},
+                        Case{"mb2ic40ih6iw6oc48kh3kw3sh2sw2pt1pb1pl1pr1", "loop_order=channels_outer mc=16"}}) {
+    const ConvDescriptor d = parse_descriptor(c.descriptor);
+    INFO(c.descriptor << "  schedule words: " << c.words);
+    ConvSchedule sf = analytic_schedule_for_pass(d, "fwd", t), sd = analytic_schedule_for_pass(d, "bwd_data", t);
+    apply_schedule_overrides(c.words, &sf);
+    apply_schedule_overrides(c.words, &sd);
+    // Chosen from the schedule alone wherever MC leaves more than one block.
+    const bool blocked = sf.mc > 0 && sf.mc < d.ocg();
+    CHECK((intra_kernel_loop(d, "fwd", sf, Parallel::Pixels) == Parallel::Channels) == blocked);
+    CHECK(intra_kernel_loop(d, "bwd_weights", sf, Parallel::Images) == Parallel::Images);
+    ConvSchedule serial = sf, split = sf;
+    serial.parallel = Parallel::None;
+    split.parallel = Parallel::Channels;
+    const auto x = random_floats(d.mb * d.ih * d.iw * d.ic, 5), w = random_floats(d.oc * d.icg() * d.kh * d.kw, 6);
+    const auto bias = random_floats(d.oc, 7);
+    std::vector<float> y_serial(static_cast<size_t>(d.mb * d.oh() * d.ow() * d.oc)), y_split(y_serial.size());
+    JitForwardKernel(d, serial, t).run(x.data(), w.data(), bias.data(), y_serial.data());
+    JitForwardKernel forward(d, split, t);
+    sd.parallel = Parallel::Channels;
+    JitBackwardDataKernel data(d, sd, t);
+    JitBackwardWeightsKernel weights(d, analytic_schedule_for_pass(d, "bwd_weights", t), t);
+    const Results one = run_with_threads(data, weights, d, 1);
+    const int saved = omp_get_max_threads();
+    for (int threads : {1, 2, 3, 4}) {
+      INFO("threads " << threads);
+      omp_set_num_threads(threads);
+      std::fill(y_split.begin(), y_split.end(), -1.0f);
+      forward.run(x.data(), w.data(), bias.data(), y_split.data());
+      omp_set_num_threads(saved);
+      CHECK(bitwise_equal(y_serial, y_split));
+      CHECK(bitwise_equal(one.dx, run_with_threads(data, weights, d, threads).dx));
+    }
+  }
+}
