@@ -538,6 +538,12 @@ void dropout_forward(const ConstView& x, float ratio, uint64_t seed, uint64_t st
   }
 }
 
+uint64_t dropout_stream(const std::string& output_name) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : output_name) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
 void dropout_backward(const ConstView& dy, const float* mask, const View& dx, bool accumulate) {
   for (int64_t i = 0, i_end = dy.elements(); i < i_end; ++i) put(dx.data, i, dy.data[i] * mask[i], accumulate);
 }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "runtime/ops/ops.h"
@@ -80,10 +81,14 @@ void within_channel_lrn_backward(const ConstView& x, const float* s, const Const
 // Dropout in training mode: y = x * keep / (1 - ratio), keep drawn per element from a
 // counter-based generator keyed by (seed, stream, step, sample index, element) -- the
 // same mask whatever thread or micro-batch computes it; `stream` tells the model's
-// Dropout nodes apart (the node's index), so each draws its own mask. `first_sample` is the index in the
+// Dropout nodes apart (dropout_stream of the node's output), so each draws its own mask. `first_sample` is the index in the
 // mini-batch of x's first sample. mask (x's size) receives keep / (1 - ratio).
 void dropout_forward(const ConstView& x, float ratio, uint64_t seed, uint64_t stream, int64_t step, int64_t first_sample,
                      const View& y, float* mask);
+// A Dropout node's stream: FNV-1a of its output's name -- unique in an ONNX graph and kept
+// by every graph rewrite, where the node's index moves when a fusion removes a node
+// before it.
+uint64_t dropout_stream(const std::string& output_name);
 void dropout_backward(const ConstView& dy, const float* mask, const View& dx, bool accumulate);
 
 // Softmax cross-entropy on dense logits [n, classes]: returns the sum over the n samples

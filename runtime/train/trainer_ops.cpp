@@ -70,7 +70,8 @@ void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
       if (!train) return copy_layout(x(0), y);
       std::vector<float>& mask = slot.masks[node_index];
       mask.resize(static_cast<size_t>(y.elements()));
-      ops::dropout_forward(x(0), a.ratio, options.seed, node_index, steps, first_sample, y, mask.data());
+      ops::dropout_forward(x(0), a.ratio, options.seed, ops::dropout_stream(n.outputs[0]), steps, first_sample, y,
+                           mask.data());
       return;
     }
     case Op::BatchNormalization:

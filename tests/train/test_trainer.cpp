@@ -9,6 +9,7 @@
 
 #include "generator/train/trainer_from_model.h"
 #include "runtime/data/train_data.h"
+#include "runtime/train/train_ops.h"
 #include "runtime/train/trainer.h"
 #include "schedules/errors.h"
 #include "tests/common/onnx_test_models.h"
@@ -244,4 +245,31 @@ TEST_CASE("trainer invariance: small images, every layer forced to micro-batch m
       any_different = any_different || one.parameters[p].value[i] != whole.parameters[p].value[i];
     }
   CHECK(any_different);
+}
+
+TEST_CASE("Dropout masks: keyed by the node's output name, not its position in the graph", "[trainer]") {
+  // Two 2 x 64 inputs; the mask depends on the seed, the output's name, the step and the
+  // sample's index in the mini-batch only.
+  std::vector<float> x(128, 1.0f), y(128), mask_a(128), mask_b(128), mask_again(128), mask_later(128);
+  const int64_t shape[] = {2, 64};
+  auto run = [&](const std::string& name, int64_t step, int64_t first_sample, std::vector<float>& mask) {
+    ConstView in{x.data(), {shape[0], shape[1]}};
+    View out{y.data(), {shape[0], shape[1]}};
+    ops::dropout_forward(in, 0.5f, 7, ops::dropout_stream(name), step, first_sample, out, mask.data());
+  };
+  run("dropped", 3, 0, mask_a);
+  run("dropped", 3, 0, mask_again);
+  run("other", 3, 0, mask_b);
+  run("dropped", 3, 1, mask_later);  // its sample 0 is the mini-batch's sample 1
+  CHECK(std::memcmp(mask_a.data(), mask_again.data(), 128 * sizeof(float)) == 0);
+  CHECK(std::memcmp(mask_a.data(), mask_b.data(), 128 * sizeof(float)) != 0);
+  CHECK(std::memcmp(mask_a.data() + 64, mask_later.data(), 64 * sizeof(float)) == 0);
+  int kept = 0;
+  for (float m : mask_a) {
+    CHECK((m == 0.0f || m == 2.0f));
+    kept += m != 0.0f;
+  }
+  CHECK(kept > 32);
+  CHECK(kept < 96);
+  CHECK(ops::dropout_stream("dropped") != ops::dropout_stream("dropped_"));
 }
