@@ -36,8 +36,9 @@ Parallel intra_kernel_loop(const ConvDescriptor& d, const std::string& pass, con
   // image (one 1x32 image, MC 48), forward / backward-data / backward-weights GF/s:
   // pixels 48-99 (below its own 95-145 on one thread: 43 blocks packed on one thread,
   // 43 forks of 8 tiny tiles each).
+  // More than one register tile of channels, or the generator would refuse the split.
   if (s.strategy == Strategy::Gemm && pass != "bwd_weights" && s.loop_order == LoopOrder::ChannelsOuter &&
-      s.mc > 0 && s.mc < channels)
+      s.mc > 0 && s.mc < channels && channels > s.mr)
     return Parallel::Channels;
   return images_or_pixels;
 }

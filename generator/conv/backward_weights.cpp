@@ -67,7 +67,13 @@ void parallelise(Stage& acc, const Var& part, const VarOrRVar& tiles, int partit
 // and the transpose (8 MiB for a 1x1 2048->1024).
 void zero_fill(Func partial, const Var& channel, const Var& tap_tile, int lanes, const ConvSchedule& s) {
   partial.vectorize(channel, lanes);
-  if (s.parallel != Parallel::None) partial.parallel(tap_tile);
+  if (s.parallel == Parallel::None) return;
+  // Tap tiles outermost: one fork per call, not one per group and partition.
+  std::vector<VarOrRVar> order;
+  for (const Var& v : partial.args())
+    if (v.name() != tap_tile.name()) order.push_back(v);
+  order.push_back(tap_tile);
+  partial.reorder(order).parallel(tap_tile);
 }
 
 // dW leaves the tiles' order (output channels innermost) for ONNX's (taps innermost) in
@@ -96,7 +102,10 @@ void schedule_dw_transpose(const ConvDescriptor& d, Func dw, Func dw_block, bool
   }
   // A copy: the threads split its blocks of output channels. On one thread it was a third
   // of a whole-batch 1x1 2048->1024 over 32 pixels (8 MiB dW; Zen 5 AVX-512, 2 threads).
-  if (parallel) dw.parallel(ko);
+  if (parallel) {
+    Var blocks("ko_grp");  // every group's channel blocks: one fork per call
+    dw.fuse(ko, grp, blocks).parallel(blocks);
+  }
   explain(why, fmt::format("dW transposed to ONNX order in blocks of {} channels x {} {}", block, block,
                            window == 1 ? "input channels" : "window taps"));
 }
