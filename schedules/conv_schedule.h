@@ -94,8 +94,9 @@ ConvSchedule analytic_schedule_for_pass(const ConvDescriptor& d, const std::stri
                                         std::vector<std::string>* why = nullptr);
 
 // The intra-kernel parallel variant of a pass's schedule: `p` (images or pixels) over the
-// output loops, or their channel blocks where intra_kernel_loop says so. Backward-weights, whose image and pixel loops are its reduction, threads
-// over channel tiles once per reduction item; a small dW (<= 1 MiB) also has its
+// output loops, or their channel blocks where intra_kernel_loop says so. Backward-weights,
+// whose image and pixel loops are its reduction, threads over channel tiles once per
+// reduction item; a small dW (<= 1 MiB) also has its
 // reduction split into 4 partitions -- fixed here, never by the thread count -- so the
 // threads share one parallel loop over the whole call. `why` gets a line. The trainer
 // keeps one partition: its kernels run inside the batch-parallel region, one thread

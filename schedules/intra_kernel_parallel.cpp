@@ -23,7 +23,9 @@ ConvSchedule parallel_variant(const ConvDescriptor& d, const std::string& pass, 
   const int64_t dw_bytes = d.oc * d.icg() * d.kh * d.kw * 4;
   if (pass == "bwd_weights" && p != Parallel::None && s.partitions == 1 && dw_bytes <= (int64_t(1) << 20)) {
     s.partitions = 4;
-    if (why) why->push_back(fmt::format("default: parallel variant: dW of {} KiB, its reduction in 4 partitions", dw_bytes / 1024));
+    if (why)
+      why->push_back(
+          fmt::format("default: parallel variant: dW of {} KiB, its reduction in 4 partitions", dw_bytes / 1024));
   }
   return s;
 }
@@ -35,8 +37,8 @@ Parallel intra_kernel_loop(const ConvDescriptor& d, const std::string& pass, con
   // Zen 5 AVX-512, 2 threads, a ResNeXt layer4 1x1 2048->1024 over 32 samples of a 1x1
   // image (one 1x32 image, MC 48), forward / backward-data / backward-weights GF/s:
   // pixels 48-99 (below its own 95-145 on one thread: 43 blocks packed on one thread,
-  // 43 forks of 8 tiny tiles each).
-  // More than one register tile of channels, or the generator would refuse the split.
+  // 43 forks of 8 tiny tiles each). More than one register tile of channels, or the
+  // generator would refuse the split.
   if (s.strategy == Strategy::Gemm && pass != "bwd_weights" && s.loop_order == LoopOrder::ChannelsOuter &&
       s.mc > 0 && s.mc < channels && channels > s.mr)
     return Parallel::Channels;

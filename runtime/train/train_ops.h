@@ -81,8 +81,9 @@ void within_channel_lrn_backward(const ConstView& x, const float* s, const Const
 // Dropout in training mode: y = x * keep / (1 - ratio), keep drawn per element from a
 // counter-based generator keyed by (seed, stream, step, sample index, element) -- the
 // same mask whatever thread or micro-batch computes it; `stream` tells the model's
-// Dropout nodes apart (dropout_stream of the node's output), so each draws its own mask. `first_sample` is the index in the
-// mini-batch of x's first sample. mask (x's size) receives keep / (1 - ratio).
+// Dropout nodes apart (dropout_stream of the node's output), so each draws its own mask.
+// `first_sample` is the index in the mini-batch of x's first sample. mask (x's size)
+// receives keep / (1 - ratio).
 void dropout_forward(const ConstView& x, float ratio, uint64_t seed, uint64_t stream, int64_t step, int64_t first_sample,
                      const View& y, float* mask);
 // A Dropout node's stream: FNV-1a of its output's name -- unique in an ONNX graph and kept

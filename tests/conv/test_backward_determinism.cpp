@@ -107,7 +107,8 @@ TEST_CASE("parallel variant: channel blocks outermost are split across threads, 
   };
   // MR 16 (one AVX-512 vector, two AVX2 ones) keeps several tiles on either target.
   for (const Case& c : {Case{"mb1ic96ih1iw12oc160kh1kw1+bias+relu", "mr=16 loop_order=channels_outer mc=32"},
-                        Case{"mb2ic64ih3iw3oc96kh3kw3pt1pb1pl1pr1g2", "strategy=gemm mr=16 loop_order=channels_outer mc=16"},
+                        Case{"mb2ic64ih3iw3oc96kh3kw3pt1pb1pl1pr1g2",
+                             "strategy=gemm mr=16 loop_order=channels_outer mc=16"},
                         Case{"mb2ic48ih4iw4oc40kh1kw1", "mr=16 loop_order=channels_outer mc=0"},
                         Case{"mb2ic40ih6iw6oc48kh3kw3sh2sw2pt1pb1pl1pr1", "mr=16 loop_order=channels_outer mc=16"}}) {
     const ConvDescriptor d = parse_descriptor(c.descriptor);
@@ -137,14 +138,15 @@ TEST_CASE("parallel variant: channel blocks outermost are split across threads, 
     sd.parallel = Parallel::Channels;
     JitBackwardDataKernel data(d, sd, t);
     // dW's zero fill and transpose threaded too (any parallel value).
-    JitBackwardWeightsKernel weights(d, parallel_variant(d, "bwd_weights", analytic_schedule_for_pass(d, "bwd_weights", t), Parallel::Pixels), t);
-    JitBackwardWeightsKernel weights_serial(d, analytic_schedule_for_pass(d, "bwd_weights", t), t);
+    const ConvSchedule sw_serial = analytic_schedule_for_pass(d, "bwd_weights", t);
+    const ConvSchedule sw = parallel_variant(d, "bwd_weights", sw_serial, Parallel::Pixels);
+    JitBackwardWeightsKernel weights(d, sw, t);
+    JitBackwardWeightsKernel weights_serial(d, sw_serial, t);
     JitBackwardDataKernel data_serial(d, sd_serial, t);
     const Results one = run_with_threads(data, weights, d, 1);
     const Results unsplit = run_with_threads(data_serial, weights_serial, d, 1);
     CHECK(bitwise_equal(one.dx, unsplit.dx));
-    if (parallel_variant(d, "bwd_weights", analytic_schedule_for_pass(d, "bwd_weights", t), Parallel::Pixels).partitions == 1)
-      CHECK(bitwise_equal(one.dw, unsplit.dw));
+    if (sw.partitions == sw_serial.partitions) CHECK(bitwise_equal(one.dw, unsplit.dw));
     const int saved = omp_get_max_threads();
     for (int threads : {1, 2, 3, 4}) {
       INFO("threads " << threads);
