@@ -44,7 +44,8 @@ set(CONVGEN_INSTALLED_HEADERS
   schedules/conv_descriptor.h
   schedules/conv_schedule.h
   schedules/errors.h
-  schedules/schedule_selection.h)
+  schedules/schedule_selection.h
+  schedules/weight_panels.h)
 foreach(header IN LISTS CONVGEN_INSTALLED_HEADERS)
   get_filename_component(folder "${header}" DIRECTORY)
   install(FILES "${header}" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/convgen/${folder}")

@@ -27,7 +27,8 @@ constexpr Named<Strategy> kStrategyNames[] = {{Strategy::Gemm, "gemm"},
 constexpr Named<Layout> kLayoutNames[] = {{Layout::Nhwc, "nhwc"}};
 constexpr Named<PackInput> kPackInputNames[] = {
     {PackInput::None, "none"}, {PackInput::Image, "image"}, {PackInput::Rows, "rows"}, {PackInput::Panel, "panel"}};
-constexpr Named<PackWeights> kPackWeightsNames[] = {{PackWeights::PerCall, "per_call"}};
+constexpr Named<PackWeights> kPackWeightsNames[] = {{PackWeights::PerCall, "per_call"},
+                                                          {PackWeights::Prepacked, "prepacked"}};
 constexpr Named<LoopOrder> kLoopOrderNames[] = {{LoopOrder::PixelsOuter, "pixels_outer"},
                                                 {LoopOrder::ChannelsOuter, "channels_outer"}};
 constexpr Named<Parallel> kParallelNames[] = {

@@ -25,7 +25,10 @@ struct ConvDescriptor;
 enum class Strategy { Gemm, Depthwise, Grouped };
 enum class Layout { Nhwc };                        // internal activation layout
 enum class PackInput { None, Image, Rows, Panel };  // where the zero-padded input is staged
-enum class PackWeights { PerCall };                // weights blocked by MR once per call
+// GEMM weights blocked by MR: inside every call, or by the caller once per change of the
+// weights (schedules/weight_panels.h; the kernel's weights argument is then the packed
+// panels). Other strategies read ONNX weights either way.
+enum class PackWeights { PerCall, Prepacked };
 enum class LoopOrder { PixelsOuter, ChannelsOuter };
 // Intra-kernel threads over non-reduction loops: pixel tiles (or blocks) of each image,
 // the images, or the output-channel blocks -- these made the outermost loop, each thread

@@ -1,5 +1,7 @@
 #include "generator/conv/algorithm.h"
 
+#include <stdexcept>
+
 namespace convgen {
 
 using namespace Halide;
@@ -110,9 +112,20 @@ ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr,
   if (strategy == Strategy::Gemm) {
     // Weights blocked by mr output channels, zero-filled past K/g so every block is full
     // (`likely`: Halide peels the ragged last block off the packing loops).
-    Expr kg_full = a.kb * mr + a.kk;
-    a.weights_packed(a.kk, a.c, a.s, a.r, a.kb, a.g) =
-        select(likely(kg_full < kgn), weights(a.s, a.r, a.c, min(kg_full, kgn - 1), a.g), 0.0f);
+    if (options.weight_panel) {
+      // Packed by the caller (schedules/weight_panels.h): the same panel, read in place.
+      const WeightPanel& w = *options.weight_panel;
+      if (w.mr != mr || w.channels != cg || w.outputs != kgn || w.taps_w != int(d.kw) || w.taps_h != int(d.kh))
+        throw std::logic_error("define_forward: the weight panel does not match the kernel's GEMM blocking");
+      Expr block = a.kb + w.blocks * a.g;
+      Expr at = static_cast<int>(w.offset) + a.kk + mr * (a.c + w.channels * (a.s + w.taps_w * (a.r + w.taps_h * block)));
+      a.weights_packed(a.kk, a.c, a.s, a.r, a.kb, a.g) = weights(at);
+      a.weights_prepacked = true;
+    } else {
+      Expr kg_full = a.kb * mr + a.kk;
+      a.weights_packed(a.kk, a.c, a.s, a.r, a.kb, a.g) =
+          select(likely(kg_full < kgn), weights(a.s, a.r, a.c, min(kg_full, kgn - 1), a.g), 0.0f);
+    }
     a.tap_panel(a.c, a.s, a.r, a.pix, a.n, a.g) =
         a.in_padded(a.c, a.g, tap_x(a.pix, a.s), tap_y(a.pix, a.r), a.n);
     a.accum(a.kk, a.kb, a.pix, a.n, a.g) = 0.0f;

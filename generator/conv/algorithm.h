@@ -24,6 +24,7 @@ struct ConvAlgorithm {
   int mr = 8;  // GEMM strategy: output channels per packed weight block
   bool may_shift_pixel_tail = true;  // false: ForwardBuildOptions::output_is_staged
   bool weights_transposed = false;   // ForwardBuildOptions::weights_transposed
+  bool weights_prepacked = false;    // weights_packed reads the caller's panel (no packing)
   // GEMM: each register tile lies in one output row and the kernel-column taps on
   // left/right padding are left out per pixel (see define_forward). The loop nest then
   // tiles rows by NR and unrolls a row's tiles, so those taps are known per tile.

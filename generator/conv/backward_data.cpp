@@ -13,10 +13,11 @@ using namespace Halide;
 namespace {
 
 // Every extent and stride a constant; y only when the kernel reads it.
-void pin_buffers(BackwardDataPipeline& p, const ConvDescriptor& d) {
+void pin_buffers(BackwardDataPipeline& p, const ConvDescriptor& d, const WeightPanels& panels) {
   const auto extents = forward_buffer_extents(d);
   pin_dense([&](int i) { return p.dy.dim(i); }, extents[3]);
-  pin_dense([&](int i) { return p.weights.dim(i); }, extents[1]);
+  pin_dense([&](int i) { return p.weights.dim(i); },
+            panels.empty() ? extents[1] : std::vector<int>{static_cast<int>(panels.floats)});
   if (d.relu) pin_dense([&](int i) { return p.y.dim(i); }, extents[3]);
   pin_dense([&](int i) { return p.dx.output_buffer().dim(i); }, {int(d.icg()), int(d.g), int(d.ih * d.iw), int(d.mb)});
 }
@@ -29,7 +30,9 @@ BackwardDataPipeline build_backward_data(const ConvDescriptor& d, const ConvSche
   validate(s, t);
   BackwardDataPipeline p;
   p.dy = ImageParam(Float(32), 4, "dy");
-  p.weights = ImageParam(Float(32), 5, "weights");
+  // Prepacked: one panel per residue class with taps, in class order.
+  const WeightPanels panels = backward_data_weight_panels(d, s, t);
+  p.weights = ImageParam(Float(32), panels.empty() ? 5 : 1, "weights");
   p.y = ImageParam(Float(32), 4, "y");
   const int q_extent = int(d.ow()), iw = int(d.iw), vl = t.vector_floats;
 
@@ -46,7 +49,7 @@ BackwardDataPipeline build_backward_data(const ConvDescriptor& d, const ConvSche
   const bool direct = single_class(classes, d);
   if (computes_depthwise_dx_in_place(d, s)) {
     p.dx = define_depthwise_backward_data_in_place(d, s, t, dy_masked, p.weights, why);
-    pin_buffers(p, d);
+    pin_buffers(p, d, panels);
     return p;
   }
   // With channel blocks outermost the classes pack weights per block: staged per image,
@@ -62,6 +65,7 @@ BackwardDataPipeline build_backward_data(const ConvDescriptor& d, const ConvSche
     class_schedule.parallel = Parallel::None;  // images instead, below
 
   std::vector<Func> class_outputs;
+  size_t next_panel = 0;
   for (size_t j = 0; j < classes.size(); ++j) {
     const ResidueClass& c = classes[j];
     if (c.zero()) {
@@ -71,13 +75,19 @@ BackwardDataPipeline build_backward_data(const ConvDescriptor& d, const ConvSche
     }
     Func in("class_dy"), w("class_weights");
     in(k, grp, x, y, n) = dy_masked(k, grp, x + int(c.cols.shift), y + int(c.rows.shift), n);
-    // Channel-transposed (input and output channels swap roles) and flipped: derived tap
-    // 0 is the class's largest kernel index.
-    w(s_tap, r_tap, kin, kout, grp) =
-        p.weights(int(c.cols.first_tap) - s_tap * int(c.cols.tap_step),
-                  int(c.rows.first_tap) - r_tap * int(c.rows.tap_step), kout, kin, grp);
-    std::vector<std::string> class_why;
     ForwardBuildOptions class_options = options;
+    if (!panels.empty()) {
+      // The class's panel, packed by the caller from the same transposed, flipped view.
+      class_options.weight_panel = panels.panels[next_panel++];
+      w = p.weights;
+    } else {
+      // Channel-transposed (input and output channels swap roles) and flipped: derived
+      // tap 0 is the class's largest kernel index.
+      w(s_tap, r_tap, kin, kout, grp) =
+          p.weights(int(c.cols.first_tap) - s_tap * int(c.cols.tap_step),
+                    int(c.rows.first_tap) - r_tap * int(c.rows.tap_step), kout, kin, grp);
+    }
+    std::vector<std::string> class_why;
     class_options.output_is_staged = !direct;
     class_options.weights_transposed = true;
     Func out = define_scheduled_forward(c.derived, class_schedule, t, in, w, no_bias, why ? &class_why : nullptr,
@@ -91,7 +101,7 @@ BackwardDataPipeline build_backward_data(const ConvDescriptor& d, const ConvSche
   }
   if (direct) {
     p.dx = class_outputs[0];
-    pin_buffers(p, d);
+    pin_buffers(p, d, panels);
     return p;
   }
 
@@ -121,7 +131,7 @@ BackwardDataPipeline build_backward_data(const ConvDescriptor& d, const ConvSche
       }
     }
   }
-  pin_buffers(p, d);
+  pin_buffers(p, d, panels);
   return p;
 }
 

@@ -113,6 +113,12 @@ Halide::Buffer<float> unused_mask() {
   return Halide::Buffer<float>(storage, {1, 1, 1, 1});
 }
 
+// The weights argument: ONNX OIHW as (s, r, c, k, g), or the flat packed panels.
+Halide::Buffer<float> weights_view(const ConvDescriptor& d, const WeightPanels& panels, const float* w) {
+  if (!panels.empty()) return Halide::Buffer<float>(const_cast<float*>(w), {static_cast<int>(panels.floats)});
+  return Halide::Buffer<float>(const_cast<float*>(w), {int(d.kw), int(d.kh), int(d.icg()), int(d.ocg()), int(d.g)});
+}
+
 }  // namespace
 
 struct JitForwardKernel::Impl {
@@ -126,6 +132,7 @@ struct JitForwardKernel::Impl {
 JitForwardKernel::JitForwardKernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
                                    const ForwardBuildOptions& options, KernelSource source)
     : d_(d), s_(s), impl_(std::make_unique<Impl>()) {
+  panels_ = forward_weight_panels(d, s, t);
   impl_->target = halide_target(t.target);
   auto define = [&] {
     impl_->fp = build_forward(d, s, t, nullptr, options);
@@ -152,7 +159,7 @@ void JitForwardKernel::run(const float* x, const float* w, const float* bias, fl
   const int n = int(d.mb), g = int(d.g), cg = int(d.icg()), kg = int(d.ocg());
   using B = Halide::Buffer<float>;
   B in(const_cast<float*>(x), {cg, g, int(d.iw), int(d.ih), n});
-  B wt(const_cast<float*>(w), {int(d.kw), int(d.kh), cg, kg, g});
+  B wt = weights_view(d, panels_, w);
   static float no_bias_storage[1] = {0.0f};
   B bs = bias ? B(const_cast<float*>(bias), {int(d.oc)}) : B(no_bias_storage, {1});
   if (!bias && d.bias) throw std::invalid_argument("JitForwardKernel::run: the layer has a bias but none was given");
@@ -186,6 +193,7 @@ struct JitBackwardDataKernel::Impl {
 JitBackwardDataKernel::JitBackwardDataKernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
                                              const ForwardBuildOptions& options, KernelSource source)
     : d_(d), impl_(std::make_unique<Impl>()) {
+  panels_ = backward_data_weight_panels(d, s, t);
   impl_->target = halide_target(t.target);
   auto define = [&] {
     impl_->bp = build_backward_data(d, s, t, nullptr, options);
@@ -211,7 +219,7 @@ void JitBackwardDataKernel::run(const float* dy, const float* w, const float* y,
   const ConvDescriptor& d = d_;
   if (d.relu && !y) throw std::invalid_argument("JitBackwardDataKernel::run: the layer fused a ReLU but y is null");
   using B = Halide::Buffer<float>;
-  B wt(const_cast<float*>(w), {int(d.kw), int(d.kh), int(d.icg()), int(d.ocg()), int(d.g)});
+  B wt = weights_view(d, panels_, w);
   B out(dx, {int(d.icg()), int(d.g), int(d.ih * d.iw), int(d.mb)});
   if (impl_->loaded) {
     B dy_view = nhwk_view(d, dy), y_view = d.relu ? nhwk_view(d, y) : unused_mask();

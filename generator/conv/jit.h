@@ -29,9 +29,14 @@ class JitForwardKernel {
   JitForwardKernel(const JitForwardKernel&) = delete;
   JitForwardKernel& operator=(const JitForwardKernel&) = delete;
 
-  // x: NHWC [mb][ih][iw][ic]; w: ONNX OIHW [oc][ic/g][kh][kw]; bias: [oc] or nullptr
-  // when the descriptor has no bias; y: NHWK [mb][oh][ow][oc]. No aliasing.
+  // x: NHWC [mb][ih][iw][ic]; w: ONNX OIHW [oc][ic/g][kh][kw], or the packed panels
+  // when weight_panels() is not empty; bias: [oc] or nullptr when the descriptor has no
+  // bias; y: NHWK [mb][oh][ow][oc]. No aliasing.
   void run(const float* x, const float* w, const float* bias, float* y);
+
+  // A GEMM schedule with pack_weights=prepacked: the panels run() reads (fill them with
+  // pack_weight_panels); else empty and run() takes ONNX weights.
+  const WeightPanels& weight_panels() const { return panels_; }
 
   // Peak bytes the kernel allocated on the heap during the last run (packed panels).
   int64_t last_workspace_bytes() const;
@@ -43,6 +48,7 @@ class JitForwardKernel {
   struct Impl;
   ConvDescriptor d_;
   ConvSchedule s_;
+  WeightPanels panels_;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -55,15 +61,19 @@ class JitBackwardDataKernel {
   JitBackwardDataKernel(const JitBackwardDataKernel&) = delete;
   JitBackwardDataKernel& operator=(const JitBackwardDataKernel&) = delete;
 
-  // dy: NHWK [mb][oh][ow][oc]; w: ONNX OIHW; y: the forward output NHWK, read only when
-  // the layer fused a ReLU (dY is masked by y > 0), else may be null; dx: NHWC
-  // [mb][ih][iw][ic], every element written. No aliasing.
+  // dy: NHWK [mb][oh][ow][oc]; w: ONNX OIHW, or the packed panels when weight_panels()
+  // is not empty; y: the forward output NHWK, read only when the layer fused a ReLU (dY
+  // is masked by y > 0), else may be null; dx: NHWC [mb][ih][iw][ic], every element
+  // written. No aliasing.
   void run(const float* dy, const float* w, const float* y, float* dx);
   int64_t last_workspace_bytes() const;
+  // As JitForwardKernel's: one panel per residue class with taps.
+  const WeightPanels& weight_panels() const { return panels_; }
 
  private:
   struct Impl;
   ConvDescriptor d_;
+  WeightPanels panels_;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -31,14 +31,18 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
   // Weights are packed once per call either way: all at once, or one channel block at a
   // time when channel blocks are the outermost loop (BLIS packs A per MC block), which
   // bounds the packed panel to MC x C/g x R x S.
-  if (!nest.k_blocks_outermost) {
+  if (a.weights_prepacked) {
+    explain(why, "weights read from the panel the caller packed once (schedules/weight_panels.h): no packing per call");
+  } else if (!nest.k_blocks_outermost) {
     a.weights_packed.compute_root();
     if (gemm && s.parallel != Parallel::None) a.weights_packed.parallel(a.kb);
   } else {
     a.weights_packed.compute_at(nest.k_block_level);
     explain(why, "weights packed per channel block (channel blocks outermost)");
   }
-  if (gemm) {
+  if (a.weights_prepacked) {
+    // nothing to schedule: weights_packed is inlined into the micro-kernel's loads
+  } else if (gemm) {
     // The copy is a transpose: ONNX keeps a channel's taps contiguous, the panel keeps
     // MR channels contiguous. For 1x1 kernels read along input channels (contiguous) and
     // scatter; otherwise write MR channels per tap with the channel loop unrolled.

@@ -10,6 +10,7 @@
 //   output  4-D (kg, g, pix, n)    = NHWK activations, K split into groups, pix = p*Q + q
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "schedules/conv_descriptor.h"
 #include "schedules/conv_schedule.h"
 #include "schedules/kernel_plan.h"
+#include "schedules/weight_panels.h"
 
 namespace convgen {
 
@@ -33,6 +35,10 @@ struct ForwardBuildOptions {
   // The weights Func reads contiguous memory along output channels (backward-data's
   // channel-transposed weights), so packing walks MR output channels innermost.
   bool weights_transposed = false;
+  // Set by build_forward / build_backward_data for pack_weights=prepacked GEMM kernels:
+  // the panel (schedules/weight_panels.h) define_scheduled_forward's `weights`, then a
+  // 1-D Func over the caller's packed buffer, holds.
+  std::optional<WeightPanel> weight_panel;
 };
 
 struct ForwardPipeline {

@@ -104,13 +104,17 @@ Func define_scheduled_forward(const ConvDescriptor& d, const ConvSchedule& sched
 ForwardPipeline build_forward(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t, Why* why,
                               const ForwardBuildOptions& options) {
   ForwardPipeline fp;
+  const WeightPanels panels = forward_weight_panels(d, s, t);
+  ForwardBuildOptions built = options;
+  if (!panels.empty()) built.weight_panel = panels.panels[0];
   fp.input = ImageParam(Float(32), 5, "input");
-  fp.weights = ImageParam(Float(32), 5, "weights");
+  fp.weights = ImageParam(Float(32), panels.empty() ? 5 : 1, "weights");
   fp.bias = ImageParam(Float(32), 1, "bias");
-  fp.output = define_scheduled_forward(d, s, t, fp.input, fp.weights, fp.bias, why, options);
+  fp.output = define_scheduled_forward(d, s, t, fp.input, fp.weights, fp.bias, why, built);
   const auto extents = forward_buffer_extents(d);
   pin_dense([&](int i) { return fp.input.dim(i); }, extents[0]);
-  pin_dense([&](int i) { return fp.weights.dim(i); }, extents[1]);
+  pin_dense([&](int i) { return fp.weights.dim(i); },
+            panels.empty() ? extents[1] : std::vector<int>{static_cast<int>(panels.floats)});
   pin_dense([&](int i) { return fp.bias.dim(i); }, extents[2]);
   pin_dense([&](int i) { return fp.output.output_buffer().dim(i); }, extents[3]);
   return fp;

@@ -13,8 +13,13 @@ namespace {
 class GeneratedConv : public TrainConv {
  public:
   GeneratedConv(const TrainConvRequest& r, std::vector<std::string>* why) : d_(r.descriptor) {
+    // Forward and backward-data read weights the trainer packs once per mini-batch when
+    // it asks (schedules/weight_panels.h): the same bits as packing per call, without
+    // repeating the copy for every micro-batch.
     auto schedule = [&](const std::string& pass) {
-      return training_schedule(d_, pass, r.target, r.records, why).schedule;
+      ConvSchedule s = training_schedule(d_, pass, r.target, r.records, why).schedule;
+      if (pass != "bwd_weights" && r.pack_weights_once) s.pack_weights = PackWeights::Prepacked;
+      return s;
     };
     if (r.needs_forward) fwd_ = std::make_unique<JitForwardKernel>(d_, schedule("fwd"), r.target);
     if (r.needs_backward_data) bwd_data_ = std::make_unique<JitBackwardDataKernel>(d_, schedule("bwd_data"), r.target);
@@ -31,11 +36,17 @@ class GeneratedConv : public TrainConv {
   void backward_weights(const float* x, const float* dy, const float* y, float* dw, float* db) override {
     bwd_weights_->run(x, dy, y, dw, db);
   }
+  const WeightPanels& forward_panels() const override { return fwd_ ? fwd_->weight_panels() : no_panels(); }
+  const WeightPanels& backward_data_panels() const override {
+    return bwd_data_ ? bwd_data_->weight_panels() : no_panels();
+  }
   std::string describe() const override {
     const std::string passes = !fwd_ ? "bwd_weights"
                                : bwd_data_ ? "fwd, bwd_data, bwd_weights"
                                            : "fwd, bwd_weights: the input needs no gradient";
-    return fmt::format("generated kernels for {} ({}){}", d_.normalised(), passes, intra_ ? ", intra-kernel parallel" : "");
+    const bool packed = !forward_panels().empty() || !backward_data_panels().empty();
+    return fmt::format("generated kernels for {} ({}){}{}", d_.normalised(), passes,
+                       packed ? ", weights packed once per mini-batch" : "", intra_ ? ", intra-kernel parallel" : "");
   }
 
  private:

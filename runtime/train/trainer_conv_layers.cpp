@@ -37,6 +37,18 @@ constexpr int64_t kChannelBlock = 16;  // output channels per work item when cop
 // modes (part of the checkpoint key) determine it.
 constexpr double kBatchedBelowFlopsPerByte = 16.0;
 
+// A layer run per micro-batch with fewer flops than this per byte of weights per call
+// has its forward and backward-data weights packed once per mini-batch (the trainer's
+// packed panels, trainer_packed_weights.cpp) instead of by every call. The repeated copy
+// weighs most where a call does little work per weight; where it does much, the saving
+// is small and the panels would still cost memory. AMD EPYC Zen 5, 2 threads, img/s
+// against packing per call, and peak RSS above load:
+//   below   64: ResNet-18 +7%, DenseNet-121 +3%, VGG-11 +2% (VGG 241 -> 257 MiB)
+//   below  256: ResNet-18 +10%, DenseNet-121 +8%, VGG-11 +5% (VGG 271 MiB)
+//   every layer: ResNet-18 +11%, DenseNet-121 +8%, VGG-11 +5% (VGG 274 MiB; PyTorch 278)
+// Like the other thresholds a constant: which layers pack changes no bit.
+constexpr double kPackOnceBelowFlopsPerByte = 256.0;
+
 }  // namespace
 
 const char* parallel_mode_name(ParallelMode m) { return m == ParallelMode::WholeBatch ? "whole-batch" : "micro-batch"; }
@@ -129,6 +141,11 @@ void Trainer::Impl::choose_conv_layers() {
     recorded.erase(n.name);
     if (why) why->push_back(fmt::format("{}: parallel mode {} ({})", n.name, parallel_mode_name(L.mode), L.why_mode));
     L.batched = L.mode == ParallelMode::WholeBatch && intensity < kBatchedBelowFlopsPerByte;
+    L.packs_once = !L.batched && intensity < kPackOnceBelowFlopsPerByte;
+    if (why && L.packs_once)
+      why->push_back(fmt::format("{}: weights packed once per mini-batch for forward and backward-data ({:.3g} flop "
+                                 "per byte of weights per micro-batch, below {:g})",
+                                 n.name, intensity, kPackOnceBelowFlopsPerByte));
     if (why && L.batched)
       why->push_back(fmt::format("{}: forward and backward-data over the whole mini-batch at barriers ({:.3g} flop per "
                                  "byte of weights per micro-batch, below {:g})",
@@ -180,6 +197,7 @@ TrainConv* Trainer::Impl::conv_kernels(size_t node, int64_t n, bool intra_kernel
   request.needs_backward_data = needs_forward && values[id(tg.graph.nodes[node].inputs[0])].requires_grad;
   request.needs_forward = needs_forward;
   request.intra_kernel = intra_kernel;
+  request.pack_weights_once = L.packs_once && needs_forward && n < options.batch;
   request.threads = options.threads;
   request.records = options.records;
   request.target = target;
@@ -191,7 +209,8 @@ TrainConv* Trainer::Impl::conv_kernels(size_t node, int64_t n, bool intra_kernel
       auto it = convs.find(key + suffix);
       if (it != convs.end()) return it->second.get();
     }
-  const std::string shared = key + (request.needs_backward_data ? "+dx" : needs_forward ? "" : "+weights");
+  const std::string shared = key + (request.needs_backward_data ? "+dx" : needs_forward ? "" : "+weights") +
+                             (request.pack_weights_once ? "+packed" : "");
   auto it = convs.find(shared);
   if (it == convs.end()) it = convs.emplace(shared, make_conv(request)).first;
   return it->second.get();
@@ -258,7 +277,8 @@ void Trainer::Impl::batched_conv(Action a, size_t node, const Guard& guarded) {
   // The micro-batches' activations are consecutive slices of one mini-batch buffer.
   if (a == Action::ConvForward) {
     const float* bias = n.inputs.size() > 2 && !n.inputs[2].empty() ? data_of(first, id(n.inputs[2])) : nullptr;
-    guarded([&] { k->forward(batch_act[x].data(), w, bias, batch_act[y].data()); });
+    const float* wf = weights_for(node, *k, kForwardPanels, w);
+    guarded([&] { k->forward(batch_act[x].data(), wf, bias, batch_act[y].data()); });
     return;
   }
   // dY, a mini-batch buffer (whole-batch layer): zero where nothing downstream reached it.
@@ -271,7 +291,8 @@ void Trainer::Impl::batched_conv(Action a, size_t node, const Guard& guarded) {
   const int64_t sample = values[x].sample_elements;
   conv_dx.resize(static_cast<size_t>(batch_count * sample));
   const float* yp = n.attributes.fused_relu ? batch_act[y].data() : nullptr;
-  guarded([&] { k->backward_data(batch_grad[y].data(), w, yp, conv_dx.data()); });
+  const float* wd = weights_for(node, *k, kBackwardDataPanels, w);
+  guarded([&] { k->backward_data(batch_grad[y].data(), wd, yp, conv_dx.data()); });
   // Into each micro-batch's gradient of x (its own buffer, or added to what another reader
   // of x wrote), as the micro-batch's backward would have.
 #pragma omp parallel for schedule(static, 1) num_threads(options.threads)

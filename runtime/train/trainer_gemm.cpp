@@ -75,11 +75,13 @@ void Trainer::Impl::batched_gemm(Action a, size_t node, const Guard& guarded) {
     // generated kernels, the samples as the pixels they tile.
     const float* bias = sh.c >= 0 ? data_of(first, sh.c) : nullptr;
     if (a == Action::GemmForward) {
-      guarded([&] { conv->forward(bg.a.data(), w, bias, gemm_y.data()); });
+      const float* wf = weights_for(node, *conv, kForwardPanels, w);
+      guarded([&] { conv->forward(bg.a.data(), wf, bias, gemm_y.data()); });
     } else {
       float* db = bg.bias_param >= 0 ? deferred_grad[bg.bias_param].data() : nullptr;
       guarded([&] { conv->backward_weights(bg.a.data(), gemm_dy.data(), nullptr, deferred_grad[values[sh.w].parameter].data(), db); });
-      if (values[sh.a].requires_grad) guarded([&] { conv->backward_data(gemm_dy.data(), w, nullptr, gemm_da.data()); });
+      const float* wd = weights_for(node, *conv, kBackwardDataPanels, w);
+      if (values[sh.a].requires_grad) guarded([&] { conv->backward_data(gemm_dy.data(), wd, nullptr, gemm_da.data()); });
     }
     scatter_gemm(a, sh, micro, guarded);
     return;

@@ -6,6 +6,7 @@
 //   trainer_batch_norm.cpp  BatchNormalization's mini-batch statistics
 //   trainer_gemm.cpp        Gemm / MatMul layers over the whole mini-batch
 //   trainer_conv_layers.cpp each Conv's parallel mode, cropped taps and whole-batch gradient
+//   trainer_packed_weights.cpp the kernels' weight panels, packed once per mini-batch
 //   trainer_update.cpp      gradients summed by the fixed tree, then the SGD update
 #pragma once
 
@@ -18,6 +19,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -30,6 +32,7 @@
 #include "schedules/conv_descriptor.h"
 #include "schedules/conv_schedule.h"
 #include "schedules/tap_window.h"
+#include "schedules/weight_panels.h"
 
 namespace convgen::model {
 
@@ -220,6 +223,9 @@ struct Trainer::Impl {
     // Whole-batch and so little work per weight that forward and backward-data also run
     // over the whole mini-batch, at barriers (batched_conv), not per micro-batch.
     bool batched = false;
+    // Forward and backward-data per micro-batch read panels packed once per step (see
+    // kPackOnceBelowFlopsPerByte).
+    bool packs_once = false;
     int w_param = -1, b_param = -1;
     FloatBuffer cropped_w;       // [oc][icg][taps.kh][taps.kw], refreshed before each mini-batch
     FloatBuffer cropped_dw;      // whole-batch, cropped: the weight gradient, expanded by the update
@@ -239,6 +245,36 @@ struct Trainer::Impl {
   TrainConv* conv_kernels(size_t node, int64_t n, bool intra_kernel, bool needs_forward);
   // Cropped layers' weights copied from the parameters (before every mini-batch).
   void refresh_cropped_weights();
+
+  // ---- weights packed once per mini-batch (trainer_packed_weights.cpp) -------------------
+  // Kernels that read packed panels (TrainConv::forward_panels / backward_data_panels)
+  // get one buffer per layer, pass and layout. Forward panels are packed before every
+  // mini-batch. A layer whose backward runs in a later phase than its last forward reuses
+  // the forward panels' memory for its backward-data panels, packed at that phase's
+  // start (the weights change only in the update after the layer's last backward), so
+  // the panels take about one copy of those weights, not two.
+  enum PanelPass { kForwardPanels, kBackwardDataPanels };
+  struct PackedWeights {
+    size_t node = 0;
+    PanelPass pass = kForwardPanels;
+    WeightPanels panels;
+    FloatBuffer storage;          // empty when it borrows its forward entry's
+    float* data = nullptr;
+    int64_t pack_before_phase = -1;  // -1: before the mini-batch; else before this train phase
+  };
+  std::map<std::tuple<size_t, int, std::string>, PackedWeights> packed_weights;  // (node, pass, layout)
+  std::map<std::tuple<size_t, const TrainConv*, int>, const PackedWeights*> packed_for;  // (node, kernels, pass)
+  // Entries for every (node, kernels) the mini-batch may run (sharing planned when they
+  // change), then the panels packed before the mini-batch.
+  void prepare_packed_weights(bool train);
+  void plan_packed_weights();
+  // Packs the entries whose pack_before_phase is `phase` (-1: before the mini-batch;
+  // backward-data panels only when training).
+  void pack_panels(int64_t phase, bool train);
+  // The weights a layer's kernel reads for `pass`: w itself, or its packed panels.
+  const float* weights_for(size_t node, const TrainConv& k, PanelPass pass, const float* w) const;
+  // The layer's weights as the kernels' panels are packed from (cropped when it is).
+  const float* unpacked_weights(size_t node);
   // One whole-batch layer's weight gradient over the mini-batch of `count` samples; its
   // kernel's parallel loops use the threads of the caller's team (one thread when called
   // inside a parallel region).

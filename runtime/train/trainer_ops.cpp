@@ -25,7 +25,8 @@ void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
       TrainConv& k = *kernels.at({node_index, slot.size});
       const ConvLayer& layer = conv_layers.at(node_index);
       const float* bias = n.inputs.size() > 2 && !n.inputs[2].empty() ? x(2).data : nullptr;
-      k.forward(x(0).data, layer.crop ? layer.cropped_w.data() : x(1).data, bias, y.data);
+      k.forward(x(0).data, weights_for(node_index, k, kForwardPanels, layer.crop ? layer.cropped_w.data() : x(1).data),
+                bias, y.data);
       return;
     }
     case Op::Relu: case Op::LeakyRelu: case Op::Clip: case Op::Sigmoid:
@@ -167,7 +168,8 @@ void Trainer::Impl::backward(Slot& slot, size_t node_index) {
       }
       if (values[in_id(0)].requires_grad) {
         const Target tx = target_for(slot, in_id(0));
-        write_or_add(slot, tx, [&](float* dx) { k.backward_data(dy.data, wp, yp, dx); });
+        const float* w = weights_for(node_index, k, kBackwardDataPanels, wp);
+        write_or_add(slot, tx, [&](float* dx) { k.backward_data(dy.data, w, yp, dx); });
       }
       return;
     }

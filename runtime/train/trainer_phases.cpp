@@ -120,6 +120,7 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
   ensure_batch_kernels(count);
   allocate_batch_buffers();
   refresh_cropped_weights();
+  prepare_packed_weights(train);
   if (static_cast<int64_t>(slots.size()) < micro) slots.resize(static_cast<size_t>(micro));
   const int64_t sample_floats = values[input].sample_elements;
   for (int64_t i = 0; i < micro; ++i) {
@@ -182,6 +183,7 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
   omp_set_num_threads(options.threads);  // the kernels' own parallel loops
   for (size_t ph = 0; ph < phases.size() && !failed; ++ph) {
     const Clock::time_point phase_start = profile ? Clock::now() : Clock::time_point{};
+    if (train) pack_panels(static_cast<int64_t>(ph), train);
     if (intra) {
       for (int64_t i = 0; i < micro && !failed; ++i) guarded([&] { run(ph, i); });
     } else {

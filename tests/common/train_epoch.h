@@ -14,9 +14,9 @@
 
 namespace convgen::test {
 
-// One epoch over `samples` synthetic samples, shuffled, in mini-batches of `batch`.
-inline TrainRun train_epoch(const std::string& model, int64_t samples, int64_t batch, int threads, bool intra,
-                             int64_t micro_batch = 0, const std::map<std::string, model::ParallelMode>& modes = {}) {
+// The options every epoch below trains with.
+inline model::TrainerOptions epoch_options(int64_t batch, int threads, bool intra, int64_t micro_batch = 0,
+                                           const std::map<std::string, model::ParallelMode>& modes = {}) {
   model::TrainerOptions o;
   o.parallel_modes = modes;
   o.batch = batch;
@@ -27,8 +27,12 @@ inline TrainRun train_epoch(const std::string& model, int64_t samples, int64_t b
   o.momentum = 0.9f;
   o.weight_decay = 5e-4f;
   o.seed = 7;
-  auto trainer_owned = model::make_trainer(model, o, default_target());
-  model::Trainer& trainer = *trainer_owned;
+  return o;
+}
+
+// One epoch over `samples` synthetic samples, shuffled, in mini-batches of the trainer's batch.
+inline TrainRun train_epoch(model::Trainer& trainer, int64_t samples) {
+  const int64_t batch = trainer.options().batch;
   const auto& tg = trainer.graph();
   data::SampleSpec spec;
   spec.channels = tg.sample_shape[0], spec.height = tg.sample_shape[1], spec.width = tg.sample_shape[2];
@@ -46,6 +50,12 @@ inline TrainRun train_epoch(const std::string& model, int64_t samples, int64_t b
   run.parameters = trainer.parameters();
   run.state = trainer.state_tensors();
   return run;
+}
+
+inline TrainRun train_epoch(const std::string& model, int64_t samples, int64_t batch, int threads, bool intra,
+                            int64_t micro_batch = 0, const std::map<std::string, model::ParallelMode>& modes = {}) {
+  auto trainer = model::make_trainer(model, epoch_options(batch, threads, intra, micro_batch, modes), default_target());
+  return train_epoch(*trainer, samples);
 }
 
 // Every thread count, and intra-kernel parallelism, against one thread.

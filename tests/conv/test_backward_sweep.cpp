@@ -16,6 +16,7 @@
 #include "schedules/backward_data_classes.h"
 #include "schedules/kernel_plan.h"
 #include "schedules/schedule_records.h"
+#include "schedules/weight_panels.h"
 #include "tests/common/guarded_output.h"
 #include "tests/common/reference_conv_backward.h"
 #include "tests/conv/sweep_plan.h"
@@ -87,7 +88,10 @@ Outcome run_backward_data(JitBackwardDataKernel& k, const ConvDescriptor& d, boo
   const auto abs_sum = reference_backward_data(d, absolute(in.dy_masked), absolute(in.w));
   if (integer_valued) REQUIRE(max_of(abs_sum) < double(1 << 24));  // exact fp32 sums
   GuardedOutput dx(want.size());
-  k.run(in.dy.data(), in.w.data(), d.relu ? in.y.data() : nullptr, dx.data());
+  const WeightPanels& panels = k.weight_panels();  // pack_weights=prepacked: packed here
+  std::vector<float> packed(static_cast<size_t>(panels.floats), std::nanf(""));
+  if (!panels.empty()) pack_weight_panels(panels, in.w.data(), packed.data());
+  k.run(in.dy.data(), panels.empty() ? in.w.data() : packed.data(), d.relu ? in.y.data() : nullptr, dx.data());
   Outcome o;
   compare("dx", dx, want, abs_sum, double(d.ocg() * d.kh * d.kw), integer_valued, o);
   return o;

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "generator/conv/jit.h"
+#include "schedules/weight_panels.h"
 #include "tests/common/guarded_output.h"
 #include "tests/common/reference_conv.h"
 #include "tests/conv/sweep_plan.h"
@@ -52,7 +53,11 @@ Outcome run_and_compare(JitForwardKernel& kernel, const ConvDescriptor& d, bool 
   const Tensors in = make_inputs(d, integer_valued, seed);
   const ReferenceResult ref = reference_forward(d, in.x, in.w, in.b);
   GuardedOutput out(ref.y.size());
-  kernel.run(in.x.data(), in.w.data(), d.bias ? in.b.data() : nullptr, out.data());
+  // pack_weights=prepacked: the caller packs the panels the kernel reads.
+  const WeightPanels& panels = kernel.weight_panels();
+  std::vector<float> packed(static_cast<size_t>(panels.floats), std::nanf(""));
+  if (!panels.empty()) pack_weight_panels(panels, in.w.data(), packed.data());
+  kernel.run(in.x.data(), panels.empty() ? in.w.data() : packed.data(), d.bias ? in.b.data() : nullptr, out.data());
   Outcome o;
   o.guard_damage = out.damaged_guards();
   const double terms = double(d.icg() * d.kh * d.kw + 1);
@@ -370,4 +375,21 @@ TEST_CASE("analytic default: first layers stage flat padded rows and run exact; 
     JitForwardKernel kernel(d, s, t, broken);
     CHECK(run_and_compare(kernel, d, true, 7).mismatches > 0);
   }
+}
+
+TEST_CASE("sweep plan: prepacked weights run in many cases and classes, strided backward-data with several panels",
+          "[plan]") {
+  const TargetInfo t = sweep_target();
+  int forward = 0, strided = 0;
+  std::set<std::string> classes;
+  for (const auto& c : full_sweep()) {
+    if (forward_weight_panels(c.descriptor, c.schedule, t).empty()) continue;
+    ++forward;
+    classes.insert(c.edge_class);
+    if (backward_data_weight_panels(c.descriptor, c.schedule, t).panels.size() > 1) ++strided;
+  }
+  INFO(forward << " cases in " << classes.size() << " classes, " << strided << " with several residue classes");
+  CHECK(forward >= 30);
+  CHECK(classes.size() >= 10);
+  CHECK(strided >= 5);
 }

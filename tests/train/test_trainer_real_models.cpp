@@ -11,8 +11,12 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "generator/train/conv_factories.h"
+#include "generator/train/prepare_graph.h"
 #include "generator/train/trainer_from_model.h"
 #include "runtime/train/trainer.h"
 #include "tests/common/train_epoch.h"
@@ -68,4 +72,31 @@ TEST_CASE("trainer invariance: torchvision mobilenet_v2", "[trainer][real_model]
   const std::string path = exported("mobilenet_v2");
   require_both_modes(path);
   test::require_thread_invariance(path, 10, 4, 2);
+}
+
+// Forward and backward-data of the layers run per micro-batch on small images read
+// weights the trainer packs once per mini-batch (forward panels before it, backward-data
+// panels into the same memory at their layer's first backward phase): the same bits as
+// kernels that pack per call.
+TEST_CASE("trainer: weights packed once per mini-batch give the bits of per-call packing (torchvision resnet18)",
+          "[trainer][real_model]") {
+  const std::string path = exported("resnet18");
+  auto trainer_with = [&](bool pack_once_allowed, std::vector<std::string>* why) {
+    const model::TrainerOptions o = test::epoch_options(4, 2, false, 2);
+    model::TrainConvFactory factory = [pack_once_allowed, why](const model::TrainConvRequest& r) {
+      model::TrainConvRequest request = r;
+      request.pack_weights_once = request.pack_weights_once && pack_once_allowed;
+      return model::make_generated_conv(request, why);
+    };
+    return std::make_unique<model::Trainer>(model::prepare_training_graph(path, 2), o, default_target(), factory, why);
+  };
+  std::vector<std::string> why;
+  auto packed = trainer_with(true, &why);
+  packed->prepare(4);
+  int packing_layers = 0;
+  for (const std::string& line : why) packing_layers += line.find("weights packed once per mini-batch") != std::string::npos;
+  INFO("layers that pack once: " << packing_layers);
+  CHECK(packing_layers >= 4);
+  auto per_call = trainer_with(false, nullptr);
+  test::require_identical(test::train_epoch(*per_call, 10), test::train_epoch(*packed, 10));
 }
