@@ -40,7 +40,9 @@ options:
                           in the same interleaved samples (columns tuned, tn/dn)
   --schedule-verbose      print the analytic schedule's reasons for every layer
   --schedule WORDS        override fields of convgen's schedule on every layer and pass, e.g.
-                          'mr=8 nr=8' (same words as convgen compile-layer --schedule)
+                          'mr=8 nr=8' (same words as convgen compile-layer --schedule);
+                          'pack_weights=prepacked' packs GEMM weights once, untimed, as
+                          oneDNN's are reordered (what the trainer does per mini-batch)
   --target T              convgen's kernel target (default: the build's default, AVX2+FMA;
                           'host' = the widest this CPU runs, e.g. AVX-512). The FMA probe
                           measures the peak with the same vector width.

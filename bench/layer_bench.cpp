@@ -20,6 +20,7 @@
 #include "schedules/errors.h"
 #include "schedules/schedule_records.h"
 #include "schedules/schedule_selection.h"
+#include "schedules/weight_panels.h"
 #include "schedules/tap_window.h"
 
 namespace convgen::bench {
@@ -235,6 +236,15 @@ struct Cropping {
   const float* w(const Inputs& in) const { return active ? weights->data() : in.w.data(); }
 };
 
+// A kernel scheduled pack_weights=prepacked reads panels packed once here, untimed (as
+// oneDNN's weights are reordered once before its timed calls); null when it packs per call.
+std::shared_ptr<FloatBuffer> packed_weights(const convgen::WeightPanels& panels, const float* w) {
+  if (panels.empty()) return nullptr;
+  auto packed = std::make_shared<FloatBuffer>(static_cast<size_t>(panels.floats));
+  convgen::pack_weight_panels(panels, w, packed->data());
+  return packed;
+}
+
 Cropping cropping_for(LayerResult& res, const Inputs& in) {
   const ConvDescriptor& d = res.layer.d;
   Cropping c;
@@ -278,7 +288,10 @@ void set_up_forward(LayerResult& res, const Inputs& in, Outputs* out, const Opti
       out[p] = {unwritten(y_size)};
       float* y = out[p][0].data();
       PeerResult& r = res.peer[p];
-      r.call = [kernel, &in, w = crop.w(in), keep = crop.weights, bias, y] { kernel->run(in.x.data(), w, bias, y); };
+      auto packed = packed_weights(kernel->weight_panels(), crop.w(in));
+      r.call = [kernel, &in, w = packed ? packed->data() : crop.w(in), keep = crop.weights, packed, bias, y] {
+        kernel->run(in.x.data(), w, bias, y);
+      };
       r.finish = [kernel, &r] { r.workspace_bytes = kernel->last_workspace_bytes(); };
     });
   }
@@ -319,7 +332,10 @@ void set_up_backward_data(LayerResult& res, const Inputs& in, Outputs* out, cons
       out[p] = {unwritten(dx_size)};
       float* dx = out[p][0].data();
       PeerResult& r = res.peer[p];
-      r.call = [kernel, &in, w = crop.w(in), keep = crop.weights, y, dx] { kernel->run(in.dy.data(), w, y, dx); };
+      auto packed = packed_weights(kernel->weight_panels(), crop.w(in));
+      r.call = [kernel, &in, w = packed ? packed->data() : crop.w(in), keep = crop.weights, packed, y, dx] {
+        kernel->run(in.dy.data(), w, y, dx);
+      };
       r.finish = [kernel, &r] { r.workspace_bytes = kernel->last_workspace_bytes(); };
     });
   }

@@ -78,7 +78,7 @@ std::vector<NodeTime> Trainer::profile() const {
                      passes[p], total[3 * n + p]});
     }
   // Wall time of the step's parts; "waiting" is thread-seconds idle at the phases' ends.
-  const char* parts[] = {"phases", "waiting", "combines", "tail:dW+updates"};
+  const char* parts[] = {"phases", "waiting", "combines", "tail:dW+updates", "packing weights"};
   for (int p = 0; p < Impl::kStepParts; ++p)
     if (s.step_seconds[p] != 0.0) out.push_back({"(step)", parts[p], p == Impl::kWaiting ? "threads" : "wall", s.step_seconds[p]});
   for (size_t t = 0; t < s.thread_busy.size(); ++t)

@@ -197,8 +197,8 @@ struct Trainer::Impl {
   // Profiling, wall time of the step's parts (Trainer::profile()'s "(step)" rows): inside
   // the phases' parallel regions, threads waiting at their ends (thread-seconds), the
   // combines between phases, the tail after the last phase (the whole-batch weight
-  // gradients and updates still to do).
-  enum StepPart { kPhases, kWaiting, kCombines, kTail, kStepParts };
+  // gradients and updates still to do), packing weight panels between phases.
+  enum StepPart { kPhases, kWaiting, kCombines, kTail, kPacking, kStepParts };
   std::array<double, kStepParts> step_seconds{};
   std::vector<double> thread_busy;  // profiling: each thread's time at work inside the phases
   static constexpr int64_t kGemmBlock = 128;  // columns (rows of dW) per work item
@@ -262,6 +262,7 @@ struct Trainer::Impl {
     float* data = nullptr;
     int64_t pack_before_phase = -1;  // -1: before the mini-batch; else before this train phase
   };
+
   std::map<std::tuple<size_t, int, std::string>, PackedWeights> packed_weights;  // (node, pass, layout)
   std::map<std::tuple<size_t, const TrainConv*, int>, const PackedWeights*> packed_for;  // (node, kernels, pass)
   // Entries for every (node, kernels) the mini-batch may run (sharing planned when they

@@ -5,6 +5,7 @@
 #include "runtime/train/trainer_impl.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 
 #include <fmt/format.h>
@@ -72,11 +73,12 @@ void Trainer::Impl::prepare_packed_weights(bool train) {
 void Trainer::Impl::plan_packed_weights() {
   // Each node's last train phase with its forward and first with its backward.
   std::map<size_t, int64_t> last_forward, first_backward;
-  for (size_t ph = 0; ph < train_phases.size(); ++ph)
+  for (size_t ph = 0; ph < train_phases.size(); ++ph) {
     for (const Step& st : train_phases[ph].steps) {
       if (st.action == Action::Forward) last_forward[st.node] = int64_t(ph);
       if (st.action == Action::Backward && !first_backward.count(st.node)) first_backward[st.node] = int64_t(ph);
     }
+  }
   std::map<size_t, std::vector<PackedWeights*>> by_node;
   for (auto& [key, p] : packed_weights) by_node[p.node].push_back(&p);
   for (auto& [node, entries] : by_node) {
@@ -120,9 +122,12 @@ void Trainer::Impl::pack_panels(int64_t phase, bool train) {
     for (int64_t b = 0; b < blocks; b += step) items.push_back({&p, from, b, std::min(blocks, b + step)});
   }
   if (items.empty()) return;
+  const auto start = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
 #pragma omp parallel for schedule(dynamic, 1) num_threads(options.threads)
   for (size_t i = 0; i < items.size(); ++i)
     pack_weight_panels(items[i].packed->panels, items[i].from, items[i].packed->data, items[i].begin, items[i].end);
+  if (options.profile)
+    step_seconds[kPacking] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 const float* Trainer::Impl::weights_for(size_t node, const TrainConv& k, PanelPass pass, const float* w) const {
