@@ -77,11 +77,11 @@ Func define_scheduled_forward(const ConvDescriptor& d, const ConvSchedule& sched
                                    "using depthwise",
                                    d.ic, t.vector_floats));
   }
-  const int kg = static_cast<int>(d.ocg());
   int mr = s.mr;
   if (s.strategy == Strategy::Gemm) {
-    mr = static_cast<int>(std::min<int64_t>(s.mr, round_up(kg, t.vector_floats)));
-    if (mr != s.mr) explain(why, fmt::format("mr {} clamped to {}: only {} output channels per group", s.mr, mr, kg));
+    mr = gemm_weight_block(d, s, t);  // the packed panels' block (schedules/weight_panels.h)
+    if (mr != s.mr)
+      explain(why, fmt::format("mr {} clamped to {}: only {} output channels per group", s.mr, mr, d.ocg()));
   }
   const char* what = s.strategy == Strategy::Gemm        ? "implicit GEMM, vectors along output channels of a group"
                      : s.strategy == Strategy::Depthwise ? "vectors along output channels across groups"

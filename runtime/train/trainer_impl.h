@@ -265,6 +265,7 @@ struct Trainer::Impl {
 
   std::map<std::tuple<size_t, int, std::string>, PackedWeights> packed_weights;  // (node, pass, layout)
   std::map<std::tuple<size_t, const TrainConv*, int>, const PackedWeights*> packed_for;  // (node, kernels, pass)
+  std::map<int64_t, std::vector<PackedWeights*>> packed_before_phase;  // by pack_before_phase
   // Entries for every (node, kernels) the mini-batch may run (sharing planned when they
   // change), then the panels packed before the mini-batch.
   void prepare_packed_weights(bool train);

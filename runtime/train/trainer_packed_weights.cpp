@@ -103,6 +103,8 @@ void Trainer::Impl::plan_packed_weights() {
       backward->pack_before_phase = b->second;
     }
   }
+  packed_before_phase.clear();
+  for (auto& [key, p] : packed_weights) packed_before_phase[p.pack_before_phase].push_back(&p);
 }
 
 void Trainer::Impl::pack_panels(int64_t phase, bool train) {
@@ -111,14 +113,16 @@ void Trainer::Impl::pack_panels(int64_t phase, bool train) {
     const float* from;
     int64_t begin, end;
   };
+  const auto due = packed_before_phase.find(phase);
+  if (due == packed_before_phase.end()) return;
   std::vector<Item> items;
-  for (auto& [key, p] : packed_weights) {
-    if (p.pack_before_phase != phase || (!train && p.pass == kBackwardDataPanels)) continue;
-    const float* from = unpacked_weights(p.node);
-    const int64_t blocks = packed_blocks(p.panels);
-    const int64_t per_block = std::max<int64_t>(1, p.panels.floats / std::max<int64_t>(1, blocks));
+  for (PackedWeights* p : due->second) {
+    if (!train && p->pass == kBackwardDataPanels) continue;
+    const float* from = unpacked_weights(p->node);
+    const int64_t blocks = packed_blocks(p->panels);
+    const int64_t per_block = std::max<int64_t>(1, p->panels.floats / std::max<int64_t>(1, blocks));
     const int64_t step = std::max<int64_t>(1, kPackItemFloats / per_block);
-    for (int64_t b = 0; b < blocks; b += step) items.push_back({&p, from, b, std::min(blocks, b + step)});
+    for (int64_t b = 0; b < blocks; b += step) items.push_back({p, from, b, std::min(blocks, b + step)});
   }
   if (items.empty()) return;
   const auto start = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};

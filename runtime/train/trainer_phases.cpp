@@ -183,7 +183,7 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
   omp_set_num_threads(options.threads);  // the kernels' own parallel loops
   for (size_t ph = 0; ph < phases.size() && !failed; ++ph) {
     const Clock::time_point phase_start = profile ? Clock::now() : Clock::time_point{};
-    if (train) pack_panels(static_cast<int64_t>(ph), train);
+    if (train) pack_panels(static_cast<int64_t>(ph), true);
     if (intra) {
       for (int64_t i = 0; i < micro && !failed; ++i) guarded([&] { run(ph, i); });
     } else {
