@@ -1,12 +1,11 @@
 // The forward kernel as a Halide Generator ("convgen_conv_fwd"), for projects that use
 // Halide's own CMake helpers (add_halide_library) or GenGen. Same algorithm and schedule
 // code as `convgen compile-layer`; GeneratorParams are the full layer descriptor.
-#include <stdexcept>
-
 #include <Halide.h>
 
 #include "generator/conv/pipeline.h"
 #include "schedules/conv_descriptor.h"
+#include "schedules/errors.h"
 #include "schedules/schedule_records.h"
 
 namespace convgen {
@@ -39,8 +38,9 @@ class ConvForwardGenerator : public Halide::Generator<ConvForwardGenerator> {
                                           : parse_record_line(record, "schedule_record").schedule;
     // Its weights input is ONNX OIHW (5-D); packed panels would be a flat buffer.
     if (!forward_weight_panels(d, s, t).empty())
-      throw std::invalid_argument("convgen_conv_fwd: schedule_record asks pack_weights=prepacked; the Generator takes "
-                                  "ONNX weights (use convgen compile-layer for a kernel that reads packed panels)");
+      throw Error(ExitCode::Usage, "convgen_conv_fwd: schedule_record asks pack_weights=prepacked; the Generator "
+                                   "takes ONNX weights (use convgen compile-layer for a kernel that reads packed "
+                                   "panels)");
     output = define_scheduled_forward(d, s, t, input, weights, bias_values, nullptr, {});
     const auto extents = forward_buffer_extents(d);
     pin_dense([&](int i) { return input.dim(i); }, extents[0]);
