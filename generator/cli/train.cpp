@@ -206,10 +206,10 @@ std::string format_seconds(double s) {
 // What a resumed run must share with the run that wrote the checkpoint: everything that
 // shapes the sequence of steps (not --threads, --epochs or --steps: those only decide who
 // computes and how far).
-std::string resume_key(const TrainSetup& s, int64_t micro_batch, const std::string& parallel_modes) {
-  return fmt::format("data={} batch={} micro_batch={} parallel_modes={} lr={:.9g} momentum={:.9g} weight_decay={:.9g} lr_schedule={} "
+std::string resume_key(const TrainSetup& s, int64_t micro_batch, const std::string& execution) {
+  return fmt::format("data={} batch={} micro_batch={} execution={} lr={:.9g} momentum={:.9g} weight_decay={:.9g} lr_schedule={} "
                      "seed={} shuffle={} normalize={} synthetic_count={} schedules={} target={} conv_impl={}",
-                     s.data, s.trainer.batch, micro_batch, parallel_modes, s.trainer.lr, s.trainer.momentum, s.trainer.weight_decay,
+                     s.data, s.trainer.batch, micro_batch, execution, s.trainer.lr, s.trainer.momentum, s.trainer.weight_decay,
                      s.lr_schedule, s.trainer.seed, s.shuffle, s.normalize, s.synthetic_count, s.schedules, s.target,
                      s.trainer.conv_impl) +
          (s.lr_schedule == "cosine" ? fmt::format(" cosine_epochs={}", s.schedule_epochs) : std::string());
@@ -280,7 +280,7 @@ int train_model(const Args& args) {
     if (!log) throw Error(ExitCode::Io, fmt::format("{}: cannot write", s.log));
   }
   const std::string model_hash = sha256_file_hex(s.model);
-  const std::string key = resume_key(s, trainer.micro_batch(), trainer.parallel_modes());
+  const std::string key = resume_key(s, trainer.micro_batch(), trainer.execution_key());
   int64_t start_step = 0, start_epoch = 0, start_position = 0;
   if (!s.resume.empty()) {
     const train::Checkpoint c = train::load_checkpoint(s.resume);

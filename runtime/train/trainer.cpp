@@ -178,6 +178,12 @@ std::vector<std::string> Trainer::batched_layers() const {
   return out;
 }
 
+std::string Trainer::execution_key() const {
+  std::string batched;
+  for (const std::string& name : batched_layers()) batched += (batched.empty() ? "" : ",") + name;
+  return parallel_modes() + " batched=" + batched;
+}
+
 double Trainer::step_flops(int64_t count) const {
   const Impl& s = *impl_;
   double flops = 0.0;

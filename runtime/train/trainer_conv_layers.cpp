@@ -29,12 +29,13 @@ namespace {
 constexpr int64_t kChannelBlock = 16;  // output channels per work item when copying weights
 
 // A whole-batch layer whose micro-batch does fewer flops than this per byte of weights
-// (m * P * Q / 2 for a 1x1 kernel: fewer than 32 output pixels per call) also runs its
-// forward and backward-data once over the mini-batch, at a barrier: per micro-batch, each
-// call re-packs all the weights for a few output rows (ResNeXt-50's layer4 at 32x32,
-// 2048 -> 1024 on 1x1 images: 6 GF/s per call of 8 samples, 27 at 32; AMD EPYC Zen 4,
-// one thread). A constant, like every choice that fixes the summation order, so the
-// modes (part of the checkpoint key) determine it.
+// (m * P * Q / 2 for a 1x1 kernel: fewer than 32 output pixels per call) and whose
+// kernel reads at least TrainerOptions::batched_from_weight_bytes of weights also runs
+// its forward and backward-data once over the mini-batch, at a barrier: per micro-batch,
+// each call would stream all the weights for a few output rows (ResNeXt-50's layer4 at
+// 32x32, 2048 -> 1024 on 1x1 images: 6 GF/s per call of 8 samples, 27 at 32; AMD EPYC
+// Zen 4, one thread). A constant, like every choice that fixes the summation order, so
+// the modes and the weight floor (both in the checkpoint key) determine it.
 constexpr double kBatchedBelowFlopsPerByte = 16.0;
 
 // A layer run per micro-batch with fewer flops than this per byte of weights per call
@@ -140,8 +141,16 @@ void Trainer::Impl::choose_conv_layers() {
     }
     recorded.erase(n.name);
     if (why) why->push_back(fmt::format("{}: parallel mode {} ({})", n.name, parallel_mode_name(L.mode), L.why_mode));
-    L.batched = L.mode == ParallelMode::WholeBatch && intensity < kBatchedBelowFlopsPerByte;
+    const double kernel_weight_bytes = 4.0 * double(work.oc * work.icg() * work.kh * work.kw);
+    const bool few_flops = L.mode == ParallelMode::WholeBatch && intensity < kBatchedBelowFlopsPerByte;
+    L.batched = few_flops && kernel_weight_bytes >= double(options.batched_from_weight_bytes);
     L.packs_once = !L.batched && intensity < kPackOnceBelowFlopsPerByte;
+    if (why && few_flops && !L.batched)
+      why->push_back(fmt::format("{}: forward and backward-data per micro-batch although {:.3g} flop per byte of weights "
+                                 "is below {:g}: its kernel's {:.0f} KiB of weights are below the {} KiB a barrier "
+                                 "pass needs",
+                                 n.name, intensity, kBatchedBelowFlopsPerByte, kernel_weight_bytes / 1024.0,
+                                 options.batched_from_weight_bytes / 1024));
     if (why && L.packs_once)
       why->push_back(fmt::format("{}: weights packed once per mini-batch for forward and backward-data ({:.3g} flop "
                                  "per byte of weights per micro-batch, below {:g})",

@@ -15,8 +15,8 @@ namespace {
 
 std::string driver_options_key(const Trainer& trainer, const std::string& weights_key) {
   const TrainerOptions& o = trainer.options();
-  return fmt::format("driver={} batch={} micro_batch={} parallel_modes={} momentum={:.9g} weight_decay={:.9g} seed={}",
-                     weights_key, o.batch, o.micro_batch, trainer.parallel_modes(), o.momentum, o.weight_decay, o.seed);
+  return fmt::format("driver={} batch={} micro_batch={} execution={} momentum={:.9g} weight_decay={:.9g} seed={}",
+                     weights_key, o.batch, o.micro_batch, trainer.execution_key(), o.momentum, o.weight_decay, o.seed);
 }
 
 }  // namespace

@@ -15,10 +15,13 @@
 namespace convgen::test {
 
 // The options every epoch below trains with.
+// batched_from_weight_bytes < 0 keeps the trainer's default.
 inline model::TrainerOptions epoch_options(int64_t batch, int threads, bool intra, int64_t micro_batch = 0,
-                                           const std::map<std::string, model::ParallelMode>& modes = {}) {
+                                           const std::map<std::string, model::ParallelMode>& modes = {},
+                                           int64_t batched_from_weight_bytes = -1) {
   model::TrainerOptions o;
   o.parallel_modes = modes;
+  if (batched_from_weight_bytes >= 0) o.batched_from_weight_bytes = batched_from_weight_bytes;
   o.batch = batch;
   o.micro_batch = micro_batch;
   o.threads = threads;
@@ -53,22 +56,24 @@ inline TrainRun train_epoch(model::Trainer& trainer, int64_t samples) {
 }
 
 inline TrainRun train_epoch(const std::string& model, int64_t samples, int64_t batch, int threads, bool intra,
-                            int64_t micro_batch = 0, const std::map<std::string, model::ParallelMode>& modes = {}) {
-  auto trainer = model::make_trainer(model, epoch_options(batch, threads, intra, micro_batch, modes), default_target());
+                            int64_t micro_batch = 0, const std::map<std::string, model::ParallelMode>& modes = {},
+                            int64_t batched_from_weight_bytes = -1) {
+  auto trainer = model::make_trainer(
+      model, epoch_options(batch, threads, intra, micro_batch, modes, batched_from_weight_bytes), default_target());
   return train_epoch(*trainer, samples);
 }
 
 // Every thread count, and intra-kernel parallelism, against one thread.
 inline void require_thread_invariance(const std::string& model, int64_t samples, int64_t batch,
-                                      int64_t micro_batch = 0) {
-  const TrainRun one = train_epoch(model, samples, batch, 1, false, micro_batch);
+                                      int64_t micro_batch = 0, int64_t batched_from_weight_bytes = -1) {
+  const TrainRun one = train_epoch(model, samples, batch, 1, false, micro_batch, {}, batched_from_weight_bytes);
   for (double l : one.losses) REQUIRE(std::isfinite(l));
   for (int threads : {2, 3, 4}) {
     INFO("threads " << threads);
-    require_identical(one, train_epoch(model, samples, batch, threads, false, micro_batch));
+    require_identical(one, train_epoch(model, samples, batch, threads, false, micro_batch, {}, batched_from_weight_bytes));
   }
   INFO("intra-kernel parallelism on 2 threads");
-  require_identical(one, train_epoch(model, samples, batch, 2, true, micro_batch));
+  require_identical(one, train_epoch(model, samples, batch, 2, true, micro_batch, {}, batched_from_weight_bytes));
 }
 
 }  // namespace convgen::test

@@ -51,7 +51,7 @@ run_case small_resnet 24
 expect_error 8 "other options" train "$root/models/lenet.onnx" --data synthetic --synthetic-count 300 --batch 32 \
   --steps 70 --threads 2 --seed 5 --lr 0.02 --resume "$work/lenet.ck"
 # ... and to its layers' parallel modes (they shape the summation order).
-expect_error 8 "parallel_modes=" train "$root/models/lenet.onnx" --data synthetic --synthetic-count 300 --batch 32 \
+expect_error 8 "execution=" train "$root/models/lenet.onnx" --data synthetic --synthetic-count 300 --batch 32 \
   --steps 70 --threads 2 --seed 5 --parallel-mode conv1=whole-batch --resume "$work/lenet.ck"
 # ... and to its model file.
 expect_error 8 "another model" train "$root/models/cifar10_full.onnx" --data synthetic --synthetic-count 300 \

@@ -178,13 +178,14 @@ std::string modes_of(const std::string& model, int64_t batch, const std::map<std
 }
 
 // The batched layers (whole-batch forward and backward-data), comma-joined.
-std::string batched_of(const std::string& model, int64_t batch, int threads) {
+std::string batched_of(const std::string& model, int64_t batch, int threads, int64_t from_weight_bytes = 0) {
   model::TrainerOptions o;
   o.batch = batch;
   o.threads = threads;
+  o.batched_from_weight_bytes = from_weight_bytes;
+  auto trainer = model::make_trainer(model, o, default_target());
   std::string out;
-  for (const std::string& name : model::make_trainer(model, o, default_target())->batched_layers())
-    out += (out.empty() ? "" : ",") + name;
+  for (const std::string& name : trainer->batched_layers()) out += (out.empty() ? "" : ",") + name;
   return out;
 }
 
@@ -201,6 +202,21 @@ TEST_CASE("trainer: whole-batch layers with too little work per weight run every
   CHECK(batched_of(model, 24, 3) == "conv2,conv3,conv4");
   CHECK(batched_of(model, 256, 1) == "conv3,conv4");
   CHECK(batched_of(model, 256, 2) == "conv3,conv4");
+  // Only kernels with enough weights: conv2 reads 18 KiB (32 x 16 x 9 floats), conv3 16
+  // KiB (its 4 taps of 32 x 32), conv4 4 KiB (its centre tap). The default floor, 1 MiB,
+  // batches none of them.
+  CHECK(batched_of(model, 24, 2, 16 * 1024) == "conv2,conv3");
+  CHECK(batched_of(model, 24, 2, 17 * 1024) == "conv2");
+  CHECK(batched_of(model, 24, 2, model::TrainerOptions{}.batched_from_weight_bytes).empty());
+  // Batching is part of what a resumed run must match.
+  model::TrainerOptions o;
+  o.batch = 24;
+  o.batched_from_weight_bytes = 0;
+  const std::string batched_key = model::make_trainer(model, o, default_target())->execution_key();
+  o.batched_from_weight_bytes = model::TrainerOptions{}.batched_from_weight_bytes;
+  const std::string default_key = model::make_trainer(model, o, default_target())->execution_key();
+  CHECK(batched_key != default_key);
+  CHECK_THAT(batched_key, Catch::EndsWith("batched=conv2,conv3,conv4"));
 }
 
 TEST_CASE("trainer: layers on small images take whole-batch gradients, chosen without the thread count", "[trainer]") {
@@ -222,7 +238,8 @@ TEST_CASE("trainer: layers on small images take whole-batch gradients, chosen wi
 }
 
 TEST_CASE("trainer invariance: small images (whole-batch gradients, cropped taps)", "[trainer]") {
-  require_thread_invariance(small_image_model(), 110, 24);
+  require_thread_invariance(small_image_model(), 110, 24);  // per micro-batch, weights packed once
+  require_thread_invariance(small_image_model(), 110, 24, 0, 0);  // conv2..conv4 batched
 }
 
 TEST_CASE("trainer invariance: small images, every layer forced to micro-batch mode", "[trainer]") {

@@ -45,10 +45,13 @@ Data labelled_data(int64_t n, int64_t sample, int classes, uint32_t seed) {
 
 // Trains one step with lr 0 (nothing moves) to get the gradients, then compares a few
 // elements of each with (L(w + h) - L(w - h)) / 2h from evaluate().
+// batched_from_weight_bytes < 0 keeps the trainer's default.
 void check_gradients(const std::string& model, int64_t batch, int64_t micro, const Data& d,
-                     const std::map<std::string, model::ParallelMode>& modes = {}) {
+                     const std::map<std::string, model::ParallelMode>& modes = {},
+                     int64_t batched_from_weight_bytes = -1) {
   model::TrainerOptions o;
   o.parallel_modes = modes;
+  if (batched_from_weight_bytes >= 0) o.batched_from_weight_bytes = batched_from_weight_bytes;
   o.batch = batch;
   o.micro_batch = micro;
   o.lr = 0.0f;
@@ -186,6 +189,7 @@ TEST_CASE("trainer gradients match finite differences: small images (whole-batch
   randomize(b, 9);
   const std::string path = b.write("gradcheck_small_images");
   check_gradients(path, 7, 3, labelled_data(7, 3 * 5 * 5, 5, 6));  // micro-batches 3 + 3 + 1
+  check_gradients(path, 7, 3, labelled_data(7, 3 * 5 * 5, 5, 6), {}, 0);  // conv2..conv4 batched
   std::map<std::string, model::ParallelMode> micro;
   for (const char* conv : {"conv1", "conv2", "conv3", "conv4"}) micro[conv] = model::ParallelMode::MicroBatch;
   check_gradients(path, 7, 3, labelled_data(7, 3 * 5 * 5, 5, 6), micro);
