@@ -15,6 +15,7 @@
 #include <onnx/shape_inference/implementation.h>
 #include <onnx/version_converter/convert.h>
 
+#include "generator/onnx/constant_folding.h"
 #include "generator/onnx/lowering.h"
 #include "schedules/errors.h"
 
@@ -64,8 +65,7 @@ void check_ops(const onnx::ModelProto& m, const std::string& path) {
     if (!n.domain().empty() && n.domain() != "ai.onnx")
       throw Error(ExitCode::Unsupported, fmt::format("{}: node '{}' ({}): not supported: op {} of domain {}", path, name,
                                                      n.op_type(), n.op_type(), n.domain()));
-    if (!is_lowered_op(n.op_type()) && !is_foldable_op(n.op_type()) && n.op_type() != "Constant" &&
-        n.op_type() != "Shape")
+    if (!is_lowered_op(n.op_type()) && !is_foldable_op(n.op_type()))
       throw Error(ExitCode::Unsupported,
                   fmt::format("{}: node '{}' ({}): not supported: op {}", path, name, n.op_type(), n.op_type()));
   }
@@ -133,16 +133,21 @@ void bind_batch(onnx::ModelProto& m, int64_t batch, const std::string& path) {
   }
 }
 
-// A constant Value as an initializer.
-void set_tensor(onnx::TensorProto* t, const std::string& name, const Value& v) {
+// A constant Value as an initializer of ONNX element type `dtype` (0: float32 or int64,
+// as the Value holds it). Integer types other than int64, and bool, are held as int64.
+void set_tensor(onnx::TensorProto* t, const std::string& name, const Value& v, int dtype = 0) {
   t->set_name(name);
   for (int64_t d : v.shape) t->add_dims(d);
-  if (v.is_int64) {
-    t->set_data_type(onnx::TensorProto_DataType_INT64);
-    for (int64_t x : v.int64_data) t->add_int64_data(x);
-  } else {
-    t->set_data_type(onnx::TensorProto_DataType_FLOAT);
+  if (dtype == 0 || (dtype == onnx::TensorProto_DataType_FLOAT) == v.is_int64) dtype = v.is_int64 ? onnx::TensorProto_DataType_INT64 : onnx::TensorProto_DataType_FLOAT;
+  t->set_data_type(dtype);
+  if (dtype == onnx::TensorProto_DataType_FLOAT) {
     for (float x : v.data) t->add_float_data(x);
+  } else if (dtype == onnx::TensorProto_DataType_INT64) {
+    for (int64_t x : v.int64_data) t->add_int64_data(x);
+  } else if (dtype == onnx::TensorProto_DataType_UINT32) {
+    for (int64_t x : v.int64_data) t->add_uint64_data(static_cast<uint64_t>(x));
+  } else {  // int32, int16, int8, uint16, uint8, bool: int32_data
+    for (int64_t x : v.int64_data) t->add_int32_data(static_cast<int32_t>(x));
   }
 }
 
@@ -184,6 +189,11 @@ void collect_values(const onnx::ModelProto& model, Graph& g);
 // Folded values become initializers and their nodes leave the graph.
 void write_back_constants(onnx::ModelProto& model, const Graph& g) {
   auto* graph = model.mutable_graph();
+  // Each folded value keeps the element type inference gave it (bool masks, int32 shapes).
+  std::map<std::string, int> dtype;
+  for (const auto* infos : {&graph->value_info(), &graph->output()})
+    for (const auto& v : *infos)
+      if (v.type().has_tensor_type()) dtype[v.name()] = v.type().tensor_type().elem_type();
   std::set<std::string> existing;
   for (const auto& t : graph->initializer()) existing.insert(t.name());
   google::protobuf::RepeatedPtrField<onnx::NodeProto> kept;
@@ -205,11 +215,12 @@ void write_back_constants(onnx::ModelProto& model, const Graph& g) {
         auto* input = graph->add_input();
         input->set_name(out);
         auto* type = input->mutable_type()->mutable_tensor_type();
-        type->set_elem_type(v.is_int64 ? onnx::TensorProto_DataType_INT64 : onnx::TensorProto_DataType_FLOAT);
+        type->set_elem_type(dtype.count(out) ? dtype[out]
+                                             : v.is_int64 ? onnx::TensorProto_DataType_INT64 : onnx::TensorProto_DataType_FLOAT);
         auto* shape = type->mutable_shape();
         for (int64_t d : v.shape) shape->add_dim()->set_dim_value(d);
       }
-      set_tensor(graph->add_initializer(), out, v);
+      set_tensor(graph->add_initializer(), out, v, dtype.count(out) ? dtype[out] : 0);
     }
   }
   graph->mutable_node()->Swap(&kept);
@@ -259,8 +270,46 @@ Value tensor_value(const onnx::TensorProto& t, const std::string& where) {
     read_elements(t, n, "int64", t.int64_data(), where, &v.int64_data);
     return v;
   }
-  throw Error(ExitCode::Unsupported,
-              fmt::format("{}: dtype {} not supported (float32, and int64 for shapes)", where, dtype_name(t.data_type())));
+  // Other integer types and bool, for shapes and masks: held as int64.
+  const auto width = [&]() -> int {
+    switch (t.data_type()) {
+      case onnx::TensorProto_DataType_INT32: return 4;
+      case onnx::TensorProto_DataType_INT16: case onnx::TensorProto_DataType_UINT16: return 2;
+      case onnx::TensorProto_DataType_INT8: case onnx::TensorProto_DataType_UINT8: case onnx::TensorProto_DataType_BOOL:
+        return 1;
+      default: return 0;
+    }
+  }();
+  if (width == 0)
+    throw Error(ExitCode::Unsupported, fmt::format("{}: dtype {} not supported (float32, and integers or bool for "
+                                                   "shapes and masks)", where, dtype_name(t.data_type())));
+  v.is_int64 = true;
+  v.int64_data.resize(static_cast<size_t>(n));
+  if (t.has_raw_data()) {
+    if (static_cast<int64_t>(t.raw_data().size()) != n * width)
+      throw Error(ExitCode::BadModel, fmt::format("{}: {} bytes of data for {} {} elements", where, t.raw_data().size(),
+                                                  n, dtype_name(t.data_type())));
+    const char* raw = t.raw_data().data();
+    for (int64_t i = 0; i < n; ++i) {
+      const char* at = raw + i * width;
+      int64_t x = 0;
+      switch (t.data_type()) {
+        case onnx::TensorProto_DataType_INT32: { int32_t y; std::memcpy(&y, at, 4); x = y; break; }
+        case onnx::TensorProto_DataType_INT16: { int16_t y; std::memcpy(&y, at, 2); x = y; break; }
+        case onnx::TensorProto_DataType_UINT16: { uint16_t y; std::memcpy(&y, at, 2); x = y; break; }
+        case onnx::TensorProto_DataType_INT8: x = static_cast<int8_t>(*at); break;
+        case onnx::TensorProto_DataType_UINT8: x = static_cast<uint8_t>(*at); break;
+        default: x = *at != 0; break;  // bool
+      }
+      v.int64_data[static_cast<size_t>(i)] = x;
+    }
+    return v;
+  }
+  if (t.int32_data_size() != n)
+    throw Error(ExitCode::BadModel, fmt::format("{}: {} values for {} {} elements", where, t.int32_data_size(), n,
+                                                dtype_name(t.data_type())));
+  for (int64_t i = 0; i < n; ++i) v.int64_data[static_cast<size_t>(i)] = t.int32_data(static_cast<int>(i));
+  return v;
 }
 
 std::vector<std::string> onnx_input_names(const std::string& path) {

@@ -11,8 +11,8 @@
 //      lowering keeps Softmax's pre-13 2-D coercion itself;
 //   4. the batch dimension of each graph input is bound (fixed dimensions are kept;
 //      any other dynamic dimension is an error); ONNX shape inference, strict;
-//   5. constant sub-graphs are folded (Constant nodes, PyTorch's Shape/Gather/Unsqueeze/
-//      Concat chains before Reshape) and every node is lowered to one Op with
+//   5. constant sub-graphs are folded (generator/onnx/constant_folding.h: Constant nodes,
+//      PyTorch's shape chains before Reshape and its F.pad chain) and every node is lowered to one Op with
 //      normalised attributes (generator/onnx/lowering.cpp); float32 only.
 #pragma once
 
