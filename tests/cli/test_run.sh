@@ -23,6 +23,28 @@ cp "$work/out1/output_0.pb" "$work/case/test_data_set_0/output_0.pb"
   --profile >/dev/null 2>"$work/profile" || fail "run --profile"
 grep -q "GF/s" "$work/profile" && grep -q "^total" "$work/profile" || fail "no profile table: $(cat "$work/profile")"
 
+# The scale rule: an error of 1e-6 of max |want| on the element nearest 0 fails the
+# per-element rule (rtol 1e-3, atol 1e-7) and passes the scale one (1e-5) -- unless it is
+# turned off or tightened; 1e-4 of max |want| fails both.
+perturb() {  # from to fraction
+  /usr/bin/python3 - "$@" <<'PY'
+import sys, numpy as np, onnx
+from onnx import numpy_helper
+t = onnx.load_tensor(sys.argv[1]); a = numpy_helper.to_array(t).copy()
+i = np.unravel_index(np.argmin(np.abs(a)), a.shape)
+a[i] += np.float32(float(sys.argv[3]) * np.abs(a).max())
+open(sys.argv[2], "wb").write(numpy_helper.from_array(a, t.name).SerializeToString())
+PY
+}
+perturb "$work/out1/output_0.pb" "$work/case/test_data_set_0/output_0.pb" 1e-6 || fail "perturb"
+"$convgen" check "$work/case" >"$work/scale.out" || fail "scale rule: $(cat "$work/scale.out")"
+grep -q "pass (scale: " "$work/scale.out" || fail "scale rule not reported: $(cat "$work/scale.out")"
+expect_error 9 "differ beyond rtol 0.001 atol 1e-07" check "$work/case" --scale-tolerance 0
+expect_error 9 "and 1e-07 of max |want|" check "$work/case" --scale-tolerance 1e-7
+expect_error 2 "--scale-tolerance -1: expected a non-negative number" check "$work/case" --scale-tolerance -1
+perturb "$work/out1/output_0.pb" "$work/case/test_data_set_0/output_0.pb" 1e-4 || fail "perturb"
+expect_error 9 "differ" check "$work/case"
+
 # A wrong expected output fails the check with code 9.
 cp "$data/pytorch-converted/test_Conv2d/test_data_set_0/output_0.pb" "$work/case/test_data_set_0/output_0.pb"
 expect_error 9 "differ" check "$work/case"
