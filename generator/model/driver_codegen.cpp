@@ -51,12 +51,11 @@ class Writer {
                            pointer(s.output));
       }
       case StepKind::Unary: {
-        const char* op = s.op == Op::Relu        ? "Relu"
-                         : s.op == Op::LeakyRelu ? "LeakyRelu"
-                         : s.op == Op::Clip      ? "Clip"
-                                                 : "Sigmoid";
-        return fmt::format("convgen::ops::unary({}, {}, convgen::ops::Unary::{}, {}, {}, {});", x(0), y, op,
-                           flt(a.alpha), flt(a.clip_min), flt(a.clip_max));
+        // ops::Unary's names are the ONNX op names; beta only where an op reads it.
+        const bool beta = s.op == Op::HardSigmoid || s.op == Op::HardSwish;
+        return fmt::format("convgen::ops::unary({}, {}, convgen::ops::Unary::{}, {}, {}, {}{});", x(0), y,
+                           op_name(s.op), flt(a.alpha), flt(a.clip_min), flt(a.clip_max),
+                           beta ? ", " + flt(a.beta) : std::string());
       }
       case StepKind::Binary: {
         const char* op = s.op == Op::Sub   ? "Sub"

@@ -70,7 +70,7 @@ void run_plan_step(const PlanStep& s, const Plan& p, float* arena, const float* 
     case StepKind::Conv:
       conv(s, x(0).data, x(1).data, s.inputs.size() > 2 ? x(2).data : nullptr, y.data);
       return;
-    case StepKind::Unary: ops::unary(x(0), y, unary_of(s.op), a.alpha, a.clip_min, a.clip_max); return;
+    case StepKind::Unary: ops::unary(x(0), y, unary_of(s.op), a.alpha, a.clip_min, a.clip_max, a.beta); return;
     case StepKind::Binary: ops::binary(x(0), x(1), y, binary_of(s.op)); return;
     case StepKind::MaxPool: ops::max_pool(x(0), window_of(a), y); return;
     case StepKind::AveragePool: ops::average_pool(x(0), window_of(a), a.count_include_pad, y); return;

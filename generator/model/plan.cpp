@@ -104,10 +104,9 @@ class Planner {
         s.descriptor = k->descriptor;
         return;
       }
-      case Op::Relu:
-      case Op::LeakyRelu:
-      case Op::Clip:
-      case Op::Sigmoid: {
+      case Op::Relu: case Op::LeakyRelu: case Op::Clip: case Op::Sigmoid: case Op::HardSigmoid: case Op::HardSwish:
+      case Op::Tanh: case Op::Exp: case Op::Log: case Op::Sqrt: case Op::Neg: case Op::Abs: case Op::Softplus:
+      case Op::Elu: case Op::Erf: {
         const int x = in(0);
         step(StepKind::Unary, n, {x}, define(n.outputs[0], out_shape, layout_of(x)));
         return;

@@ -124,6 +124,23 @@ Node lower_node(const NodeContext& c, int opset) {
     a.alpha = c.attr_float("alpha", 0.01f);
     return node;
   }
+  static const std::map<std::string, Op> functions = {
+      {"HardSigmoid", Op::HardSigmoid}, {"HardSwish", Op::HardSwish}, {"Tanh", Op::Tanh}, {"Exp", Op::Exp},
+      {"Log", Op::Log}, {"Sqrt", Op::Sqrt}, {"Neg", Op::Neg}, {"Abs", Op::Abs}, {"Softplus", Op::Softplus},
+      {"Elu", Op::Elu}, {"Erf", Op::Erf}};
+  if (auto it = functions.find(op); it != functions.end()) {
+    node.op = it->second;
+    if (node.op == Op::HardSigmoid) {
+      a.alpha = c.attr_float("alpha", 0.2f);
+      a.beta = c.attr_float("beta", 0.5f);
+    } else if (node.op == Op::HardSwish) {  // no attributes: HardSigmoid's with alpha 1/6
+      a.alpha = 1.0f / 6.0f;
+      a.beta = 0.5f;
+    } else if (node.op == Op::Elu) {
+      a.alpha = c.attr_float("alpha", 1.0f);
+    }
+    return node;
+  }
   if (op == "Clip") {
     node.op = Op::Clip;
     if (c.has_input(1)) a.clip_min = c.constant_input(1, "Clip's min").data.at(0);
@@ -227,7 +244,7 @@ bool is_lowered_op(const std::string& op) {
       "Conv", "Relu", "LeakyRelu", "Clip", "Sigmoid", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
       "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Pow", "Sum", "Concat", "Flatten", "Reshape", "Unsqueeze",
       "Squeeze", "Transpose", "BatchNormalization", "LRN", "Pad", "Dropout", "Identity", "Softmax", "LogSoftmax",
-      "Constant"};
+      "Constant", "HardSigmoid", "HardSwish", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Softplus", "Elu", "Erf"};
   return ops.count(op) > 0;
 }
 

@@ -19,7 +19,8 @@ bool op_trains(Op op) {
     case Op::Sigmoid: case Op::MaxPool: case Op::AveragePool: case Op::GlobalAveragePool: case Op::Add:
     case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::Concat: case Op::Flatten: case Op::Reshape:
     case Op::Pad: case Op::LRN: case Op::Dropout: case Op::Identity: case Op::BatchNormalization:
-    case Op::WithinChannelLRN:
+    case Op::WithinChannelLRN: case Op::HardSigmoid: case Op::HardSwish: case Op::Tanh: case Op::Exp: case Op::Log:
+    case Op::Sqrt: case Op::Neg: case Op::Abs: case Op::Softplus: case Op::Elu: case Op::Erf:
       return true;
     default:
       return false;

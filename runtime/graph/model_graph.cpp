@@ -37,6 +37,17 @@ const char* op_name(Op op) {
     case Op::Identity: return "Identity";
     case Op::Softmax: return "Softmax";
     case Op::LogSoftmax: return "LogSoftmax";
+    case Op::HardSigmoid: return "HardSigmoid";
+    case Op::HardSwish: return "HardSwish";
+    case Op::Tanh: return "Tanh";
+    case Op::Exp: return "Exp";
+    case Op::Log: return "Log";
+    case Op::Sqrt: return "Sqrt";
+    case Op::Neg: return "Neg";
+    case Op::Abs: return "Abs";
+    case Op::Softplus: return "Softplus";
+    case Op::Elu: return "Elu";
+    case Op::Erf: return "Erf";
   }
   throw Error(ExitCode::Internal, "op_name: unknown Op");
 }

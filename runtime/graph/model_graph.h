@@ -17,6 +17,8 @@ enum class Op {
   Conv, Relu, LeakyRelu, Clip, Sigmoid, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Gemm, MatMul,
   Add, Sub, Mul, Div, Pow, Sum, Concat, Flatten, Reshape, Transpose, BatchNormalization, LRN, Pad, Dropout,
   Identity, Softmax, LogSoftmax,
+  // Element-wise functions of one input (runtime/graph/operators.h: is_unary)
+  HardSigmoid, HardSwish, Tanh, Exp, Log, Sqrt, Neg, Abs, Softplus, Elu, Erf,
   // Training only, never imported: Caffe's WITHIN_CHANNEL LRN written with standard ops
   // (x * (bias + alpha * AveragePool_k(x*x))^exponent), fused into one node by
   // prepare_training_graph (generator/train/prepare_graph.h). Attributes: size k, alpha, lrn_bias, beta =
@@ -54,7 +56,9 @@ struct Attributes {
   // Gemm: Y = alpha * A' * B' + beta * C
   float alpha = 1.0f, beta = 1.0f;
   bool trans_a = false, trans_b = false;
-  // LeakyRelu slope (alpha above); Clip bounds (inputs or attributes per opset)
+  // LeakyRelu slope and Elu's alpha (alpha above); HardSigmoid and HardSwish:
+  // clamp(alpha * x + beta, 0, 1) (times x for HardSwish); Clip bounds (inputs or
+  // attributes per opset)
   float clip_min = -3.4028235e38f, clip_max = 3.4028235e38f;
   // Concat, Flatten, Softmax, LogSoftmax: the axis, made non-negative
   int64_t axis = 1;

@@ -11,9 +11,21 @@ inline ops::Window window_of(const Attributes& a) {
   return {a.kernel, a.strides, a.dilations, a.pads_begin, a.pads_end};
 }
 
-// Relu, LeakyRelu, Clip, Sigmoid; anything else is the identity.
+// Relu, LeakyRelu, Clip, Sigmoid and the functions below; anything else is the identity.
 inline ops::Unary unary_of(Op op) {
   switch (op) {
+    case Op::HardSigmoid: return ops::Unary::HardSigmoid;
+    case Op::HardSwish: return ops::Unary::HardSwish;
+    case Op::Tanh: return ops::Unary::Tanh;
+    case Op::Exp: return ops::Unary::Exp;
+    case Op::Log: return ops::Unary::Log;
+    case Op::Sqrt: return ops::Unary::Sqrt;
+    case Op::Neg: return ops::Unary::Neg;
+    case Op::Abs: return ops::Unary::Abs;
+    case Op::Softplus: return ops::Unary::Softplus;
+    case Op::Elu: return ops::Unary::Elu;
+    case Op::Erf: return ops::Unary::Erf;
+
     case Op::Relu: return ops::Unary::Relu;
     case Op::LeakyRelu: return ops::Unary::LeakyRelu;
     case Op::Clip: return ops::Unary::Clip;

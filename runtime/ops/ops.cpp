@@ -31,7 +31,7 @@ void map_elements(const float* x, float* y, int64_t n, F f) {
 
 }  // namespace
 
-void unary(const ConstView& x, const View& y, Unary op, float alpha, float lo, float hi) {
+void unary(const ConstView& x, const View& y, Unary op, float alpha, float lo, float hi, float beta) {
   const int64_t n = x.elements();
   switch (op) {
     case Unary::Relu: return map_elements(x.data, y.data, n, [](float v) { return v > 0.0f ? v : 0.0f; });
@@ -40,6 +40,25 @@ void unary(const ConstView& x, const View& y, Unary op, float alpha, float lo, f
     case Unary::Clip: return map_elements(x.data, y.data, n, [lo, hi](float v) { return std::min(std::max(v, lo), hi); });
     case Unary::Sigmoid: return map_elements(x.data, y.data, n, [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
     case Unary::Identity: return map_elements(x.data, y.data, n, [](float v) { return v; });
+    case Unary::HardSigmoid:
+      return map_elements(x.data, y.data, n,
+                          [alpha, beta](float v) { return std::min(std::max(alpha * v + beta, 0.0f), 1.0f); });
+    case Unary::HardSwish:
+      return map_elements(x.data, y.data, n,
+                          [alpha, beta](float v) { return v * std::min(std::max(alpha * v + beta, 0.0f), 1.0f); });
+    case Unary::Tanh: return map_elements(x.data, y.data, n, [](float v) { return std::tanh(v); });
+    case Unary::Exp: return map_elements(x.data, y.data, n, [](float v) { return std::exp(v); });
+    case Unary::Log: return map_elements(x.data, y.data, n, [](float v) { return std::log(v); });
+    case Unary::Sqrt: return map_elements(x.data, y.data, n, [](float v) { return std::sqrt(v); });
+    case Unary::Neg: return map_elements(x.data, y.data, n, [](float v) { return -v; });
+    case Unary::Abs: return map_elements(x.data, y.data, n, [](float v) { return std::fabs(v); });
+    case Unary::Softplus:
+      return map_elements(x.data, y.data, n, [](float v) {
+        return v > 0.0f ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v));
+      });
+    case Unary::Elu:
+      return map_elements(x.data, y.data, n, [alpha](float v) { return v > 0.0f ? v : alpha * std::expm1(v); });
+    case Unary::Erf: return map_elements(x.data, y.data, n, [](float v) { return std::erf(v); });
   }
 }
 

@@ -12,9 +12,13 @@
 
 namespace convgen::ops {
 
-enum class Unary { Relu, LeakyRelu, Clip, Sigmoid, Identity };
-// y has x's shape and layout. alpha: LeakyRelu's slope; lo/hi: Clip's bounds.
-void unary(const ConstView& x, const View& y, Unary op, float alpha = 0.0f, float lo = 0.0f, float hi = 0.0f);
+enum class Unary { Relu, LeakyRelu, Clip, Sigmoid, Identity, HardSigmoid, HardSwish, Tanh, Exp, Log, Sqrt, Neg, Abs,
+                   Softplus, Elu, Erf };
+// y has x's shape and layout. alpha: LeakyRelu's slope, Elu's alpha, HardSigmoid's and
+// HardSwish's slope (clamp(alpha * x + beta, 0, 1), times x for HardSwish); lo/hi:
+// Clip's bounds. Softplus is log(1 + exp(x)) computed without overflow.
+void unary(const ConstView& x, const View& y, Unary op, float alpha = 0.0f, float lo = 0.0f, float hi = 0.0f,
+           float beta = 0.0f);
 
 enum class Binary { Add, Sub, Mul, Div, Pow };
 // Numpy broadcasting of a and b to y's shape.

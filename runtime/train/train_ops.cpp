@@ -50,7 +50,7 @@ void store_elements(float* dx, int64_t n, bool accumulate, G g) {
 }  // namespace
 
 void unary_backward(const ConstView& x, const ConstView& y, const ConstView& dy, const View& dx, Unary op,
-                    float alpha, float lo, float hi, bool accumulate) {
+                    float alpha, float lo, float hi, bool accumulate, float beta) {
   const int64_t n = dy.elements();
   const float *xs = x.data, *ys = y.data, *g = dy.data;
   switch (op) {
@@ -70,6 +70,39 @@ void unary_backward(const ConstView& x, const ConstView& y, const ConstView& dy,
     case Unary::Sigmoid:
       return store_elements(dx.data, n, accumulate, [=](int64_t i) { return g[i] * (ys[i] * (1.0f - ys[i])); });
     case Unary::Identity: return store_elements(dx.data, n, accumulate, [=](int64_t i) { return g[i]; });
+    case Unary::HardSigmoid:
+      return store_elements(dx.data, n, accumulate, [=](int64_t i) {
+        const float gi = g[i], v = alpha * xs[i] + beta;
+        return v > 0.0f && v < 1.0f ? gi * alpha : 0.0f;
+      });
+    case Unary::HardSwish:
+      return store_elements(dx.data, n, accumulate, [=](int64_t i) {
+        const float gi = g[i], xi = xs[i], v = alpha * xi + beta;
+        return v < 0.0f ? 0.0f : v <= 1.0f ? gi * (2.0f * alpha * xi + beta) : gi;
+      });
+    case Unary::Tanh:
+      return store_elements(dx.data, n, accumulate, [=](int64_t i) { return g[i] * (1.0f - ys[i] * ys[i]); });
+    case Unary::Exp: return store_elements(dx.data, n, accumulate, [=](int64_t i) { return g[i] * ys[i]; });
+    case Unary::Log: return store_elements(dx.data, n, accumulate, [=](int64_t i) { return g[i] / xs[i]; });
+    case Unary::Sqrt: return store_elements(dx.data, n, accumulate, [=](int64_t i) { return g[i] / (2.0f * ys[i]); });
+    case Unary::Neg: return store_elements(dx.data, n, accumulate, [=](int64_t i) { return -g[i]; });
+    case Unary::Abs:
+      return store_elements(dx.data, n, accumulate, [=](int64_t i) {
+        const float gi = g[i], xi = xs[i];
+        return xi > 0.0f ? gi : xi < 0.0f ? -gi : 0.0f;
+      });
+    case Unary::Softplus:
+      return store_elements(dx.data, n, accumulate, [=](int64_t i) { return g[i] / (1.0f + std::exp(-xs[i])); });
+    case Unary::Elu:
+      return store_elements(dx.data, n, accumulate, [=](int64_t i) {
+        const float gi = g[i], xi = xs[i];
+        return xi > 0.0f ? gi : gi * (ys[i] + alpha);
+      });
+    case Unary::Erf:
+      return store_elements(dx.data, n, accumulate, [=](int64_t i) {
+        const float xi = xs[i];
+        return g[i] * (1.1283791671f * std::exp(-xi * xi));  // 2 / sqrt(pi)
+      });
   }
 }
 

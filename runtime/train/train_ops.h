@@ -19,9 +19,12 @@ namespace convgen::ops {
 
 // y = f(x) backward: dx = dy * f'(.) -- Relu from y (y > 0, PyTorch's rule at 0),
 // LeakyRelu from x (x > 0 ? 1 : alpha), Clip from x (lo <= x <= hi, torch.clamp),
-// Sigmoid from y (y * (1 - y)), Identity 1. Views share one shape and layout.
+// Sigmoid from y (y * (1 - y)), Identity 1; HardSigmoid alpha inside (0, 1), HardSwish
+// 2 alpha x + beta inside [0, 1] (PyTorch's rules at the kinks), Tanh 1 - y^2, Exp y,
+// Log 1 / x, Sqrt 0.5 / y, Neg -1, Abs sign(x) (0 at 0), Softplus sigmoid(x), Elu
+// x > 0 ? 1 : y + alpha, Erf 2 / sqrt(pi) exp(-x^2). Views share one shape and layout.
 void unary_backward(const ConstView& x, const ConstView& y, const ConstView& dy, const View& dx, Unary op,
-                    float alpha, float lo, float hi, bool accumulate);
+                    float alpha, float lo, float hi, bool accumulate, float beta = 0.0f);
 
 // y = a op b (numpy broadcasting) backward for operand `which` (0: a, 1: b): the
 // element-wise partial times dy, summed over the dimensions that operand was broadcast

@@ -29,8 +29,10 @@ void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
                 bias, y.data);
       return;
     }
-    case Op::Relu: case Op::LeakyRelu: case Op::Clip: case Op::Sigmoid:
-      ops::unary(x(0), y, unary_of(n.op), a.alpha, a.clip_min, a.clip_max);
+    case Op::Relu: case Op::LeakyRelu: case Op::Clip: case Op::Sigmoid: case Op::HardSigmoid: case Op::HardSwish:
+    case Op::Tanh: case Op::Exp: case Op::Log: case Op::Sqrt: case Op::Neg: case Op::Abs: case Op::Softplus:
+    case Op::Elu: case Op::Erf:
+      ops::unary(x(0), y, unary_of(n.op), a.alpha, a.clip_min, a.clip_max, a.beta);
       return;
     case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow:
       ops::binary(x(0), x(1), y, binary_of(n.op));
@@ -173,11 +175,13 @@ void Trainer::Impl::backward(Slot& slot, size_t node_index) {
       }
       return;
     }
-    case Op::Relu: case Op::LeakyRelu: case Op::Clip: case Op::Sigmoid: case Op::Identity: {
+    case Op::Relu: case Op::LeakyRelu: case Op::Clip: case Op::Sigmoid: case Op::HardSigmoid: case Op::HardSwish:
+    case Op::Tanh: case Op::Exp: case Op::Log: case Op::Sqrt: case Op::Neg: case Op::Abs: case Op::Softplus:
+    case Op::Elu: case Op::Erf: case Op::Identity: {
       if (!wants_grad(in_id(0))) return;
       const Target t = target_for(slot, in_id(0));
       if (n.op == Op::Identity) return ops::relabel_backward(dy, t.view, t.accumulate);
-      ops::unary_backward(x(0), y, dy, t.view, unary_of(n.op), a.alpha, a.clip_min, a.clip_max, t.accumulate);
+      ops::unary_backward(x(0), y, dy, t.view, unary_of(n.op), a.alpha, a.clip_min, a.clip_max, t.accumulate, a.beta);
       return;
     }
     case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow:

@@ -215,3 +215,33 @@ TEST_CASE("trainer gradients match finite differences: small images (whole-batch
     CHECK(nonzero_inside > 0);
   }
 }
+
+TEST_CASE("trainer gradients match finite differences: element-wise functions", "[trainer][gradcheck]") {
+  // conv -> {HardSigmoid(4c), HardSwish(4c) (4c reaches both saturations), Tanh, Elu,
+  // Softplus, Erf, Abs, Neg, Sqrt(Exp), Log(Softplus)} -> Concat -> GlobalAveragePool -> Gemm
+  test::OnnxModelBuilder b(14);  // HardSwish is opset 14
+  b.input("x", {-1, 2, 6, 6}).output("logits", 2);
+  b.weights("w", {6, 2, 3, 3}).weights("wb", {6}).weights("fc", {5, 60}).weights("fcb", {5});
+  b.float_initializer("four", {4.0f});
+  randomize(b, 7);
+  auto& conv = b.node("Conv", {"x", "w", "wb"}, {"c"}, "conv");
+  test::set_ints(conv, "pads", {1, 1, 1, 1});
+  b.node("Mul", {"c", "four"}, {"c4"}, "times_four");
+  b.node("HardSigmoid", {"c4"}, {"f0"}, "hardsigmoid");
+  b.node("HardSwish", {"c4"}, {"f1"}, "hardswish");
+  b.node("Tanh", {"c"}, {"f2"}, "tanh");
+  test::set_float(b.node("Elu", {"c"}, {"f3"}, "elu"), "alpha", 0.7f);
+  b.node("Softplus", {"c"}, {"f4"}, "softplus");
+  b.node("Erf", {"c"}, {"f5"}, "erf");
+  b.node("Abs", {"c"}, {"f6"}, "abs");
+  b.node("Neg", {"c"}, {"f7"}, "neg");
+  b.node("Exp", {"c"}, {"e"}, "exp");
+  b.node("Sqrt", {"e"}, {"f8"}, "sqrt");
+  b.node("Log", {"f4"}, {"f9"}, "log");
+  auto& cat = b.node("Concat", {"f0", "f1", "f2", "f3", "f4", "f5", "f6", "f7", "f8", "f9"}, {"cat"}, "concat");
+  test::set_int(cat, "axis", 1);
+  b.node("GlobalAveragePool", {"cat"}, {"gap"}, "gap");
+  b.node("Flatten", {"gap"}, {"flat"}, "flatten");
+  test::set_int(b.node("Gemm", {"flat", "fc", "fcb"}, {"logits"}, "fc"), "transB", 1);
+  check_gradients(b.write("gradcheck_functions"), 4, 2, labelled_data(4, 2 * 6 * 6, 5, 9));
+}
