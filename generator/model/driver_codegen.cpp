@@ -98,6 +98,11 @@ class Writer {
                            flt(a.lrn_bias), y);
       case StepKind::Pad:
         return fmt::format("convgen::ops::pad({}, {}, {}, {});", x(0), ints(a.pad_amounts), flt(a.pad_value), y);
+      case StepKind::Slice:
+        return fmt::format("convgen::ops::slice({}, {}, {}, {});", x(0), ints(a.slice_first), ints(a.slice_step), y);
+      case StepKind::Reduce:
+        return fmt::format("convgen::ops::reduce({}, {}, convgen::ops::Reduce::{}, {});", x(0), ints(a.axes),
+                           op_name(s.op) + 6, y);  // "ReduceMean" -> Mean
       case StepKind::Softmax:
         return fmt::format("convgen::ops::softmax({}, {}, {}, {}, {});", x(0), a.axis, bool_lit(a.softmax_coerce_2d),
                            bool_lit(s.op == Op::LogSoftmax), y);

@@ -187,6 +187,12 @@ class Planner {
         step(StepKind::MatMul, n, {in_layout(in(0), false, n.name), in_layout(in(1), false, n.name)},
              define(n.outputs[0], out_shape, false));
         return;
+      case Op::ReduceMean: case Op::ReduceSum: case Op::ReduceMax: case Op::ReduceL2:
+        step(StepKind::Reduce, n, {in(0)}, define(n.outputs[0], out_shape, false));
+        return;
+      case Op::Slice:
+        step(StepKind::Slice, n, {in(0)}, define(n.outputs[0], out_shape, false));
+        return;
       case Op::Softmax:
       case Op::LogSoftmax:
         step(StepKind::Softmax, n, {in_layout(in(0), false, n.name)}, define(n.outputs[0], out_shape, false));

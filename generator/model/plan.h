@@ -28,7 +28,7 @@ struct PlanBuffer {
 enum class StepKind {
   Conv, Unary, Binary, MaxPool, AveragePool, GlobalPool, Gemm, MatMul, Concat,
   Copy,       // copy_layout: layout conversion, and Flatten/Reshape/Identity/Dropout
-  Transpose, BatchNorm, LRN, Pad, Softmax
+  Transpose, BatchNorm, LRN, Pad, Softmax, Reduce, Slice
 };
 
 struct PlanStep {

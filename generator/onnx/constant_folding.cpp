@@ -242,39 +242,10 @@ Value fold_gather(const NodeContext& c, const std::string& name) {
 Value fold_slice(const NodeContext& c, const std::string& name) {
   const Value& data = c.input(0);
   const int64_t rank = static_cast<int64_t>(data.shape.size());
-  const std::vector<int64_t> starts = integers_of(c.input(1)), ends = integers_of(c.input(2));
-  std::vector<int64_t> axes, steps;
-  if (c.has_input(3)) axes = integers_of(c.input(3));
-  else
-    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
-  steps = c.has_input(4) ? integers_of(c.input(4)) : std::vector<int64_t>(starts.size(), 1);
-  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
-    c.bad(fmt::format("starts, ends, axes and steps of different lengths ({}, {}, {}, {})", starts.size(), ends.size(),
-                      axes.size(), steps.size()));
-  std::vector<int64_t> first(size_t(rank), 0), step(size_t(rank), 1), shape = data.shape;
-  std::set<int64_t> seen;
-  for (size_t i = 0; i < starts.size(); ++i) {
-    const int64_t axis = normalise_axis(c, axes[i], rank, "axes");
-    if (!seen.insert(axis).second) c.bad(fmt::format("axis {} sliced twice", axis));
-    const int64_t dim = data.shape[size_t(axis)], st = steps[i];
-    if (st == 0) c.bad("a slice step of 0");
-    int64_t s = starts[i], e = ends[i];
-    if (s < 0) s = s < -dim ? -1 : s + dim;  // no overflow near INT64_MIN
-    if (e < 0) e = e < -dim ? -1 : e + dim;
-    int64_t len;
-    if (st > 0) {
-      s = std::clamp<int64_t>(s, 0, dim);
-      e = std::clamp<int64_t>(e, 0, dim);
-      len = e > s ? (e - s + st - 1) / st : 0;
-    } else {
-      s = std::clamp<int64_t>(s, 0, dim - 1);
-      e = std::clamp<int64_t>(e, -1, dim - 1);
-      len = s > e ? (s - e - st - 1) / -st : 0;
-    }
-    first[size_t(axis)] = s;
-    step[size_t(axis)] = st;
-    shape[size_t(axis)] = len;
-  }
+  const SliceWindow w = slice_window(c, data.shape);
+  const std::vector<int64_t>& first = w.first;
+  const std::vector<int64_t>& step = w.step;
+  const std::vector<int64_t>& shape = w.shape;
   const std::vector<int64_t> in_strides = strides_of(data.shape);
   std::vector<int64_t> picks(size_t(elements_of(shape)));
   std::vector<int64_t> at(size_t(rank), 0);
@@ -523,6 +494,45 @@ const std::map<std::string, Folder>& folders() {
 }
 
 }  // namespace
+
+SliceWindow slice_window(const NodeContext& c, const std::vector<int64_t>& shape) {
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  const std::vector<int64_t> starts = integers_of(c.constant_input(1, "Slice's starts"));
+  const std::vector<int64_t> ends = integers_of(c.constant_input(2, "Slice's ends"));
+  std::vector<int64_t> axes, steps;
+  if (c.has_input(3)) axes = integers_of(c.constant_input(3, "Slice's axes"));
+  else
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
+  steps = c.has_input(4) ? integers_of(c.constant_input(4, "Slice's steps")) : std::vector<int64_t>(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    c.bad(fmt::format("starts, ends, axes and steps of different lengths ({}, {}, {}, {})", starts.size(), ends.size(),
+                      axes.size(), steps.size()));
+  SliceWindow w{std::vector<int64_t>(size_t(rank), 0), std::vector<int64_t>(size_t(rank), 1), shape};
+  std::set<int64_t> seen;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const int64_t axis = normalise_axis(c, axes[i], rank, "axes");
+    if (!seen.insert(axis).second) c.bad(fmt::format("axis {} sliced twice", axis));
+    const int64_t dim = shape[size_t(axis)], st = steps[i];
+    if (st == 0) c.bad("a slice step of 0");
+    int64_t s = starts[i], e = ends[i];
+    if (s < 0) s = s < -dim ? -1 : s + dim;  // no overflow near INT64_MIN
+    if (e < 0) e = e < -dim ? -1 : e + dim;
+    int64_t len;
+    if (st > 0) {
+      s = std::clamp<int64_t>(s, 0, dim);
+      e = std::clamp<int64_t>(e, 0, dim);
+      len = e > s ? (e - s + st - 1) / st : 0;
+    } else {
+      s = std::clamp<int64_t>(s, 0, dim - 1);
+      e = std::clamp<int64_t>(e, -1, dim - 1);
+      len = s > e ? (s - e - st - 1) / -st : 0;
+    }
+    w.first[size_t(axis)] = s;
+    w.step[size_t(axis)] = st;
+    w.shape[size_t(axis)] = len;
+  }
+  return w;
+}
 
 std::vector<int64_t> integers_of(const Value& v) {
   if (v.is_int64) return v.int64_data;

@@ -33,6 +33,14 @@ bool fold_node(const NodeContext& c, Graph& g);
 // behind a folded Reshape become known.
 int fold_constants(const onnx::GraphProto& graph, Graph& g);
 
+// A Slice node's window over a tensor of `shape` (its starts, ends, axes and steps are
+// constant inputs), ONNX's clamping applied: per axis, the first index, the step and the
+// output extent.
+struct SliceWindow {
+  std::vector<int64_t> first, step, shape;
+};
+SliceWindow slice_window(const NodeContext& c, const std::vector<int64_t>& shape);
+
 // A constant's elements as integers (float constants truncated toward zero).
 std::vector<int64_t> integers_of(const Value& v);
 

@@ -71,6 +71,46 @@ void only_first_output(const NodeContext& c, const char* what) {
     if (!c.proto().output(i).empty()) c.unsupported(fmt::format("optional output {} ({})", i, what));
 }
 
+// Split: one Slice node per output, named NODE:INDEX, each a window of step 1 along
+// the axis (sizes from the `split` input -- an attribute before opset 13 -- or equal).
+std::vector<Node> lower_split(const NodeContext& c, int opset) {
+  const Value& x = c.input(0);
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  const int64_t axis = normalise_axis(c, c.attr_int("axis", 0), rank, "axis");
+  const int outputs = c.proto().output_size();
+  std::vector<int64_t> sizes = opset >= 13 ? (c.has_input(1) ? integers_of(c.constant_input(1, "Split's sizes"))
+                                                             : std::vector<int64_t>{})
+                                           : c.attr_ints("split", {});
+  const int64_t extent = x.shape[size_t(axis)];
+  if (sizes.empty()) {
+    if (outputs < 1 || extent % outputs != 0)
+      c.bad(fmt::format("{} outputs cannot split an axis of {} equally", outputs, extent));
+    sizes.assign(size_t(outputs), extent / outputs);
+  }
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    if (s < 0) c.bad_attr("split", list(sizes), "negative size");
+    total += s;
+  }
+  if (static_cast<int>(sizes.size()) != outputs || total != extent)
+    c.bad_attr("split", list(sizes), fmt::format("must be {} sizes adding up to {}", outputs, extent));
+  std::vector<Node> parts;
+  int64_t offset = 0;
+  for (int i = 0; i < outputs; ++i) {
+    Node node;
+    node.name = fmt::format("{}:{}", c.name(), i);
+    node.op = Op::Slice;
+    node.inputs = {c.proto().input(0)};
+    node.outputs = {c.proto().output(i)};
+    node.attributes.slice_first.assign(size_t(rank), 0);
+    node.attributes.slice_step.assign(size_t(rank), 1);
+    node.attributes.slice_first[size_t(axis)] = offset;
+    offset += sizes[size_t(i)];
+    if (!node.outputs[0].empty()) parts.push_back(std::move(node));
+  }
+  return parts;
+}
+
 Node lower_node(const NodeContext& c, int opset) {
   Node node;
   node.name = c.name();
@@ -145,6 +185,38 @@ Node lower_node(const NodeContext& c, int opset) {
     node.op = Op::Clip;
     if (c.has_input(1)) a.clip_min = c.constant_input(1, "Clip's min").data.at(0);
     if (c.has_input(2)) a.clip_max = c.constant_input(2, "Clip's max").data.at(0);
+    node.inputs.resize(1);
+    return node;
+  }
+  if (op == "Slice") {
+    node.op = Op::Slice;
+    const SliceWindow w = slice_window(c, c.input(0).shape);
+    if (w.shape != c.output_value(0).shape)
+      c.bad(fmt::format("Slice's window {} differs from the inferred shape {}", list(w.shape), list(c.output_value(0).shape)));
+    a.slice_first = w.first;
+    a.slice_step = w.step;
+    node.inputs.resize(1);
+    return node;
+  }
+  if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" || op == "ReduceL2") {
+    node.op = op == "ReduceMean" ? Op::ReduceMean : op == "ReduceSum" ? Op::ReduceSum : op == "ReduceMax" ? Op::ReduceMax
+                                                                                        : Op::ReduceL2;
+    const int64_t rank = static_cast<int64_t>(c.input(0).shape.size());
+    // Opset 13 made ReduceSum's axes an input (the others follow at 18); empty axes
+    // reduce everything unless noop_with_empty_axes.
+    std::vector<int64_t> axes = c.has_input(1) ? integers_of(c.constant_input(1, "the axes")) : c.attr_ints("axes", {});
+    if (axes.empty() && c.attr_int("noop_with_empty_axes", 0) != 0) {
+      node.op = Op::Identity;
+      node.inputs.resize(1);
+      return node;
+    }
+    for (int64_t& x : axes) x = normalise_axis(c, x, rank, "axes");
+    std::sort(axes.begin(), axes.end());
+    if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) c.bad_attr("axes", list(axes), "repeated axis");
+    if (axes.empty())
+      for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+    a.axes = axes;
+    a.keepdims = c.attr_int("keepdims", 1) != 0;
     node.inputs.resize(1);
     return node;
   }
@@ -244,7 +316,8 @@ bool is_lowered_op(const std::string& op) {
       "Conv", "Relu", "LeakyRelu", "Clip", "Sigmoid", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
       "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Pow", "Sum", "Concat", "Flatten", "Reshape", "Unsqueeze",
       "Squeeze", "Transpose", "BatchNormalization", "LRN", "Pad", "Dropout", "Identity", "Softmax", "LogSoftmax",
-      "Constant", "HardSigmoid", "HardSwish", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Softplus", "Elu", "Erf"};
+      "Constant", "HardSigmoid", "HardSwish", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Softplus", "Elu", "Erf", "ReduceMean",
+      "ReduceSum", "ReduceMax", "ReduceL2", "Slice", "Split"};
   return ops.count(op) > 0;
 }
 
@@ -253,13 +326,13 @@ void lower_nodes(const onnx::GraphProto& graph, int64_t opset, Graph& g) {
   for (const auto& n : graph.node()) {
     NodeContext c(n, index++, g);
     if (fold_node(c, g)) continue;
-    Node node = lower_node(c, static_cast<int>(opset));
-    for (const std::string& out : node.outputs) {
-      if (out.empty()) continue;
-      const Value& v = c.output_value(static_cast<int>(&out - node.outputs.data()));
-      if (v.is_int64) c.unsupported(fmt::format("int64 output '{}' (float32 only)", out));
-    }
-    g.nodes.push_back(std::move(node));
+    std::vector<Node> lowered;
+    if (n.op_type() == "Split") lowered = lower_split(c, static_cast<int>(opset));
+    else lowered.push_back(lower_node(c, static_cast<int>(opset)));
+    for (int i = 0; i < n.output_size(); ++i)
+      if (!n.output(i).empty() && c.output_value(i).is_int64)
+        c.unsupported(fmt::format("int64 output '{}' (float32 only)", n.output(i)));
+    for (Node& node : lowered) g.nodes.push_back(std::move(node));
   }
   for (const std::string& out : g.outputs) {
     auto it = g.values.find(out);

@@ -106,6 +106,10 @@ std::string attribute_statements(const Attributes& a) {
   integer("axis", a.axis, d.axis);
   flag("softmax_coerce_2d", a.softmax_coerce_2d, d.softmax_coerce_2d);
   ints("perm", a.perm, d.perm);
+  ints("axes", a.axes, d.axes);
+  flag("keepdims", a.keepdims, d.keepdims);
+  ints("slice_first", a.slice_first, d.slice_first);
+  ints("slice_step", a.slice_step, d.slice_step);
   ints("shape", a.shape, d.shape);
   real("epsilon", a.epsilon, d.epsilon);
   real("momentum", a.momentum, d.momentum);

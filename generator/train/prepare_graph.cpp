@@ -20,7 +20,8 @@ bool op_trains(Op op) {
     case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::Concat: case Op::Flatten: case Op::Reshape:
     case Op::Pad: case Op::LRN: case Op::Dropout: case Op::Identity: case Op::BatchNormalization:
     case Op::WithinChannelLRN: case Op::HardSigmoid: case Op::HardSwish: case Op::Tanh: case Op::Exp: case Op::Log:
-    case Op::Sqrt: case Op::Neg: case Op::Abs: case Op::Softplus: case Op::Elu: case Op::Erf:
+    case Op::Sqrt: case Op::Neg: case Op::Abs: case Op::Softplus: case Op::Elu: case Op::Erf: case Op::ReduceMean:
+    case Op::ReduceSum: case Op::ReduceMax: case Op::ReduceL2: case Op::Slice: case Op::Transpose:
       return true;
     default:
       return false;
@@ -220,6 +221,10 @@ TrainGraph prepare_training_graph(const std::string& model_path, int64_t micro_b
   t.classes = logits.shape[1];
   for (const Node& n : g.nodes) {
     if (!op_trains(n.op)) throw unsupported(g, n, "the op has no backward in convgen");
+    if (!n.attributes.axes.empty() && n.attributes.axes[0] == 0) throw unsupported(g, n, "a reduction over the batch");
+    if (n.op == Op::Transpose && n.attributes.perm.at(0) != 0) throw unsupported(g, n, "a Transpose that moves the batch");
+    if (n.op == Op::Slice && (n.attributes.slice_first.at(0) != 0 || n.attributes.slice_step.at(0) != 1))
+      throw unsupported(g, n, "a Slice of the batch");
     for (const std::string& out : n.outputs)
       if (!g.value(out).shape.empty() && g.value(out).shape[0] != micro_batch)
         throw unsupported(g, n, fmt::format("output '{}' does not keep the batch in dimension 0", out));

@@ -48,6 +48,11 @@ const char* op_name(Op op) {
     case Op::Softplus: return "Softplus";
     case Op::Elu: return "Elu";
     case Op::Erf: return "Erf";
+    case Op::ReduceMean: return "ReduceMean";
+    case Op::ReduceSum: return "ReduceSum";
+    case Op::ReduceMax: return "ReduceMax";
+    case Op::ReduceL2: return "ReduceL2";
+    case Op::Slice: return "Slice";
   }
   throw Error(ExitCode::Internal, "op_name: unknown Op");
 }

@@ -19,6 +19,10 @@ enum class Op {
   Identity, Softmax, LogSoftmax,
   // Element-wise functions of one input (runtime/graph/operators.h: is_unary)
   HardSigmoid, HardSwish, Tanh, Exp, Log, Sqrt, Neg, Abs, Softplus, Elu, Erf,
+  // Reductions over `axes` (runtime/ops/ops.h: reduce)
+  ReduceMean, ReduceSum, ReduceMax, ReduceL2,
+  // A strided window of the input (ONNX Slice; Split lowers to one Slice per output)
+  Slice,
   // Training only, never imported: Caffe's WITHIN_CHANNEL LRN written with standard ops
   // (x * (bias + alpha * AveragePool_k(x*x))^exponent), fused into one node by
   // prepare_training_graph (generator/train/prepare_graph.h). Attributes: size k, alpha, lrn_bias, beta =
@@ -66,6 +70,12 @@ struct Attributes {
   bool softmax_coerce_2d = false;
   // Transpose
   std::vector<int64_t> perm;
+  // ReduceMean/Sum/Max/L2: the reduced axes (non-negative, sorted; all axes when the
+  // model gave none) and whether they stay as extent-1 dimensions
+  std::vector<int64_t> axes;
+  bool keepdims = true;
+  // Slice: per axis of the input, the first index taken and the step (clamped, in range)
+  std::vector<int64_t> slice_first, slice_step;
   // Reshape: the output shape (0 and -1 resolved)
   std::vector<int64_t> shape;
   // BatchNormalization

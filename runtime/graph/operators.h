@@ -34,6 +34,16 @@ inline ops::Unary unary_of(Op op) {
   }
 }
 
+// ReduceSum, ReduceMax, ReduceL2; anything else is ReduceMean.
+inline ops::Reduce reduce_of(Op op) {
+  switch (op) {
+    case Op::ReduceSum: return ops::Reduce::Sum;
+    case Op::ReduceMax: return ops::Reduce::Max;
+    case Op::ReduceL2: return ops::Reduce::L2;
+    default: return ops::Reduce::Mean;
+  }
+}
+
 // Sub, Mul, Div, Pow; anything else is Add.
 inline ops::Binary binary_of(Op op) {
   switch (op) {

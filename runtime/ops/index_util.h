@@ -3,6 +3,7 @@
 // Internal to convgen's runtime; not an installed header.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -48,6 +49,22 @@ inline void for_each_row(const std::vector<int64_t>& shape, const std::array<con
     }
     if (d < 0) return;
   }
+}
+
+// y's strides for walking x's index space when y is x reduced over `axes` (kept as
+// extent 1 or removed): 0 along the reduced axes.
+inline std::vector<int64_t> reduced_strides(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& axes,
+                                     const ConstView& y) {
+  const std::vector<int64_t> ys = y.strides();
+  const bool kept = y.shape.size() == x_shape.size();
+  std::vector<int64_t> out(x_shape.size(), 0);
+  size_t k = 0;
+  for (size_t d = 0; d < x_shape.size(); ++d) {
+    const bool reduced = std::find(axes.begin(), axes.end(), int64_t(d)) != axes.end();
+    if (!reduced) out[d] = ys.at(kept ? d : k);
+    if (kept || !reduced) ++k;
+  }
+  return out;
 }
 
 inline int64_t offset(const std::vector<int64_t>& idx, const std::vector<int64_t>& strides) {

@@ -62,6 +62,35 @@ void unary(const ConstView& x, const View& y, Unary op, float alpha, float lo, f
   }
 }
 
+void reduce(const ConstView& x, const std::vector<int64_t>& axes, Reduce op, const View& y) {
+  const std::vector<int64_t> xs = x.strides(), ys = detail::reduced_strides(x.shape, axes, y);
+  const size_t n = static_cast<size_t>(y.elements());
+  if (op == Reduce::Max) {
+    std::fill(y.data, y.data + n, -std::numeric_limits<float>::infinity());
+    for_each_row<2>(x.shape, {&xs, &ys}, [&](const std::array<int64_t, 2>& at, int64_t len) {
+      const int64_t sx = xs.empty() ? 1 : xs.back(), sy = ys.empty() ? 0 : ys.back();
+      for (int64_t j = 0; j < len; ++j) {
+        float& m = y.data[at[1] + j * sy];
+        const float v = x.data[at[0] + j * sx];
+        if (!std::isnan(m) && !(v <= m)) m = v;
+      }
+    });
+    return;
+  }
+  std::vector<double> acc(n, 0.0);
+  for_each_row<2>(x.shape, {&xs, &ys}, [&](const std::array<int64_t, 2>& at, int64_t len) {
+    const int64_t sx = xs.empty() ? 1 : xs.back(), sy = ys.empty() ? 0 : ys.back();
+    for (int64_t j = 0; j < len; ++j) {
+      const double v = x.data[at[0] + j * sx];
+      acc[size_t(at[1] + j * sy)] += op == Reduce::L2 ? v * v : v;
+    }
+  });
+  double count = 1.0;
+  for (int64_t a : axes) count *= double(x.shape[size_t(a)]);
+  for (size_t i = 0; i < n; ++i)
+    y.data[i] = float(op == Reduce::Mean ? acc[i] / count : op == Reduce::L2 ? std::sqrt(acc[i]) : acc[i]);
+}
+
 namespace {
 
 // Calls run(f) with the element function of `op`, one instantiation per op so that each
@@ -271,6 +300,20 @@ void transpose(const ConstView& x, const std::vector<int64_t>& perm, const View&
     int64_t from = 0;
     for (size_t d = 0; d < perm.size(); ++d) from += o[d] * sx[perm[d]];
     y.data[offset(o, sy)] = x.data[from];
+  });
+}
+
+void slice(const ConstView& x, const std::vector<int64_t>& first, const std::vector<int64_t>& step, const View& y) {
+  const auto sx = x.strides(), sy = y.strides();
+  int64_t base = 0;
+  std::vector<int64_t> strided(sx.size());
+  for (size_t d = 0; d < sx.size(); ++d) {
+    base += first[d] * sx[d];
+    strided[d] = step[d] * sx[d];
+  }
+  for_each_row<2>(y.shape, {&strided, &sy}, [&](const std::array<int64_t, 2>& at, int64_t len) {
+    const int64_t step_x = strided.empty() ? 1 : strided.back(), step_y = sy.empty() ? 1 : sy.back();
+    for (int64_t j = 0; j < len; ++j) y.data[at[1] + j * step_y] = x.data[base + at[0] + j * step_x];
   });
 }
 

@@ -24,6 +24,12 @@ enum class Binary { Add, Sub, Mul, Div, Pow };
 // Numpy broadcasting of a and b to y's shape.
 void binary(const ConstView& a, const ConstView& b, const View& y, Binary op);
 
+enum class Reduce { Mean, Sum, Max, L2 };
+// Reduces x over `axes` (non-negative, sorted) into y, whose shape is x's with those axes
+// at extent 1 (keepdims) or removed; either layout. Sums in double in x's row-major
+// order; Max propagates NaN.
+void reduce(const ConstView& x, const std::vector<int64_t>& axes, Reduce op, const View& y);
+
 struct Window {
   std::vector<int64_t> kernel, strides, dilations, pads_begin, pads_end;
 };
@@ -41,6 +47,8 @@ void matmul(const ConstView& a, const ConstView& b, const View& y);
 
 void concat(const std::vector<ConstView>& xs, int64_t axis, const View& y);
 void transpose(const ConstView& x, const std::vector<int64_t>& perm, const View& y);
+// y[i] = x[first + i * step] per axis; y's shape is the window's.
+void slice(const ConstView& x, const std::vector<int64_t>& first, const std::vector<int64_t>& step, const View& y);
 // y in x's layout.
 void batch_norm(const ConstView& x, const ConstView& scale, const ConstView& bias, const ConstView& mean,
                 const ConstView& var, float epsilon, const View& y);

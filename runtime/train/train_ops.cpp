@@ -314,6 +314,61 @@ void global_average_pool_backward(const ConstView& dy, const View& dx, bool accu
   }
 }
 
+void slice_backward(const ConstView& dy, const std::vector<int64_t>& first, const std::vector<int64_t>& step,
+                    const View& dx, bool accumulate) {
+  clear_unless(dx, accumulate);
+  const auto sd = dx.strides(), sy = dy.strides();
+  int64_t base = 0;
+  std::vector<int64_t> strided(sd.size());
+  for (size_t d = 0; d < sd.size(); ++d) {
+    base += first[d] * sd[d];
+    strided[d] = step[d] * sd[d];
+  }
+  for_each_row<2>(dy.shape, {&strided, &sy}, [&](const std::array<int64_t, 2>& at, int64_t len) {
+    const int64_t step_x = strided.empty() ? 1 : strided.back(), step_y = sy.empty() ? 1 : sy.back();
+    for (int64_t j = 0; j < len; ++j) dx.data[base + at[0] + j * step_x] += dy.data[at[1] + j * step_y];
+  });
+}
+
+void transpose_backward(const ConstView& dy, const std::vector<int64_t>& perm, const View& dx, bool accumulate) {
+  const auto sd = dx.strides(), sy = dy.strides();
+  for_each_index(dy.shape, [&](const std::vector<int64_t>& o) {
+    int64_t to = 0;
+    for (size_t d = 0; d < perm.size(); ++d) to += o[d] * sd[perm[d]];
+    put(dx.data, to, dy.data[offset(o, sy)], accumulate);
+  });
+}
+
+void reduce_backward(const ConstView& x, const ConstView& y, const ConstView& dy, const std::vector<int64_t>& axes,
+                     Reduce op, const View& dx, bool accumulate) {
+  const std::vector<int64_t> xs = x.strides(), ys = detail::reduced_strides(x.shape, axes, y);
+  const std::vector<int64_t> gs = detail::reduced_strides(x.shape, axes, dy), dxs = dx.strides();
+  float count = 1.0f;
+  for (int64_t a : axes) count *= float(x.shape[size_t(a)]);
+  std::vector<char> taken(op == Reduce::Max ? size_t(y.elements()) : 0, 0);
+  for_each_row<4>(x.shape, {&xs, &ys, &gs, &dxs}, [&](const std::array<int64_t, 4>& at, int64_t len) {
+    const int64_t sx = xs.empty() ? 1 : xs.back(), sy = ys.empty() ? 0 : ys.back();
+    const int64_t sg = gs.empty() ? 0 : gs.back(), sd = dxs.empty() ? 1 : dxs.back();
+    for (int64_t j = 0; j < len; ++j) {
+      const float g = dy.data[at[2] + j * sg], xv = x.data[at[0] + j * sx];
+      const int64_t yi = at[1] + j * sy;
+      float v = g;
+      switch (op) {
+        case Reduce::Mean: v = g / count; break;
+        case Reduce::Sum: break;
+        case Reduce::L2: v = y.data[yi] != 0.0f ? g * xv / y.data[yi] : 0.0f; break;
+        case Reduce::Max: {
+          const bool first = !taken[size_t(yi)] && (xv == y.data[yi] || (std::isnan(xv) && std::isnan(y.data[yi])));
+          if (first) taken[size_t(yi)] = 1;
+          v = first ? g : 0.0f;
+          break;
+        }
+      }
+      put(dx.data, at[3] + j * sd, v, accumulate);
+    }
+  });
+}
+
 // ---- GEMM ------------------------------------------------------------------------
 
 void sgemm_1t(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,

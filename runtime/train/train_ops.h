@@ -45,6 +45,17 @@ void average_pool_backward(const Window& w, bool count_include_pad, const ConstV
                            bool accumulate);
 void global_average_pool_backward(const ConstView& dy, const View& dx, bool accumulate);
 
+// y = slice(x, first, step) backward: dy into its window of dx, zeros elsewhere.
+void slice_backward(const ConstView& dy, const std::vector<int64_t>& first, const std::vector<int64_t>& step,
+                    const View& dx, bool accumulate);
+// y = transpose(x, perm) backward: dx[perm(i)] (+)= dy[i].
+void transpose_backward(const ConstView& dy, const std::vector<int64_t>& perm, const View& dx, bool accumulate);
+
+// y = reduce(x, axes) backward: Mean dy / count, Sum dy, L2 dy * x / y (0 where y is 0),
+// Max dy to the first maximum of each reduced group (x's row-major order).
+void reduce_backward(const ConstView& x, const ConstView& y, const ConstView& dy, const std::vector<int64_t>& axes,
+                     Reduce op, const View& dx, bool accumulate);
+
 // BLIS sgemm on one thread, whatever BLIS's own threading setting: C = alpha * op(A) *
 // op(B) + beta * C over row-major operands given with their leading dimensions.
 void sgemm_1t(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,

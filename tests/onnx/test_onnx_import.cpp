@@ -424,3 +424,53 @@ TEST_CASE("import: training forms of BatchNormalization and Dropout (ImportOptio
     CHECK_THAT(e.what(), Catch::Contains("node 'bn' (BatchNormalization)") && Catch::Contains("'m'"));
   }
 }
+
+TEST_CASE("import: reductions, Slice and Split lower with their attributes; bad ones are named", "[import]") {
+  SECTION("ReduceMean over H and W, ReduceSum's axes as an input, Split into Slices") {
+    OnnxModelBuilder b(13);
+    b.input("x", {-1, 6, 4, 5}).output("m", 2).output("s", 4).output("p1", 4);
+    auto& mean = b.node("ReduceMean", {"x"}, {"m"}, "mean");
+    convgen::test::set_ints(mean, "axes", {-1, 2});
+    convgen::test::set_int(mean, "keepdims", 0);
+    b.int64_initializer("axes", {1});
+    b.node("ReduceSum", {"x", "axes"}, {"s"}, "sum");
+    b.int64_initializer("sizes", {2, 4});
+    convgen::test::set_int(b.node("Split", {"x", "sizes"}, {"p0", "p1"}, "split"), "axis", 1);
+    ImportOptions options;
+    options.batch = 3;
+    const Graph g = import_onnx(b.write("reduce"), options);
+    const Node& m = only_node(g, Op::ReduceMean);
+    CHECK(m.attributes.axes == std::vector<int64_t>{2, 3});
+    CHECK(!m.attributes.keepdims);
+    CHECK(g.value("m").shape == std::vector<int64_t>{3, 6});
+    CHECK(only_node(g, Op::ReduceSum).attributes.axes == std::vector<int64_t>{1});
+    CHECK(only_node(g, Op::ReduceSum).inputs == std::vector<std::string>{"x"});
+    std::vector<const Node*> slices;
+    for (const Node& n : g.nodes)
+      if (n.op == Op::Slice) slices.push_back(&n);
+    REQUIRE(slices.size() == 2);
+    CHECK(slices[0]->name == "split:0");
+    CHECK(slices[1]->attributes.slice_first == std::vector<int64_t>{0, 2, 0, 0});
+    CHECK(g.value("p1").shape == std::vector<int64_t>{3, 4, 4, 5});
+  }
+  SECTION("Split sizes that do not cover the axis") {
+    OnnxModelBuilder b(11);
+    b.input("x", {1, 6, 4}).output("a", 3).output("c", 3);
+    auto& split = b.node("Split", {"x"}, {"a", "c"}, "split");
+    convgen::test::set_int(split, "axis", 1);
+    convgen::test::set_ints(split, "split", {2, 3});
+    const Error e = import_error(b.write("split"));  // ONNX's inference finds it first
+    CHECK(e.code() == ExitCode::BadModel);
+    CHECK_THAT(e.what(), Catch::Contains("op_type:Split, node name: split") && Catch::Contains("'split' (5)"));
+  }
+  SECTION("ReduceMax with a repeated axis") {
+    OnnxModelBuilder b(13);
+    b.input("x", {1, 6, 4}).output("y", 2);
+    auto& max = b.node("ReduceMax", {"x"}, {"y"}, "max");
+    convgen::test::set_ints(max, "axes", {1, -2});
+    convgen::test::set_int(max, "keepdims", 0);
+    const Error e = import_error(b.write("max"));
+    CHECK(e.code() == ExitCode::Unsupported);
+    CHECK_THAT(e.what(), Catch::Contains("node 'max' (ReduceMax): not supported: attribute 'axes' = [1,1]: repeated axis"));
+  }
+}

@@ -245,3 +245,35 @@ TEST_CASE("trainer gradients match finite differences: element-wise functions", 
   test::set_int(b.node("Gemm", {"flat", "fc", "fcb"}, {"logits"}, "fc"), "transB", 1);
   check_gradients(b.write("gradcheck_functions"), 4, 2, labelled_data(4, 2 * 6 * 6, 5, 9));
 }
+
+TEST_CASE("trainer gradients match finite differences: reductions, Split, Slice, Transpose", "[trainer][gradcheck]") {
+  // conv c -> Split(3, 5) -> {ReduceMean over H, W; ReduceMax over W, kept};
+  // Transpose(c) to NHWC -> ReduceL2 over C; Slice(c) rows backwards by 2, columns by 2
+  // -> ReduceSum over C (axes as an input) -> Flatten each -> Concat -> Gemm
+  test::OnnxModelBuilder b(13);
+  b.input("x", {-1, 3, 6, 6}).output("logits", 2);
+  b.weights("w", {8, 3, 3, 3}).weights("fc", {5, 78});
+  randomize(b, 11);
+  test::set_ints(b.node("Conv", {"x", "w"}, {"c"}, "conv"), "pads", {1, 1, 1, 1});
+  b.int64_initializer("split", {3, 5});
+  test::set_int(b.node("Split", {"c", "split"}, {"s0", "s1"}, "split"), "axis", 1);
+  auto& mean = b.node("ReduceMean", {"s0"}, {"r0"}, "mean");
+  test::set_ints(mean, "axes", {2, -1});
+  test::set_int(mean, "keepdims", 0);
+  test::set_ints(b.node("ReduceMax", {"s1"}, {"r1"}, "max"), "axes", {3});
+  test::set_ints(b.node("Transpose", {"c"}, {"t"}, "to_nhwc"), "perm", {0, 2, 3, 1});
+  auto& l2 = b.node("ReduceL2", {"t"}, {"r2"}, "l2");
+  test::set_ints(l2, "axes", {3});
+  test::set_int(l2, "keepdims", 0);
+  b.int64_initializer("starts", {5, 1}).int64_initializer("ends", {-100, 6});
+  b.int64_initializer("axes", {2, 3}).int64_initializer("steps", {-2, 2});
+  b.node("Slice", {"c", "starts", "ends", "axes", "steps"}, {"sl"}, "slice");
+  b.int64_initializer("channel_axis", {1});
+  test::set_int(b.node("ReduceSum", {"sl", "channel_axis"}, {"r3"}, "sum"), "keepdims", 0);
+  b.node("Flatten", {"r1"}, {"f1"}, "flatten1");
+  b.node("Flatten", {"r2"}, {"f2"}, "flatten2");
+  b.node("Flatten", {"r3"}, {"f3"}, "flatten3");
+  test::set_int(b.node("Concat", {"r0", "f1", "f2", "f3"}, {"cat"}, "concat"), "axis", 1);
+  test::set_int(b.node("Gemm", {"cat", "fc"}, {"logits"}, "fc"), "transB", 1);
+  check_gradients(b.write("gradcheck_reductions"), 4, 2, labelled_data(4, 3 * 6 * 6, 5, 12));
+}
