@@ -52,7 +52,7 @@ class Writer {
       }
       case StepKind::Unary: {
         // ops::Unary's names are the ONNX op names; beta only where an op reads it.
-        const bool beta = s.op == Op::HardSigmoid || s.op == Op::HardSwish;
+        const bool beta = s.op == Op::HardSigmoid || s.op == Op::HardSwish || s.op == Op::Selu;
         return fmt::format("convgen::ops::unary({}, {}, convgen::ops::Unary::{}, {}, {}, {}{});", x(0), y,
                            op_name(s.op), flt(a.alpha), flt(a.clip_min), flt(a.clip_max),
                            beta ? ", " + flt(a.beta) : std::string());

@@ -106,7 +106,8 @@ class Planner {
       }
       case Op::Relu: case Op::LeakyRelu: case Op::Clip: case Op::Sigmoid: case Op::HardSigmoid: case Op::HardSwish:
       case Op::Tanh: case Op::Exp: case Op::Log: case Op::Sqrt: case Op::Neg: case Op::Abs: case Op::Softplus:
-      case Op::Elu: case Op::Erf: {
+      case Op::Elu: case Op::Erf: case Op::Reciprocal: case Op::Selu: case Op::Sin: case Op::Cos: case Op::Floor:
+      case Op::Ceil: {
         const int x = in(0);
         step(StepKind::Unary, n, {x}, define(n.outputs[0], out_shape, layout_of(x)));
         return;
@@ -187,7 +188,8 @@ class Planner {
         step(StepKind::MatMul, n, {in_layout(in(0), false, n.name), in_layout(in(1), false, n.name)},
              define(n.outputs[0], out_shape, false));
         return;
-      case Op::ReduceMean: case Op::ReduceSum: case Op::ReduceMax: case Op::ReduceL2:
+      case Op::ReduceMean: case Op::ReduceSum: case Op::ReduceMax: case Op::ReduceL2: case Op::ReduceMin:
+      case Op::ReduceProd: case Op::ReduceSumSquare: case Op::ReduceL1: case Op::ReduceLogSum: case Op::ReduceLogSumExp:
         step(StepKind::Reduce, n, {in(0)}, define(n.outputs[0], out_shape, false));
         return;
       case Op::Slice:

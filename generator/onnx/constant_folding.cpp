@@ -300,6 +300,8 @@ Value fold_transpose(const NodeContext& c, const std::string& name) {
     c.bad_attr("perm", list(perm), fmt::format("not a permutation of {} axes", rank));
   std::vector<int64_t> shape;
   for (int64_t p : perm) shape.push_back(x.shape[size_t(p)]);
+  if (rank == 2 && perm == std::vector<int64_t>{1, 0} && !x.is_int64)
+    c.graph().transposed_constants[name] = c.proto().input(0);
   const std::vector<int64_t> in_strides = strides_of(x.shape);
   std::vector<int64_t> picks(size_t(x.elements()));
   std::vector<int64_t> at(size_t(rank), 0);

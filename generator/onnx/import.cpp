@@ -403,7 +403,9 @@ Graph import_onnx(const std::string& path, const ImportOptions& options) {
   collect_values(model, g);
   // Fold what can be folded, write it back as initializers and infer again: ONNX's
   // inference does not always see through PyTorch's shape chains to Reshape's output.
-  if (fold_constants(model.graph(), g) > 0) {
+  // Again while that makes more shapes known and more folds possible (a chain behind a
+  // Reshape whose shape needed the first round); each round removes what it folded.
+  while (fold_constants(model.graph(), g) > 0) {
     write_back_constants(model, g);
     infer_shapes(model, path);
     g.values.clear();

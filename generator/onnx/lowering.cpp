@@ -167,7 +167,8 @@ Node lower_node(const NodeContext& c, int opset) {
   static const std::map<std::string, Op> functions = {
       {"HardSigmoid", Op::HardSigmoid}, {"HardSwish", Op::HardSwish}, {"Tanh", Op::Tanh}, {"Exp", Op::Exp},
       {"Log", Op::Log}, {"Sqrt", Op::Sqrt}, {"Neg", Op::Neg}, {"Abs", Op::Abs}, {"Softplus", Op::Softplus},
-      {"Elu", Op::Elu}, {"Erf", Op::Erf}};
+      {"Elu", Op::Elu}, {"Erf", Op::Erf}, {"Reciprocal", Op::Reciprocal}, {"Selu", Op::Selu}, {"Sin", Op::Sin},
+      {"Cos", Op::Cos}, {"Floor", Op::Floor}, {"Ceil", Op::Ceil}};
   if (auto it = functions.find(op); it != functions.end()) {
     node.op = it->second;
     if (node.op == Op::HardSigmoid) {
@@ -178,6 +179,9 @@ Node lower_node(const NodeContext& c, int opset) {
       a.beta = 0.5f;
     } else if (node.op == Op::Elu) {
       a.alpha = c.attr_float("alpha", 1.0f);
+    } else if (node.op == Op::Selu) {  // gamma in beta
+      a.alpha = c.attr_float("alpha", 1.67326319217681884765625f);
+      a.beta = c.attr_float("gamma", 1.05070102214813232421875f);
     }
     return node;
   }
@@ -198,9 +202,13 @@ Node lower_node(const NodeContext& c, int opset) {
     node.inputs.resize(1);
     return node;
   }
-  if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" || op == "ReduceL2") {
-    node.op = op == "ReduceMean" ? Op::ReduceMean : op == "ReduceSum" ? Op::ReduceSum : op == "ReduceMax" ? Op::ReduceMax
-                                                                                        : Op::ReduceL2;
+  static const std::map<std::string, Op> reductions = {
+      {"ReduceMean", Op::ReduceMean}, {"ReduceSum", Op::ReduceSum}, {"ReduceMax", Op::ReduceMax},
+      {"ReduceL2", Op::ReduceL2}, {"ReduceMin", Op::ReduceMin}, {"ReduceProd", Op::ReduceProd},
+      {"ReduceSumSquare", Op::ReduceSumSquare}, {"ReduceL1", Op::ReduceL1}, {"ReduceLogSum", Op::ReduceLogSum},
+      {"ReduceLogSumExp", Op::ReduceLogSumExp}};
+  if (auto it = reductions.find(op); it != reductions.end()) {
+    node.op = it->second;
     const int64_t rank = static_cast<int64_t>(c.input(0).shape.size());
     // Opset 13 made ReduceSum's axes an input (the others follow at 18); empty axes
     // reduce everything unless noop_with_empty_axes.
@@ -317,7 +325,8 @@ bool is_lowered_op(const std::string& op) {
       "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Pow", "Sum", "Concat", "Flatten", "Reshape", "Unsqueeze",
       "Squeeze", "Transpose", "BatchNormalization", "LRN", "Pad", "Dropout", "Identity", "Softmax", "LogSoftmax",
       "Constant", "HardSigmoid", "HardSwish", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Softplus", "Elu", "Erf", "ReduceMean",
-      "ReduceSum", "ReduceMax", "ReduceL2", "Slice", "Split"};
+      "ReduceSum", "ReduceMax", "ReduceL2", "Slice", "Split", "Reciprocal", "Selu", "Sin", "Cos", "Floor", "Ceil",
+      "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceLogSum", "ReduceLogSumExp"};
   return ops.count(op) > 0;
 }
 

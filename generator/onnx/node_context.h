@@ -26,6 +26,7 @@ class NodeContext {
   const std::string& name() const { return name_; }
   const std::string& op() const { return n_.op_type(); }
   const onnx::NodeProto& proto() const { return n_; }
+  Graph& graph() const { return g_; }
   std::string where() const { return fmt::format("{}: node '{}' ({})", g_.source, name_, n_.op_type()); }
 
   [[noreturn]] void unsupported(const std::string& what) const {

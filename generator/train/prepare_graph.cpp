@@ -21,7 +21,9 @@ bool op_trains(Op op) {
     case Op::Pad: case Op::LRN: case Op::Dropout: case Op::Identity: case Op::BatchNormalization:
     case Op::WithinChannelLRN: case Op::HardSigmoid: case Op::HardSwish: case Op::Tanh: case Op::Exp: case Op::Log:
     case Op::Sqrt: case Op::Neg: case Op::Abs: case Op::Softplus: case Op::Elu: case Op::Erf: case Op::ReduceMean:
-    case Op::ReduceSum: case Op::ReduceMax: case Op::ReduceL2: case Op::Slice: case Op::Transpose:
+    case Op::ReduceSum: case Op::ReduceMax: case Op::ReduceL2: case Op::Slice: case Op::Transpose: case Op::ReduceMin:
+    case Op::ReduceSumSquare: case Op::ReduceL1: case Op::ReduceLogSum: case Op::ReduceLogSumExp: case Op::Reciprocal:
+    case Op::Selu: case Op::Sin: case Op::Cos: case Op::Floor: case Op::Ceil:
       return true;
     default:
       return false;
@@ -219,6 +221,20 @@ TrainGraph prepare_training_graph(const std::string& model_path, int64_t micro_b
     throw Error(ExitCode::Unsupported,
                 fmt::format("{}: not supported in training: output '{}' is not [N, classes] logits", g.source, t.logits));
   t.classes = logits.shape[1];
+  // MatMul(x, W') with W' folded from Transpose(W): a Gemm of W with transB, so that the
+  // parameter is W, the tensor the model file holds (and --save writes back).
+  for (Node& n : g.nodes) {
+    if (n.op != Op::MatMul) continue;
+    const auto from = g.transposed_constants.find(n.inputs[1]);
+    if (from == g.transposed_constants.end() || !g.is_float_constant(from->second)) continue;
+    n.op = Op::Gemm;
+    n.inputs[1] = from->second;
+    n.attributes.trans_b = true;
+    n.attributes.alpha = 1.0f;
+    n.attributes.beta = 0.0f;
+    if (why) why->push_back(fmt::format("{}: MatMul of Transpose({}) trained as a Gemm of {} with transB", n.name,
+                                        from->second, from->second));
+  }
   for (const Node& n : g.nodes) {
     if (!op_trains(n.op)) throw unsupported(g, n, "the op has no backward in convgen");
     if (!n.attributes.axes.empty() && n.attributes.axes[0] == 0) throw unsupported(g, n, "a reduction over the batch");
@@ -233,8 +249,10 @@ TrainGraph prepare_training_graph(const std::string& model_path, int64_t micro_b
     if (n.op == Op::Concat && n.attributes.axis == 0) throw unsupported(g, n, "concatenation along the batch");
     if (n.op == Op::Pad && (n.attributes.pad_amounts.at(0) != 0 || n.attributes.pad_amounts.at(n.attributes.pad_amounts.size() / 2) != 0))
       throw unsupported(g, n, "padding of the batch dimension");
-    if (n.op == Op::MatMul && (g.value(n.inputs[0]).shape.size() != 2 || g.value(n.inputs[1]).shape.size() != 2))
-      throw unsupported(g, n, "MatMul of other than 2-D operands");
+    if ((n.op == Op::MatMul || n.op == Op::Gemm) && n.attributes.trans_a && g.value(n.inputs[0]).shape.size() != 2)
+      throw unsupported(g, n, "transA of an operand of rank above 2");
+    if (n.op == Op::MatMul && (g.value(n.inputs[0]).shape.size() < 2 || g.value(n.inputs[1]).shape.size() != 2))
+      throw unsupported(g, n, "MatMul of other than [N, ..., K] by [K, M] operands");
   }
   fuse_within_channel_lrn(g, why);
   fuse_for_training(g, why);
@@ -256,6 +274,11 @@ TrainGraph prepare_training_graph(const std::string& model_path, int64_t micro_b
       train(n, 1), train(n, 2);
     } else if (n.op == Op::BatchNormalization) {
       train(n, 1), train(n, 2);
+    } else if (n.op == Op::Mul || n.op == Op::Add || n.op == Op::Sub || n.op == Op::Div) {
+      // A tensor (not a scalar) initializer here is a module's parameter in PyTorch's
+      // training exports: LayerNorm's scale and shift, ConvNeXt's layer scale.
+      for (size_t i = 0; i < 2; ++i)
+        if (i < n.inputs.size() && g.is_float_constant(n.inputs[i]) && g.value(n.inputs[i]).elements() > 1) train(n, i);
     }
   }
   if (why)

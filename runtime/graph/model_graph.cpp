@@ -53,6 +53,18 @@ const char* op_name(Op op) {
     case Op::ReduceMax: return "ReduceMax";
     case Op::ReduceL2: return "ReduceL2";
     case Op::Slice: return "Slice";
+    case Op::Reciprocal: return "Reciprocal";
+    case Op::Selu: return "Selu";
+    case Op::Sin: return "Sin";
+    case Op::Cos: return "Cos";
+    case Op::Floor: return "Floor";
+    case Op::Ceil: return "Ceil";
+    case Op::ReduceMin: return "ReduceMin";
+    case Op::ReduceProd: return "ReduceProd";
+    case Op::ReduceSumSquare: return "ReduceSumSquare";
+    case Op::ReduceL1: return "ReduceL1";
+    case Op::ReduceLogSum: return "ReduceLogSum";
+    case Op::ReduceLogSumExp: return "ReduceLogSumExp";
   }
   throw Error(ExitCode::Internal, "op_name: unknown Op");
 }

@@ -18,9 +18,10 @@ enum class Op {
   Add, Sub, Mul, Div, Pow, Sum, Concat, Flatten, Reshape, Transpose, BatchNormalization, LRN, Pad, Dropout,
   Identity, Softmax, LogSoftmax,
   // Element-wise functions of one input (runtime/graph/operators.h: is_unary)
-  HardSigmoid, HardSwish, Tanh, Exp, Log, Sqrt, Neg, Abs, Softplus, Elu, Erf,
+  HardSigmoid, HardSwish, Tanh, Exp, Log, Sqrt, Neg, Abs, Softplus, Elu, Erf, Reciprocal, Selu, Sin, Cos, Floor, Ceil,
   // Reductions over `axes` (runtime/ops/ops.h: reduce)
-  ReduceMean, ReduceSum, ReduceMax, ReduceL2,
+  ReduceMean, ReduceSum, ReduceMax, ReduceL2, ReduceMin, ReduceProd, ReduceSumSquare, ReduceL1, ReduceLogSum,
+  ReduceLogSumExp,
   // A strided window of the input (ONNX Slice; Split lowers to one Slice per output)
   Slice,
   // Training only, never imported: Caffe's WITHIN_CHANNEL LRN written with standard ops
@@ -111,6 +112,10 @@ struct Graph {
   std::vector<std::string> inputs, outputs;  // graph inputs (not initializers), outputs
   std::map<std::string, Value> values;
   std::vector<Node> nodes;     // in a valid execution order
+  // Constants folded from Transpose(W) of a 2-D float constant W (perm [1, 0]), by name:
+  // the W they came from. Training reads MatMul(x, W') as a Gemm of W with transB, so
+  // that W itself is the parameter (PyTorch exports nn.Linear on [N, ..., K] this way).
+  std::map<std::string, std::string> transposed_constants;
 
   const Value& value(const std::string& name) const;
   // A value of that name exists and is a float32 constant.

@@ -25,6 +25,12 @@ inline ops::Unary unary_of(Op op) {
     case Op::Softplus: return ops::Unary::Softplus;
     case Op::Elu: return ops::Unary::Elu;
     case Op::Erf: return ops::Unary::Erf;
+    case Op::Reciprocal: return ops::Unary::Reciprocal;
+    case Op::Selu: return ops::Unary::Selu;
+    case Op::Sin: return ops::Unary::Sin;
+    case Op::Cos: return ops::Unary::Cos;
+    case Op::Floor: return ops::Unary::Floor;
+    case Op::Ceil: return ops::Unary::Ceil;
 
     case Op::Relu: return ops::Unary::Relu;
     case Op::LeakyRelu: return ops::Unary::LeakyRelu;
@@ -40,6 +46,12 @@ inline ops::Reduce reduce_of(Op op) {
     case Op::ReduceSum: return ops::Reduce::Sum;
     case Op::ReduceMax: return ops::Reduce::Max;
     case Op::ReduceL2: return ops::Reduce::L2;
+    case Op::ReduceMin: return ops::Reduce::Min;
+    case Op::ReduceProd: return ops::Reduce::Prod;
+    case Op::ReduceSumSquare: return ops::Reduce::SumSquare;
+    case Op::ReduceL1: return ops::Reduce::L1;
+    case Op::ReduceLogSum: return ops::Reduce::LogSum;
+    case Op::ReduceLogSumExp: return ops::Reduce::LogSumExp;
     default: return ops::Reduce::Mean;
   }
 }

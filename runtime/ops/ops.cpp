@@ -59,36 +59,59 @@ void unary(const ConstView& x, const View& y, Unary op, float alpha, float lo, f
     case Unary::Elu:
       return map_elements(x.data, y.data, n, [alpha](float v) { return v > 0.0f ? v : alpha * std::expm1(v); });
     case Unary::Erf: return map_elements(x.data, y.data, n, [](float v) { return std::erf(v); });
+    case Unary::Reciprocal: return map_elements(x.data, y.data, n, [](float v) { return 1.0f / v; });
+    case Unary::Selu:
+      return map_elements(x.data, y.data, n,
+                          [alpha, beta](float v) { return v > 0.0f ? beta * v : beta * (alpha * std::expm1(v)); });
+    case Unary::Sin: return map_elements(x.data, y.data, n, [](float v) { return std::sin(v); });
+    case Unary::Cos: return map_elements(x.data, y.data, n, [](float v) { return std::cos(v); });
+    case Unary::Floor: return map_elements(x.data, y.data, n, [](float v) { return std::floor(v); });
+    case Unary::Ceil: return map_elements(x.data, y.data, n, [](float v) { return std::ceil(v); });
   }
 }
 
 void reduce(const ConstView& x, const std::vector<int64_t>& axes, Reduce op, const View& y) {
   const std::vector<int64_t> xs = x.strides(), ys = detail::reduced_strides(x.shape, axes, y);
   const size_t n = static_cast<size_t>(y.elements());
-  if (op == Reduce::Max) {
-    std::fill(y.data, y.data + n, -std::numeric_limits<float>::infinity());
+  // f(x element, y offset) over every element of x, in x's row-major order.
+  auto walk = [&](auto f) {
     for_each_row<2>(x.shape, {&xs, &ys}, [&](const std::array<int64_t, 2>& at, int64_t len) {
       const int64_t sx = xs.empty() ? 1 : xs.back(), sy = ys.empty() ? 0 : ys.back();
-      for (int64_t j = 0; j < len; ++j) {
-        float& m = y.data[at[1] + j * sy];
-        const float v = x.data[at[0] + j * sx];
-        if (!std::isnan(m) && !(v <= m)) m = v;
-      }
+      for (int64_t j = 0; j < len; ++j) f(x.data[at[0] + j * sx], at[1] + j * sy);
     });
-    return;
+  };
+  if (op == Reduce::Max || op == Reduce::Min || op == Reduce::LogSumExp) {
+    const bool max = op != Reduce::Min;
+    std::fill(y.data, y.data + n, max ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity());
+    walk([&](float v, int64_t o) {
+      float& m = y.data[o];
+      if (!std::isnan(m) && !(max ? v <= m : v >= m)) m = v;
+    });
+    if (op != Reduce::LogSumExp) return;
   }
-  std::vector<double> acc(n, 0.0);
-  for_each_row<2>(x.shape, {&xs, &ys}, [&](const std::array<int64_t, 2>& at, int64_t len) {
-    const int64_t sx = xs.empty() ? 1 : xs.back(), sy = ys.empty() ? 0 : ys.back();
-    for (int64_t j = 0; j < len; ++j) {
-      const double v = x.data[at[0] + j * sx];
-      acc[size_t(at[1] + j * sy)] += op == Reduce::L2 ? v * v : v;
+  std::vector<double> acc(n, op == Reduce::Prod ? 1.0 : 0.0);
+  walk([&](float v, int64_t o) {
+    double& a = acc[size_t(o)];
+    switch (op) {
+      case Reduce::Prod: a *= v; break;
+      case Reduce::L2: case Reduce::SumSquare: a += double(v) * v; break;
+      case Reduce::L1: a += std::fabs(double(v)); break;
+      case Reduce::LogSumExp: a += std::exp(double(v) - double(y.data[o])); break;
+      default: a += v; break;
     }
   });
   double count = 1.0;
-  for (int64_t a : axes) count *= double(x.shape[size_t(a)]);
-  for (size_t i = 0; i < n; ++i)
-    y.data[i] = float(op == Reduce::Mean ? acc[i] / count : op == Reduce::L2 ? std::sqrt(acc[i]) : acc[i]);
+  for (int64_t d : axes) count *= double(x.shape[size_t(d)]);
+  for (size_t i = 0; i < n; ++i) {
+    const double a = acc[i];
+    switch (op) {
+      case Reduce::Mean: y.data[i] = float(a / count); break;
+      case Reduce::L2: y.data[i] = float(std::sqrt(a)); break;
+      case Reduce::LogSum: y.data[i] = float(std::log(a)); break;
+      case Reduce::LogSumExp: y.data[i] = std::isfinite(y.data[i]) ? float(double(y.data[i]) + std::log(a)) : y.data[i]; break;
+      default: y.data[i] = float(a); break;
+    }
+  }
 }
 
 namespace {

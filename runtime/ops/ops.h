@@ -13,9 +13,10 @@
 namespace convgen::ops {
 
 enum class Unary { Relu, LeakyRelu, Clip, Sigmoid, Identity, HardSigmoid, HardSwish, Tanh, Exp, Log, Sqrt, Neg, Abs,
-                   Softplus, Elu, Erf };
+                   Softplus, Elu, Erf, Reciprocal, Selu, Sin, Cos, Floor, Ceil };
 // y has x's shape and layout. alpha: LeakyRelu's slope, Elu's alpha, HardSigmoid's and
-// HardSwish's slope (clamp(alpha * x + beta, 0, 1), times x for HardSwish); lo/hi:
+// HardSwish's slope (clamp(alpha * x + beta, 0, 1), times x for HardSwish), Selu's alpha
+// (its gamma in beta); lo/hi:
 // Clip's bounds. Softplus is log(1 + exp(x)) computed without overflow.
 void unary(const ConstView& x, const View& y, Unary op, float alpha = 0.0f, float lo = 0.0f, float hi = 0.0f,
            float beta = 0.0f);
@@ -24,10 +25,10 @@ enum class Binary { Add, Sub, Mul, Div, Pow };
 // Numpy broadcasting of a and b to y's shape.
 void binary(const ConstView& a, const ConstView& b, const View& y, Binary op);
 
-enum class Reduce { Mean, Sum, Max, L2 };
+enum class Reduce { Mean, Sum, Max, L2, Min, Prod, SumSquare, L1, LogSum, LogSumExp };
 // Reduces x over `axes` (non-negative, sorted) into y, whose shape is x's with those axes
-// at extent 1 (keepdims) or removed; either layout. Sums in double in x's row-major
-// order; Max propagates NaN.
+// at extent 1 (keepdims) or removed; either layout. Sums and products in double in x's
+// row-major order; Max and Min propagate NaN; LogSumExp shifts by the maximum.
 void reduce(const ConstView& x, const std::vector<int64_t>& axes, Reduce op, const View& y);
 
 struct Window {

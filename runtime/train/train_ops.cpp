@@ -103,6 +103,16 @@ void unary_backward(const ConstView& x, const ConstView& y, const ConstView& dy,
         const float xi = xs[i];
         return g[i] * (1.1283791671f * std::exp(-xi * xi));  // 2 / sqrt(pi)
       });
+    case Unary::Reciprocal:
+      return store_elements(dx.data, n, accumulate, [=](int64_t i) { return -g[i] * (ys[i] * ys[i]); });
+    case Unary::Selu:
+      return store_elements(dx.data, n, accumulate, [=](int64_t i) {
+        const float gi = g[i], xi = xs[i];
+        return xi > 0.0f ? gi * beta : gi * (ys[i] + beta * alpha);
+      });
+    case Unary::Sin: return store_elements(dx.data, n, accumulate, [=](int64_t i) { return g[i] * std::cos(xs[i]); });
+    case Unary::Cos: return store_elements(dx.data, n, accumulate, [=](int64_t i) { return -g[i] * std::sin(xs[i]); });
+    case Unary::Floor: case Unary::Ceil: return store_elements(dx.data, n, accumulate, [](int64_t) { return 0.0f; });
   }
 }
 
@@ -345,7 +355,7 @@ void reduce_backward(const ConstView& x, const ConstView& y, const ConstView& dy
   const std::vector<int64_t> gs = detail::reduced_strides(x.shape, axes, dy), dxs = dx.strides();
   float count = 1.0f;
   for (int64_t a : axes) count *= float(x.shape[size_t(a)]);
-  std::vector<char> taken(op == Reduce::Max ? size_t(y.elements()) : 0, 0);
+  std::vector<char> taken(op == Reduce::Max || op == Reduce::Min ? size_t(y.elements()) : 0, 0);
   for_each_row<4>(x.shape, {&xs, &ys, &gs, &dxs}, [&](const std::array<int64_t, 4>& at, int64_t len) {
     const int64_t sx = xs.empty() ? 1 : xs.back(), sy = ys.empty() ? 0 : ys.back();
     const int64_t sg = gs.empty() ? 0 : gs.back(), sd = dxs.empty() ? 1 : dxs.back();
@@ -357,12 +367,17 @@ void reduce_backward(const ConstView& x, const ConstView& y, const ConstView& dy
         case Reduce::Mean: v = g / count; break;
         case Reduce::Sum: break;
         case Reduce::L2: v = y.data[yi] != 0.0f ? g * xv / y.data[yi] : 0.0f; break;
-        case Reduce::Max: {
+        case Reduce::Max: case Reduce::Min: {
           const bool first = !taken[size_t(yi)] && (xv == y.data[yi] || (std::isnan(xv) && std::isnan(y.data[yi])));
           if (first) taken[size_t(yi)] = 1;
           v = first ? g : 0.0f;
           break;
         }
+        case Reduce::SumSquare: v = 2.0f * xv * g; break;
+        case Reduce::L1: v = xv > 0.0f ? g : xv < 0.0f ? -g : 0.0f; break;
+        case Reduce::LogSum: v = g / std::exp(y.data[yi]); break;
+        case Reduce::LogSumExp: v = g * std::exp(xv - y.data[yi]); break;
+        case Reduce::Prod: throw std::logic_error("reduce_backward: no ReduceProd gradient");
       }
       put(dx.data, at[3] + j * sd, v, accumulate);
     }

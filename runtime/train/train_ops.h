@@ -22,7 +22,9 @@ namespace convgen::ops {
 // Sigmoid from y (y * (1 - y)), Identity 1; HardSigmoid alpha inside (0, 1), HardSwish
 // 2 alpha x + beta inside [0, 1] (PyTorch's rules at the kinks), Tanh 1 - y^2, Exp y,
 // Log 1 / x, Sqrt 0.5 / y, Neg -1, Abs sign(x) (0 at 0), Softplus sigmoid(x), Elu
-// x > 0 ? 1 : y + alpha, Erf 2 / sqrt(pi) exp(-x^2). Views share one shape and layout.
+// x > 0 ? 1 : y + alpha, Erf 2 / sqrt(pi) exp(-x^2), Reciprocal -y^2, Selu x > 0 ? gamma
+// (beta) : y + gamma alpha, Sin cos x, Cos -sin x, Floor and Ceil 0. Views share one
+// shape and layout.
 void unary_backward(const ConstView& x, const ConstView& y, const ConstView& dy, const View& dx, Unary op,
                     float alpha, float lo, float hi, bool accumulate, float beta = 0.0f);
 
@@ -52,7 +54,8 @@ void slice_backward(const ConstView& dy, const std::vector<int64_t>& first, cons
 void transpose_backward(const ConstView& dy, const std::vector<int64_t>& perm, const View& dx, bool accumulate);
 
 // y = reduce(x, axes) backward: Mean dy / count, Sum dy, L2 dy * x / y (0 where y is 0),
-// Max dy to the first maximum of each reduced group (x's row-major order).
+// Max and Min dy to the first extreme of each reduced group (x's row-major order),
+// SumSquare 2 x dy, L1 sign(x) dy, LogSum dy / exp(y), LogSumExp dy exp(x - y). Not Prod.
 void reduce_backward(const ConstView& x, const ConstView& y, const ConstView& dy, const std::vector<int64_t>& axes,
                      Reduce op, const View& dx, bool accumulate);
 

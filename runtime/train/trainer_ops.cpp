@@ -14,6 +14,18 @@
 
 namespace convgen::model {
 
+namespace {
+
+// A dense tensor of rank 2 or more as the matrix of its rows: [d0 * ... * d(r-2), d(r-1)].
+template <typename V>
+V rows(const V& v) {
+  if (v.shape.size() <= 2) return v;
+  const int64_t last = v.shape.back();
+  return {v.data, {v.elements() / last, last}, false};
+}
+
+}  // namespace
+
 void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
   const int64_t first_sample = slot.first_sample;
   const Node& n = tg.graph.nodes[node_index];
@@ -31,7 +43,8 @@ void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
     }
     case Op::Relu: case Op::LeakyRelu: case Op::Clip: case Op::Sigmoid: case Op::HardSigmoid: case Op::HardSwish:
     case Op::Tanh: case Op::Exp: case Op::Log: case Op::Sqrt: case Op::Neg: case Op::Abs: case Op::Softplus:
-    case Op::Elu: case Op::Erf:
+    case Op::Elu: case Op::Erf: case Op::Reciprocal: case Op::Selu: case Op::Sin: case Op::Cos: case Op::Floor:
+    case Op::Ceil:
       ops::unary(x(0), y, unary_of(n.op), a.alpha, a.clip_min, a.clip_max, a.beta);
       return;
     case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow:
@@ -48,17 +61,18 @@ void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
       return;
     case Op::AveragePool: ops::average_pool(x(0), window_of(a), a.count_include_pad, y); return;
     case Op::GlobalAveragePool: ops::global_pool(x(0), false, y); return;
-    case Op::ReduceMean: case Op::ReduceSum: case Op::ReduceMax: case Op::ReduceL2:
+    case Op::ReduceMean: case Op::ReduceSum: case Op::ReduceMax: case Op::ReduceL2: case Op::ReduceMin:
+    case Op::ReduceProd: case Op::ReduceSumSquare: case Op::ReduceL1: case Op::ReduceLogSum: case Op::ReduceLogSumExp:
       ops::reduce(x(0), a.axes, reduce_of(n.op), y);
       return;
     case Op::Slice: ops::slice(x(0), a.slice_first, a.slice_step, y); return;
     case Op::Transpose: ops::transpose(x(0), a.perm, y); return;
     case Op::Gemm: {
       const ConstView c = n.inputs.size() > 2 && !n.inputs[2].empty() ? x(2) : ConstView{};
-      ops::gemm_1t(x(0), x(1), c.data ? &c : nullptr, a.alpha, a.beta, a.trans_a, a.trans_b, y);
+      ops::gemm_1t(rows(x(0)), x(1), c.data ? &c : nullptr, a.alpha, a.beta, a.trans_a, a.trans_b, rows(y));
       return;
     }
-    case Op::MatMul: ops::gemm_1t(x(0), x(1), nullptr, 1.0f, 0.0f, false, false, y); return;
+    case Op::MatMul: ops::gemm_1t(rows(x(0)), x(1), nullptr, 1.0f, 0.0f, false, false, rows(y)); return;
     case Op::Concat: {
       std::vector<ConstView> xs;
       for (size_t i = 0; i < n.inputs.size(); ++i) xs.push_back(x(i));
@@ -182,7 +196,8 @@ void Trainer::Impl::backward(Slot& slot, size_t node_index) {
     }
     case Op::Relu: case Op::LeakyRelu: case Op::Clip: case Op::Sigmoid: case Op::HardSigmoid: case Op::HardSwish:
     case Op::Tanh: case Op::Exp: case Op::Log: case Op::Sqrt: case Op::Neg: case Op::Abs: case Op::Softplus:
-    case Op::Elu: case Op::Erf: case Op::Identity: {
+    case Op::Elu: case Op::Erf: case Op::Reciprocal: case Op::Selu: case Op::Sin: case Op::Cos: case Op::Floor:
+    case Op::Ceil: case Op::Identity: {
       if (!wants_grad(in_id(0))) return;
       const Target t = target_for(slot, in_id(0));
       if (n.op == Op::Identity) return ops::relabel_backward(dy, t.view, t.accumulate);
@@ -215,7 +230,8 @@ void Trainer::Impl::backward(Slot& slot, size_t node_index) {
       else ops::transpose_backward(dy, a.perm, t.view, t.accumulate);
       return;
     }
-    case Op::ReduceMean: case Op::ReduceSum: case Op::ReduceMax: case Op::ReduceL2: {
+    case Op::ReduceMean: case Op::ReduceSum: case Op::ReduceMax: case Op::ReduceL2: case Op::ReduceMin:
+    case Op::ReduceSumSquare: case Op::ReduceL1: case Op::ReduceLogSum: case Op::ReduceLogSumExp: {
       if (!wants_grad(in_id(0))) return;
       const Target t = target_for(slot, in_id(0));
       ops::reduce_backward(x(0), y, dy, a.axes, reduce_of(n.op), t.view, t.accumulate);
@@ -237,7 +253,8 @@ void Trainer::Impl::backward(Slot& slot, size_t node_index) {
       if (g0) t0 = target_for(slot, in_id(0));
       if (g1) t1 = target_for(slot, in_id(1));
       if (g2) t2 = target_for(slot, in_id(2));
-      ops::gemm_backward(x(0), x(1), dy, alpha, beta, ta, tb, g0 ? &t0.view : nullptr, t0.accumulate,
+      if (g0) t0.view = rows(t0.view);
+      ops::gemm_backward(rows(x(0)), x(1), rows(dy), alpha, beta, ta, tb, g0 ? &t0.view : nullptr, t0.accumulate,
                          g1 ? &t1.view : nullptr, t1.accumulate, g2 ? &t2.view : nullptr, t2.accumulate);
       return;
     }

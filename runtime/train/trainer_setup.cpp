@@ -24,6 +24,7 @@ void Trainer::Impl::choose_deferred_gradients() {
     const Node& n = g.nodes[i];
     if (n.op != Op::Gemm && n.op != Op::MatMul) continue;
     if (n.op == Op::Gemm && n.attributes.trans_a) continue;
+    if (g.value(n.inputs[0]).shape.size() != 2) continue;  // a MatMul of [N, ..., K] rows: per micro-batch
     const int w = id(n.inputs[1]);
     if (values[w].parameter < 0 || uses[n.inputs[1]] != 1) continue;
     const bool has_c = n.op == Op::Gemm && n.inputs.size() > 2 && !n.inputs[2].empty();
@@ -78,6 +79,11 @@ void Trainer::Impl::index_values() {
     value_id[name] = static_cast<int>(values.size());
     values.push_back(std::move(info));
   }
+  // A MatMul over the last axis of a tensor of rank 3 or 4 (ConvNeXt's Linear layers on
+  // [N, H, W, C]) reads and writes it as rows of a dense matrix.
+  for (const Node& n : g.nodes)
+    if (n.op == Op::MatMul || n.op == Op::Gemm)
+      for (const std::string& name : {n.inputs[0], n.outputs[0]}) values[value_id.at(name)].channels_last = false;
   parameters.resize(tg.trainable.size());
   for (size_t i = 0; i < tg.trainable.size(); ++i) {
     const Value& v = g.value(tg.trainable[i]);

@@ -52,7 +52,7 @@ expect_error 9 "differ" check "$work/case"
 echo "not a tensor" >"$work/bad.pb"
 expect_error 8 "bad data" run "$case_dir/model.onnx" --input "$work/bad.pb" --output-dir "$work/out2"
 expect_error 8 "no data for input" run "$case_dir/model.onnx" --output-dir "$work/out3"
-expect_error 7 "not supported: op Selu" check "$data/pytorch-converted/test_SELU"
+expect_error 7 "not supported: op Hardmax" check "$data/node/test_hardmax_example"
 # A case's tolerances file with an unknown key; a case directory without data sets;
 # more input files than the model has inputs.
 echo "rtol 1e-3" >"$work/case/tolerances"

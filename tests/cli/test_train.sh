@@ -81,7 +81,7 @@ expect_error 2 "--micro-batch 16 is larger than --batch 8" train "$lenet" --data
 expect_error 4 "missing.onnx: cannot read" train "$work/missing.onnx" --data synthetic
 # Two models with a dynamic batch dim "N" on a 1x28x28 input, 10 classes:
 #   tiny.onnx:        Conv(2 channels, 4x4 stride 4) -> Flatten -> Gemm, fast to compile;
-#   no_backward.onnx: Conv -> Transpose -> Flatten -> Gemm; Transpose has no backward.
+#   no_backward.onnx: Conv -> GlobalMaxPool -> Flatten -> Gemm; GlobalMaxPool has no backward.
 "$py" - "$work" <<'EOF' || fail "could not build the test models with $py and onnx"
 import sys
 import numpy as np
@@ -106,10 +106,10 @@ save(f"{sys.argv[1]}/tiny.onnx", "tiny",
      [tensor("W", 2, 1, 4, 4, scale=0.3), tensor("B", 10, 2 * 7 * 7, scale=0.1)])
 save(f"{sys.argv[1]}/no_backward.onnx", "no_backward",
      [helper.make_node("Conv", ["x", "W"], ["c"], name="conv1"),
-      helper.make_node("Transpose", ["c"], ["t"], name="swap_hw", perm=[0, 1, 3, 2]),
+      helper.make_node("GlobalMaxPool", ["c"], ["t"], name="max_hw"),
       helper.make_node("Flatten", ["t"], ["f"], name="flat"),
       helper.make_node("Gemm", ["f", "B"], ["y"], name="fc", transB=1)],
-     [tensor("W", 4, 1, 3, 3), tensor("B", 10, 4 * 26 * 26, scale=0.01)])
+     [tensor("W", 4, 1, 3, 3), tensor("B", 10, 4, scale=0.01)])
 # folded_weight.onnx: tiny.onnx with the conv weights from a Constant node (trainable,
 # but not an initializer --save could rewrite).
 save(f"{sys.argv[1]}/folded_weight.onnx", "folded_weight",
@@ -121,7 +121,7 @@ save(f"{sys.argv[1]}/folded_weight.onnx", "folded_weight",
 EOF
 tinym="$work/tiny.onnx"
 "$convgen" inspect "$work/no_backward.onnx" --batch 2 >/dev/null || fail "inspect no_backward.onnx (the model itself is fine)"
-expect_error 7 "node 'swap_hw' (Transpose)" train "$work/no_backward.onnx" --data synthetic --steps 1 --batch 4
+expect_error 7 "node 'max_hw' (GlobalMaxPool)" train "$work/no_backward.onnx" --data synthetic --steps 1 --batch 4
 
 # --- bad data (8) -----------------------------------------------------------------------
 "$py" - "$work" <<'EOF' || fail "could not write the IDX files"

@@ -108,11 +108,11 @@ scratch() {  # scratch NAME CMAKE-LINES
   printf 'cmake_minimum_required(VERSION 3.22)\nproject(%s LANGUAGES CXX)\nfind_package(convgen 0.1 REQUIRED)\n%s\n' \
     "$1" "$2" >"$work/$1/CMakeLists.txt"
 }
-selu="/usr/share/libonnx-testdata/data/pytorch-converted/test_SELU/model.onnx"
-scratch bad "convgen_add_model(bad MODEL \"$selu\")"
+hardmax="/usr/share/libonnx-testdata/data/node/test_hardmax_example/model.onnx"
+scratch bad "convgen_add_model(bad MODEL \"$hardmax\")"
 configure "$work/bad" "$work/build-bad" Ninja || fail "bad: configure"
 if cmake --build "$work/build-bad" >"$work/bad.log" 2>&1; then fail "an unsupported model built"; fi
-grep -q "^convgen: .*model.onnx.*not supported: op Selu" "$work/bad.log" || fail "unsupported op message: $(cat "$work/bad.log")"
+grep -q "^convgen: .*model.onnx.*not supported: op Hardmax" "$work/bad.log" || fail "unsupported op message: $(cat "$work/bad.log")"
 if grep -q "Halide\|CMake Error" "$work/bad.log"; then fail "error output has Halide or CMake text: $(cat "$work/bad.log")"; fi
 scratch missing 'convgen_add_model(missing MODEL nowhere.onnx)'
 configure "$work/missing" "$work/build-missing" "Unix Makefiles" || fail "missing: configure"

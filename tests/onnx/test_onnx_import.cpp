@@ -251,10 +251,10 @@ TEST_CASE("import: hand-edited models name the node, op and attribute at fault",
   SECTION("unsupported op") {
     OnnxModelBuilder b;
     b.input("x", {1, 2}).output("y", 2);
-    b.node("Selu", {"x"}, {"y"}, "act");
-    const Error e = import_error(b.write("selu"));
+    b.node("Hardmax", {"x"}, {"y"}, "act");
+    const Error e = import_error(b.write("hardmax"));
     CHECK(e.code() == ExitCode::Unsupported);
-    CHECK_THAT(e.what(), Catch::Contains("node 'act' (Selu): not supported: op Selu"));
+    CHECK_THAT(e.what(), Catch::Contains("node 'act' (Hardmax): not supported: op Hardmax"));
   }
   SECTION("unsupported attribute value") {
     const Error e = import_error(conv_model("SAME_SIDEWAYS", {1, 1}).write("autopad"));

@@ -56,10 +56,13 @@ TEST_CASE("reduce: every op over axis sets, both layouts, kept or removed; backw
   for (bool channels_last : {false, true})
     for (const auto& axes : axis_sets)
       for (bool keep : {true, false})
-        for (Reduce op : {Reduce::Mean, Reduce::Sum, Reduce::Max, Reduce::L2}) {
+        for (Reduce op : {Reduce::Mean, Reduce::Sum, Reduce::Max, Reduce::L2, Reduce::Min, Reduce::Prod,
+                          Reduce::SumSquare, Reduce::L1, Reduce::LogSum, Reduce::LogSumExp}) {
           INFO("channels_last " << channels_last << " axes " << axes.size() << " first " << axes[0] << " keep "
                                 << keep << " op " << int(op));
           std::vector<float> xs = random_values(120, 1), ys(120), dys, dxs(120, 0.0f);
+          if (op == Reduce::LogSum)
+            for (float& v : xs) v = std::fabs(v) + 0.1f;  // a positive sum
           const ConstView x{xs.data(), kShape, channels_last};
           const std::vector<int64_t> yshape = reduced_shape(axes, keep);
           const View y{ys.data(), yshape, false};
@@ -77,8 +80,8 @@ TEST_CASE("reduce: every op over axis sets, both layouts, kept or removed; backw
               fixed[d] = rest % kShape[d];
               rest /= kShape[d];
             }
-            double sum = 0.0, sq = 0.0, count = 0.0;
-            float max = -INFINITY;
+            double sum = 0.0, sq = 0.0, count = 0.0, prod = 1.0, l1 = 0.0, sum_exp = 0.0;
+            float max = -INFINITY, min = INFINITY;
             for (int64_t n = 0; n < 2; ++n) for (int64_t c = 0; c < 3; ++c) for (int64_t h = 0; h < 4; ++h)
               for (int64_t w = 0; w < 5; ++w) {
                 const std::vector<int64_t> i = {n, c, h, w};
@@ -86,12 +89,26 @@ TEST_CASE("reduce: every op over axis sets, both layouts, kept or removed; backw
                 for (size_t d = 0; d < 4; ++d) inside = inside && (fixed[d] < 0 || fixed[d] == i[d]);
                 if (!inside) continue;
                 const float v = at(x, i);
-                sum += v, sq += double(v) * v, count += 1.0, max = std::max(max, v);
+                sum += v, sq += double(v) * v, count += 1.0, max = std::max(max, v), min = std::min(min, v);
+                prod *= v, l1 += std::fabs(v), sum_exp += std::exp(double(v));
               }
-            const double want = op == Reduce::Mean ? sum / count : op == Reduce::Sum ? sum : op == Reduce::Max ? max : std::sqrt(sq);
+            double want = 0.0;
+            switch (op) {
+              case Reduce::Mean: want = sum / count; break;
+              case Reduce::Sum: want = sum; break;
+              case Reduce::Max: want = max; break;
+              case Reduce::Min: want = min; break;
+              case Reduce::L2: want = std::sqrt(sq); break;
+              case Reduce::Prod: want = prod; break;
+              case Reduce::SumSquare: want = sq; break;
+              case Reduce::L1: want = l1; break;
+              case Reduce::LogSum: want = std::log(sum); break;
+              case Reduce::LogSumExp: want = std::log(sum_exp); break;
+            }
             CHECK(ys[size_t(o)] == Approx(want).epsilon(1e-6));
           }
-          // Backward: adjoint for the linear ops, central differences for Max and L2.
+          // Backward: adjoint for the linear ops, central differences for the others.
+          if (op == Reduce::Prod) continue;  // inference only
           dys = random_values(size_t(ny), 2);
           ops::reduce_backward(x, ConstView{ys.data(), yshape, false}, ConstView{dys.data(), yshape, false}, axes, op,
                                View{dxs.data(), kShape, channels_last}, false);
@@ -104,9 +121,13 @@ TEST_CASE("reduce: every op over axis sets, both layouts, kept or removed; backw
             CHECK(dot(dxs, xs) == Approx(loss(xs)).epsilon(1e-5));
             continue;
           }
+          // A step small enough not to swap Max's or Min's extreme with a neighbour, large
+          // enough elsewhere that float32 rounding of a loss of ~100 stays below 1e-3.
+          const float h = op == Reduce::Max || op == Reduce::Min ? 1e-3f : 1e-2f;
           for (size_t e = 0; e < xs.size(); e += 7) {
+            if (op == Reduce::L1 && std::fabs(xs[e]) < 2.0f * h) continue;  // the kink at 0
             std::vector<float> up = xs, down = xs;
-            up[e] += 1e-3f, down[e] -= 1e-3f;
+            up[e] += h, down[e] -= h;
             CHECK(dxs[e] == Approx((loss(up) - loss(down)) / double(up[e] - down[e])).margin(2e-3));
           }
         }

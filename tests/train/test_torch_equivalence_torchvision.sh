@@ -17,11 +17,15 @@
 # shows, stay tight. Dropout runs at p = 0 on both sides: the
 # reference sets it on the module, convgen trains a copy of the export whose Dropout
 # ratio is 0 (mobilenet_v2's classifier).
-# Usage: test_torch_equivalence_torchvision.sh CONVGEN ROOT MODELS_DIR
+# Usage: test_torch_equivalence_torchvision.sh CONVGEN ROOT MODELS_DIR [MODEL ...]
+# (default resnet18 mobilenet_v2; a model missing from MODELS_DIR is exported first).
 set -u
 convgen="$1"
 root="$2"
 models="$3"
+shift 3
+names=("$@")
+[[ ${#names[@]} -eq 0 ]] && names=(resnet18 mobilenet_v2)
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 py=/usr/bin/python3 # Debian's python3 with python3-torch, python3-torchvision, python3-onnx
 work="$(mktemp -d)"
@@ -67,15 +71,22 @@ check() {
     --out "$work/$name.ref3.json" >"$work/$name.ref3.out" 2>&1 ||
     { fail "$name: torch-train-reference --threads 2 failed: $(cat "$work/$name.ref3.out")"; return; }
   "$convgen" train "$model" "${common[@]}" --threads 2 \
-    --log "$work/$name.jsonl" --save "$work/$name.onnx" >"$work/$name.out" 2>"$work/$name.err" ||
+    --log "$work/$name.jsonl" --save "$work/$name.trained.onnx" >"$work/$name.out" 2>"$work/$name.err" ||
     { fail "$name: convgen train failed: $(cat "$work/$name.err")"; return; }
   "$py" "$here/compare_training.py" --name "$name" --reference "$work/$name.ref.json" \
-    --log "$work/$name.jsonl" --saved "$work/$name.onnx" --initial "$model" \
+    --log "$work/$name.jsonl" --saved "$work/$name.trained.onnx" --initial "$model" \
     --loss-rtol 1e-4 --weight-atol 1e-3 --spread "$work/$name.ref2.json" --spread "$work/$name.ref3.json" || fail "$name: convgen and PyTorch differ (above)"
 }
 
-check resnet18 "$models/resnet18.onnx"
-without_dropout "$models/mobilenet_v2.onnx" "$work/mobilenet_v2.onnx" || fail "mobilenet_v2: no Dropout-free copy"
-[[ -f "$work/mobilenet_v2.onnx" ]] && check mobilenet_v2 "$work/mobilenet_v2.onnx"
+for name in "${names[@]}"; do
+  source_model="$models/$name.onnx"
+  if [[ ! -f "$source_model" ]]; then
+    "$root/scripts/make-training-benchmark-models" "$work/exported" "$name" >/dev/null 2>"$work/$name.export" ||
+      { fail "$name: export: $(tail -3 "$work/$name.export")"; continue; }
+    source_model="$work/exported/$name.onnx"
+  fi
+  without_dropout "$source_model" "$work/$name.onnx" || { fail "$name: no Dropout-free copy"; continue; }
+  check "$name" "$work/$name.onnx"
+done
 
 if [[ $failures -eq 0 ]]; then echo "train.torch_equivalence_torchvision: all checks passed"; else exit 1; fi
