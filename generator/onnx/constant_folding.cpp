@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "generator/onnx/lowering.h"
+#include "runtime/ops/tensor.h"
 #include "schedules/errors.h"
 
 namespace convgen::model {
@@ -25,12 +26,6 @@ int64_t elements_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
-}
-
-std::vector<int64_t> strides_of(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> s(shape.size(), 1);
-  for (size_t i = shape.size(); i-- > 1;) s[i - 1] = s[i] * shape[i];
-  return s;
 }
 
 // An empty constant of `like`'s storage (integers or float32) and the given shape.
@@ -95,7 +90,7 @@ std::vector<int64_t> broadcast(const NodeContext& c, const std::vector<int64_t>&
 // Linear index into a tensor of shape `in` for each element of `out` it broadcasts to.
 std::vector<int64_t> broadcast_indices(const std::vector<int64_t>& in, const std::vector<int64_t>& out) {
   const size_t rank = out.size(), offset = rank - in.size();
-  const std::vector<int64_t> in_strides = strides_of(in);
+  const std::vector<int64_t> in_strides = layout_strides(in, false);
   std::vector<int64_t> step(rank, 0);  // the input's stride along each output axis, 0 when broadcast
   for (size_t i = offset; i < rank; ++i) step[i] = in[i - offset] == 1 ? 0 : in_strides[i - offset];
   std::vector<int64_t> indices(size_t(elements_of(out)));
@@ -246,7 +241,7 @@ Value fold_slice(const NodeContext& c, const std::string& name) {
   const std::vector<int64_t>& first = w.first;
   const std::vector<int64_t>& step = w.step;
   const std::vector<int64_t>& shape = w.shape;
-  const std::vector<int64_t> in_strides = strides_of(data.shape);
+  const std::vector<int64_t> in_strides = layout_strides(data.shape, false);
   std::vector<int64_t> picks(size_t(elements_of(shape)));
   std::vector<int64_t> at(size_t(rank), 0);
   for (int64_t& p : picks) {
@@ -302,7 +297,7 @@ Value fold_transpose(const NodeContext& c, const std::string& name) {
   for (int64_t p : perm) shape.push_back(x.shape[size_t(p)]);
   if (rank == 2 && perm == std::vector<int64_t>{1, 0} && !x.is_int64)
     c.graph().transposed_constants[name] = c.proto().input(0);
-  const std::vector<int64_t> in_strides = strides_of(x.shape);
+  const std::vector<int64_t> in_strides = layout_strides(x.shape, false);
   std::vector<int64_t> picks(size_t(x.elements()));
   std::vector<int64_t> at(size_t(rank), 0);
   for (int64_t& p : picks) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 #include <cstdint>
 #include <vector>
 
@@ -65,6 +66,20 @@ inline std::vector<int64_t> reduced_strides(const std::vector<int64_t>& x_shape,
     if (kept || !reduced) ++k;
   }
   return out;
+}
+
+// A strided window (runtime/ops/ops.h: slice) over a tensor of the given strides: the
+// offset of its first element and its stride along each axis.
+inline std::pair<int64_t, std::vector<int64_t>> window_strides(const std::vector<int64_t>& strides,
+                                                               const std::vector<int64_t>& first,
+                                                               const std::vector<int64_t>& step) {
+  int64_t base = 0;
+  std::vector<int64_t> strided(strides.size());
+  for (size_t d = 0; d < strides.size(); ++d) {
+    base += first[d] * strides[d];
+    strided[d] = step[d] * strides[d];
+  }
+  return {base, strided};
 }
 
 inline int64_t offset(const std::vector<int64_t>& idx, const std::vector<int64_t>& strides) {
