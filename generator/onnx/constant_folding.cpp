@@ -342,10 +342,7 @@ Value fold_relabel(const NodeContext& c, const std::string& name) {
     }
   } else if (op == "Unsqueeze") {
     std::vector<int64_t> axes = c.has_input(1) ? integers_of(c.input(1)) : c.attr_ints("axes", {});
-    const int64_t out_rank = rank + static_cast<int64_t>(axes.size());
-    for (int64_t& a : axes) a = normalise_axis(c, a, out_rank, "axes");
-    std::sort(axes.begin(), axes.end());
-    if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) c.bad_attr("axes", list(axes), "repeated axis");
+    axes = normalised_axes(c, axes, rank + static_cast<int64_t>(axes.size()), "axes");
     for (int64_t a : axes) shape.insert(shape.begin() + a, 1);
   } else if (op == "Squeeze") {
     const bool given = c.has_input(1) || c.attr("axes");

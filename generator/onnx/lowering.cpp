@@ -218,9 +218,7 @@ Node lower_node(const NodeContext& c, int opset) {
       node.inputs.resize(1);
       return node;
     }
-    for (int64_t& x : axes) x = normalise_axis(c, x, rank, "axes");
-    std::sort(axes.begin(), axes.end());
-    if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) c.bad_attr("axes", list(axes), "repeated axis");
+    axes = normalised_axes(c, axes, rank, "axes");
     if (axes.empty())
       for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
     a.axes = axes;

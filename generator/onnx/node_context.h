@@ -3,6 +3,7 @@
 // Internal to generator/onnx.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -98,6 +99,15 @@ inline int64_t normalise_axis(const NodeContext& c, int64_t axis, int64_t rank, 
   if (axis < -rank || axis >= rank)
     c.bad_attr(key, std::to_string(axis), fmt::format("out of range for rank {}", rank));
   return axis < 0 ? axis + rank : axis;
+}
+
+// A list of axes made non-negative and sorted; a repeated axis is an error naming `key`.
+inline std::vector<int64_t> normalised_axes(const NodeContext& c, std::vector<int64_t> axes, int64_t rank,
+                                            const char* key) {
+  for (int64_t& a : axes) a = normalise_axis(c, a, rank, key);
+  std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) c.bad_attr(key, list(axes), "repeated axis");
+  return axes;
 }
 
 }  // namespace convgen::model

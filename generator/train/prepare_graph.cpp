@@ -9,21 +9,19 @@
 
 #include "generator/model/fusion.h"
 #include "generator/onnx/import.h"
+#include "runtime/graph/operators.h"
 #include "schedules/errors.h"
 
 namespace convgen::model {
 
 bool op_trains(Op op) {
+  if (is_unary(op)) return true;
+  if (is_reduction(op)) return op != Op::ReduceProd;  // no backward for a product
   switch (op) {
-    case Op::Conv: case Op::Gemm: case Op::MatMul: case Op::Relu: case Op::LeakyRelu: case Op::Clip:
-    case Op::Sigmoid: case Op::MaxPool: case Op::AveragePool: case Op::GlobalAveragePool: case Op::Add:
-    case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::Concat: case Op::Flatten: case Op::Reshape:
-    case Op::Pad: case Op::LRN: case Op::Dropout: case Op::Identity: case Op::BatchNormalization:
-    case Op::WithinChannelLRN: case Op::HardSigmoid: case Op::HardSwish: case Op::Tanh: case Op::Exp: case Op::Log:
-    case Op::Sqrt: case Op::Neg: case Op::Abs: case Op::Softplus: case Op::Elu: case Op::Erf: case Op::ReduceMean:
-    case Op::ReduceSum: case Op::ReduceMax: case Op::ReduceL2: case Op::Slice: case Op::Transpose: case Op::ReduceMin:
-    case Op::ReduceSumSquare: case Op::ReduceL1: case Op::ReduceLogSum: case Op::ReduceLogSumExp: case Op::Reciprocal:
-    case Op::Selu: case Op::Sin: case Op::Cos: case Op::Floor: case Op::Ceil:
+    case Op::Conv: case Op::Gemm: case Op::MatMul: case Op::MaxPool: case Op::AveragePool:
+    case Op::GlobalAveragePool: case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::Concat:
+    case Op::Flatten: case Op::Reshape: case Op::Pad: case Op::LRN: case Op::Dropout: case Op::Identity:
+    case Op::BatchNormalization: case Op::WithinChannelLRN: case Op::Slice: case Op::Transpose:
       return true;
     default:
       return false;

@@ -19,7 +19,7 @@ enum class Op {
   Identity, Softmax, LogSoftmax,
   // Element-wise functions of one input (runtime/graph/operators.h: is_unary)
   HardSigmoid, HardSwish, Tanh, Exp, Log, Sqrt, Neg, Abs, Softplus, Elu, Erf, Reciprocal, Selu, Sin, Cos, Floor, Ceil,
-  // Reductions over `axes` (runtime/ops/ops.h: reduce)
+  // Reductions over `axes` (runtime/graph/operators.h: is_reduction)
   ReduceMean, ReduceSum, ReduceMax, ReduceL2, ReduceMin, ReduceProd, ReduceSumSquare, ReduceL1, ReduceLogSum,
   ReduceLogSumExp,
   // A strided window of the input (ONNX Slice; Split lowers to one Slice per output)
@@ -62,8 +62,8 @@ struct Attributes {
   float alpha = 1.0f, beta = 1.0f;
   bool trans_a = false, trans_b = false;
   // LeakyRelu slope and Elu's alpha (alpha above); HardSigmoid and HardSwish:
-  // clamp(alpha * x + beta, 0, 1) (times x for HardSwish); Clip bounds (inputs or
-  // attributes per opset)
+  // clamp(alpha * x + beta, 0, 1) (times x for HardSwish); Selu: alpha and gamma (in
+  // beta); Clip bounds (inputs or attributes per opset)
   float clip_min = -3.4028235e38f, clip_max = 3.4028235e38f;
   // Concat, Flatten, Softmax, LogSoftmax: the axis, made non-negative
   int64_t axis = 1;
@@ -71,8 +71,8 @@ struct Attributes {
   bool softmax_coerce_2d = false;
   // Transpose
   std::vector<int64_t> perm;
-  // ReduceMean/Sum/Max/L2: the reduced axes (non-negative, sorted; all axes when the
-  // model gave none) and whether they stay as extent-1 dimensions
+  // Reduce*: the reduced axes (non-negative, sorted; all axes when the model gave none)
+  // and whether they stay as extent-1 dimensions
   std::vector<int64_t> axes;
   bool keepdims = true;
   // Slice: per axis of the input, the first index taken and the step (clamped, in range)

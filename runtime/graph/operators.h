@@ -11,7 +11,8 @@ inline ops::Window window_of(const Attributes& a) {
   return {a.kernel, a.strides, a.dilations, a.pads_begin, a.pads_end};
 }
 
-// Relu, LeakyRelu, Clip, Sigmoid and the functions below; anything else is the identity.
+// The element-wise function of a one-input op (Relu, LeakyRelu, Clip, Sigmoid and the
+// functions below); anything else is the identity.
 inline ops::Unary unary_of(Op op) {
   switch (op) {
     case Op::HardSigmoid: return ops::Unary::HardSigmoid;
@@ -31,7 +32,6 @@ inline ops::Unary unary_of(Op op) {
     case Op::Cos: return ops::Unary::Cos;
     case Op::Floor: return ops::Unary::Floor;
     case Op::Ceil: return ops::Unary::Ceil;
-
     case Op::Relu: return ops::Unary::Relu;
     case Op::LeakyRelu: return ops::Unary::LeakyRelu;
     case Op::Clip: return ops::Unary::Clip;
@@ -40,7 +40,10 @@ inline ops::Unary unary_of(Op op) {
   }
 }
 
-// ReduceSum, ReduceMax, ReduceL2; anything else is ReduceMean.
+// An op that ops::unary computes (Identity is not one: it is a copy or a relabelling).
+inline bool is_unary(Op op) { return unary_of(op) != ops::Unary::Identity; }
+
+// The reduction of a Reduce* op; anything else is ReduceMean.
 inline ops::Reduce reduce_of(Op op) {
   switch (op) {
     case Op::ReduceSum: return ops::Reduce::Sum;
@@ -55,6 +58,8 @@ inline ops::Reduce reduce_of(Op op) {
     default: return ops::Reduce::Mean;
   }
 }
+
+inline bool is_reduction(Op op) { return op == Op::ReduceMean || reduce_of(op) != ops::Reduce::Mean; }
 
 // Sub, Mul, Div, Pow; anything else is Add.
 inline ops::Binary binary_of(Op op) {

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <array>
-#include <utility>
 #include <cstdint>
 #include <vector>
 
@@ -68,18 +67,23 @@ inline std::vector<int64_t> reduced_strides(const std::vector<int64_t>& x_shape,
   return out;
 }
 
-// A strided window (runtime/ops/ops.h: slice) over a tensor of the given strides: the
-// offset of its first element and its stride along each axis.
-inline std::pair<int64_t, std::vector<int64_t>> window_strides(const std::vector<int64_t>& strides,
-                                                               const std::vector<int64_t>& first,
-                                                               const std::vector<int64_t>& step) {
+// Calls f(offset in the sliced tensor, offset in the window) for every element of the
+// window (runtime/ops/ops.h: slice) of `shape` that starts at `first` and steps by
+// `step` per axis, over a tensor of strides `sliced` and a window of strides `window`.
+template <typename F>
+inline void for_each_window_element(const std::vector<int64_t>& shape, const std::vector<int64_t>& sliced,
+                                    const std::vector<int64_t>& first, const std::vector<int64_t>& step,
+                                    const std::vector<int64_t>& window, F f) {
   int64_t base = 0;
-  std::vector<int64_t> strided(strides.size());
-  for (size_t d = 0; d < strides.size(); ++d) {
-    base += first[d] * strides[d];
-    strided[d] = step[d] * strides[d];
+  std::vector<int64_t> strided(sliced.size());
+  for (size_t d = 0; d < sliced.size(); ++d) {
+    base += first[d] * sliced[d];
+    strided[d] = step[d] * sliced[d];
   }
-  return {base, strided};
+  for_each_row<2>(shape, {&strided, &window}, [&](const std::array<int64_t, 2>& at, int64_t len) {
+    const int64_t along = strided.empty() ? 1 : strided.back(), across = window.empty() ? 1 : window.back();
+    for (int64_t j = 0; j < len; ++j) f(base + at[0] + j * along, at[1] + j * across);
+  });
 }
 
 inline int64_t offset(const std::vector<int64_t>& idx, const std::vector<int64_t>& strides) {

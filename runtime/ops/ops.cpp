@@ -327,14 +327,8 @@ void transpose(const ConstView& x, const std::vector<int64_t>& perm, const View&
 }
 
 void slice(const ConstView& x, const std::vector<int64_t>& first, const std::vector<int64_t>& step, const View& y) {
-  const auto sy = y.strides();
-  const auto window = detail::window_strides(x.strides(), first, step);
-  const int64_t base = window.first;
-  const std::vector<int64_t>& strided = window.second;
-  for_each_row<2>(y.shape, {&strided, &sy}, [&](const std::array<int64_t, 2>& at, int64_t len) {
-    const int64_t step_x = strided.empty() ? 1 : strided.back(), step_y = sy.empty() ? 1 : sy.back();
-    for (int64_t j = 0; j < len; ++j) y.data[at[1] + j * step_y] = x.data[base + at[0] + j * step_x];
-  });
+  detail::for_each_window_element(y.shape, x.strides(), first, step, y.strides(),
+                                  [&](int64_t from, int64_t to) { y.data[to] = x.data[from]; });
 }
 
 void batch_norm(const ConstView& x, const ConstView& scale, const ConstView& bias, const ConstView& mean,

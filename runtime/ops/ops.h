@@ -16,8 +16,8 @@ enum class Unary { Relu, LeakyRelu, Clip, Sigmoid, Identity, HardSigmoid, HardSw
                    Softplus, Elu, Erf, Reciprocal, Selu, Sin, Cos, Floor, Ceil };
 // y has x's shape and layout. alpha: LeakyRelu's slope, Elu's alpha, HardSigmoid's and
 // HardSwish's slope (clamp(alpha * x + beta, 0, 1), times x for HardSwish), Selu's alpha
-// (its gamma in beta); lo/hi:
-// Clip's bounds. Softplus is log(1 + exp(x)) computed without overflow.
+// (its gamma in beta); lo/hi: Clip's bounds. Softplus is log(1 + exp(x)) computed without
+// overflow.
 void unary(const ConstView& x, const View& y, Unary op, float alpha = 0.0f, float lo = 0.0f, float hi = 0.0f,
            float beta = 0.0f);
 

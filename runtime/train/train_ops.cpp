@@ -327,14 +327,8 @@ void global_average_pool_backward(const ConstView& dy, const View& dx, bool accu
 void slice_backward(const ConstView& dy, const std::vector<int64_t>& first, const std::vector<int64_t>& step,
                     const View& dx, bool accumulate) {
   clear_unless(dx, accumulate);
-  const auto sy = dy.strides();
-  const auto window = detail::window_strides(dx.strides(), first, step);
-  const int64_t base = window.first;
-  const std::vector<int64_t>& strided = window.second;
-  for_each_row<2>(dy.shape, {&strided, &sy}, [&](const std::array<int64_t, 2>& at, int64_t len) {
-    const int64_t step_x = strided.empty() ? 1 : strided.back(), step_y = sy.empty() ? 1 : sy.back();
-    for (int64_t j = 0; j < len; ++j) dx.data[base + at[0] + j * step_x] += dy.data[at[1] + j * step_y];
-  });
+  detail::for_each_window_element(dy.shape, dx.strides(), first, step, dy.strides(),
+                                  [&](int64_t to, int64_t from) { dx.data[to] += dy.data[from]; });
 }
 
 void transpose_backward(const ConstView& dy, const std::vector<int64_t>& perm, const View& dx, bool accumulate) {

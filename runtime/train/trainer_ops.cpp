@@ -32,6 +32,9 @@ void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
   const Attributes& a = n.attributes;
   auto x = [&](size_t i) -> ConstView { return view(slot, id(n.inputs[i])); };
   const View y = view(slot, id(n.outputs[0]));
+  // The element-wise functions and the reductions: one operator each, its op a parameter.
+  if (is_unary(n.op)) return ops::unary(x(0), y, unary_of(n.op), a.alpha, a.clip_min, a.clip_max, a.beta);
+  if (is_reduction(n.op)) return ops::reduce(x(0), a.axes, reduce_of(n.op), y);
   switch (n.op) {
     case Op::Conv: {
       TrainConv& k = *kernels.at({node_index, slot.size});
@@ -41,12 +44,6 @@ void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
                 bias, y.data);
       return;
     }
-    case Op::Relu: case Op::LeakyRelu: case Op::Clip: case Op::Sigmoid: case Op::HardSigmoid: case Op::HardSwish:
-    case Op::Tanh: case Op::Exp: case Op::Log: case Op::Sqrt: case Op::Neg: case Op::Abs: case Op::Softplus:
-    case Op::Elu: case Op::Erf: case Op::Reciprocal: case Op::Selu: case Op::Sin: case Op::Cos: case Op::Floor:
-    case Op::Ceil:
-      ops::unary(x(0), y, unary_of(n.op), a.alpha, a.clip_min, a.clip_max, a.beta);
-      return;
     case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow:
       ops::binary(x(0), x(1), y, binary_of(n.op));
       return;
@@ -61,10 +58,6 @@ void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
       return;
     case Op::AveragePool: ops::average_pool(x(0), window_of(a), a.count_include_pad, y); return;
     case Op::GlobalAveragePool: ops::global_pool(x(0), false, y); return;
-    case Op::ReduceMean: case Op::ReduceSum: case Op::ReduceMax: case Op::ReduceL2: case Op::ReduceMin:
-    case Op::ReduceProd: case Op::ReduceSumSquare: case Op::ReduceL1: case Op::ReduceLogSum: case Op::ReduceLogSumExp:
-      ops::reduce(x(0), a.axes, reduce_of(n.op), y);
-      return;
     case Op::Slice: ops::slice(x(0), a.slice_first, a.slice_step, y); return;
     case Op::Transpose: ops::transpose(x(0), a.perm, y); return;
     case Op::Gemm: {
@@ -146,6 +139,14 @@ void Trainer::Impl::backward(Slot& slot, size_t node_index) {
   const ConstView y = view(slot, out);
   const ConstView dy = grad_view(slot, out);
   auto in_id = [&](size_t i) { return i < n.inputs.size() ? id(n.inputs[i]) : -1; };
+  if (is_unary(n.op) || is_reduction(n.op)) {
+    if (!wants_grad(in_id(0))) return;
+    const Target t = target_for(slot, in_id(0));
+    if (is_unary(n.op))
+      return ops::unary_backward(x(0), y, dy, t.view, unary_of(n.op), a.alpha, a.clip_min, a.clip_max, t.accumulate,
+                                 a.beta);
+    return ops::reduce_backward(x(0), y, dy, a.axes, reduce_of(n.op), t.view, t.accumulate);
+  }
   switch (n.op) {
     case Op::Conv: {
       TrainConv& k = *kernels.at({node_index, slot.size});
@@ -194,15 +195,10 @@ void Trainer::Impl::backward(Slot& slot, size_t node_index) {
       }
       return;
     }
-    case Op::Relu: case Op::LeakyRelu: case Op::Clip: case Op::Sigmoid: case Op::HardSigmoid: case Op::HardSwish:
-    case Op::Tanh: case Op::Exp: case Op::Log: case Op::Sqrt: case Op::Neg: case Op::Abs: case Op::Softplus:
-    case Op::Elu: case Op::Erf: case Op::Reciprocal: case Op::Selu: case Op::Sin: case Op::Cos: case Op::Floor:
-    case Op::Ceil: case Op::Identity: {
+    case Op::Identity: {
       if (!wants_grad(in_id(0))) return;
       const Target t = target_for(slot, in_id(0));
-      if (n.op == Op::Identity) return ops::relabel_backward(dy, t.view, t.accumulate);
-      ops::unary_backward(x(0), y, dy, t.view, unary_of(n.op), a.alpha, a.clip_min, a.clip_max, t.accumulate, a.beta);
-      return;
+      return ops::relabel_backward(dy, t.view, t.accumulate);
     }
     case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow:
       for (int which = 0; which < 2; ++which) {
@@ -228,13 +224,6 @@ void Trainer::Impl::backward(Slot& slot, size_t node_index) {
       const Target t = target_for(slot, in_id(0));
       if (n.op == Op::Slice) ops::slice_backward(dy, a.slice_first, a.slice_step, t.view, t.accumulate);
       else ops::transpose_backward(dy, a.perm, t.view, t.accumulate);
-      return;
-    }
-    case Op::ReduceMean: case Op::ReduceSum: case Op::ReduceMax: case Op::ReduceL2: case Op::ReduceMin:
-    case Op::ReduceSumSquare: case Op::ReduceL1: case Op::ReduceLogSum: case Op::ReduceLogSumExp: {
-      if (!wants_grad(in_id(0))) return;
-      const Target t = target_for(slot, in_id(0));
-      ops::reduce_backward(x(0), y, dy, a.axes, reduce_of(n.op), t.view, t.accumulate);
       return;
     }
     case Op::GlobalAveragePool: {
