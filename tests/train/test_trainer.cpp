@@ -3,8 +3,11 @@
 // on, over an epoch whose last mini-batch is partial and ends in a partial micro-batch.
 #include <catch2/catch.hpp>
 
+#include <functional>
+
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include "generator/train/trainer_from_model.h"
@@ -156,6 +159,30 @@ TEST_CASE("trainer: models it cannot train are refused naming the node", "[train
   o.batch = 4;
   o.micro_batch = 8;
   CHECK_THROWS_AS(model::make_trainer(bundled("lenet"), o, default_target()), Error);
+}
+
+TEST_CASE("trainer: reductions, Transposes and Slices across the batch are refused naming the node", "[trainer]") {
+  auto refusal = [](const std::string& op, const std::function<void(onnx::NodeProto&)>& set, const std::string& why) {
+    test::OnnxModelBuilder b;
+    b.input("x", {-1, 2, 4, 4}).output("y", 2);
+    b.weights("w", {1, 2, 1, 1});  // one channel: swapping it with the batch keeps [1, 16] logits
+    b.node("Conv", {"x", "w"}, {"c"}, "conv");
+    set(b.node(op, {"c"}, {"r"}, "across"));
+    b.node("Flatten", {"r"}, {"y"}, "flat");
+    model::TrainerOptions o;
+    o.batch = 4;
+    o.micro_batch = 1;  // the batch dimension has extent 1 in every micro-batch
+    try {
+      model::make_trainer(b.write("across_batch"), o, default_target());
+      FAIL(op << ": no error");
+    } catch (const Error& e) {
+      CHECK(e.code() == ExitCode::Unsupported);
+      CHECK_THAT(e.what(), Catch::Contains("node 'across' (" + op + "): not supported in training: " + why));
+    }
+  };
+  refusal("ReduceMean", [](onnx::NodeProto& n) { test::set_ints(n, "axes", {0, 1}); }, "a reduction over the batch");
+  refusal("Transpose", [](onnx::NodeProto& n) { test::set_ints(n, "perm", {1, 0, 2, 3}); },
+          "a Transpose that moves the batch");
 }
 
 namespace {
