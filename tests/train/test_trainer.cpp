@@ -3,8 +3,6 @@
 // on, over an epoch whose last mini-batch is partial and ends in a partial micro-batch.
 #include <catch2/catch.hpp>
 
-#include <functional>
-
 #include <cmath>
 #include <cstring>
 #include <functional>
