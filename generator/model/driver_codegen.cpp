@@ -42,11 +42,12 @@ class Writer {
     const std::string y = view(s.output, true);
     auto x = [&](size_t i) { return view(s.inputs[i], false); };
     switch (s.kind) {
-      case StepKind::Conv: {
+      case StepKind::Conv:
+      case StepKind::ConvTranspose: {
         const ConvDescriptor& d = s.descriptor;
-        return fmt::format("convgen::run_forward_kernel({}, convgen::ConvShape{{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}}}, "
+        return fmt::format("convgen::{}({}, convgen::ConvShape{{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}}}, "
                            "{}, {}, {}, {});",
-                           s.kernel, d.mb, d.ic, d.ih, d.iw, d.oc, d.kh, d.kw, d.oh(), d.ow(), d.g, pointer(s.inputs[0]),
+                           s.kind == StepKind::Conv ? "run_forward_kernel" : "run_conv_transpose_kernel", s.kernel, d.mb, d.ic, d.ih, d.iw, d.oc, d.kh, d.kw, d.oh(), d.ow(), d.g, pointer(s.inputs[0]),
                            pointer(s.inputs[1]), s.inputs.size() > 2 ? pointer(s.inputs[2]) : "nullptr",
                            pointer(s.output));
       }
@@ -160,7 +161,10 @@ std::string driver_source(const std::string& name, const Graph& g, const Plan& p
     body += fmt::format("  std::copy(inputs[{0}], inputs[{0}] + {1}, {2});\n", i, p.buffers[p.inputs[i]].elements(),
                         w.pointer(p.inputs[i]));
   for (const PlanStep& s : p.steps) {
-    body += fmt::format("  // {} ({}){}\n", s.node, op_name(s.op), s.kind == StepKind::Conv ? ": " + s.descriptor.normalised() : "");
+    const std::string layer = s.kind == StepKind::Conv            ? ": " + s.descriptor.normalised()
+                              : s.kind == StepKind::ConvTranspose ? ": backward-data of " + s.descriptor.normalised()
+                                                                  : "";
+    body += fmt::format("  // {} ({}){}\n", s.node, op_name(s.op), layer);
     body += "  " + w.step(s) + "\n";
   }
   for (size_t i = 0; i < p.outputs.size(); ++i) {

@@ -17,7 +17,13 @@ namespace convgen::model {
 
 struct ModelExecutor::Kernels {
   std::vector<std::unique_ptr<JitForwardKernel>> owned;
-  std::map<std::string, JitForwardKernel*> by_layer;  // Conv node name -> its kernel
+  std::vector<std::unique_ptr<JitBackwardDataKernel>> owned_transposed;
+  std::map<std::string, JitForwardKernel*> by_layer;                   // Conv node name -> its kernel
+  std::map<std::string, JitBackwardDataKernel*> transposed_by_layer;   // ConvTranspose node name -> its kernel
+  int64_t last_workspace_bytes(const std::string& node) const {
+    auto it = by_layer.find(node);
+    return it != by_layer.end() ? it->second->last_workspace_bytes() : transposed_by_layer.at(node)->last_workspace_bytes();
+  }
 };
 
 Tensor tensor_of(const Value& v) {
@@ -38,7 +44,12 @@ ModelExecutor::ModelExecutor(Graph graph, const TargetInfo& t, const std::string
   for (const PlannedKernel& k : planned) {
     ConvSchedule s = k.selection.schedule;
     if (threads > 1)
-      s = parallel_variant(k.descriptor, "fwd", s, k.descriptor.mb >= 2 * threads ? Parallel::Images : Parallel::Pixels);
+      s = parallel_variant(k.descriptor, k.pass, s, k.descriptor.mb >= 2 * threads ? Parallel::Images : Parallel::Pixels);
+    if (k.pass == "bwd_data") {
+      kernels_->owned_transposed.push_back(std::make_unique<JitBackwardDataKernel>(k.descriptor, s, t));
+      for (const auto& layer : k.layers) kernels_->transposed_by_layer[layer] = kernels_->owned_transposed.back().get();
+      continue;
+    }
     kernels_->owned.push_back(std::make_unique<JitForwardKernel>(k.descriptor, s, t));
     for (const auto& layer : k.layers) kernels_->by_layer[layer] = kernels_->owned.back().get();
   }
@@ -68,6 +79,7 @@ void run_plan_step(const PlanStep& s, const Plan& p, float* arena, const float* 
   auto x = [&](size_t i) -> ConstView { return view(s.inputs[i]); };
   switch (s.kind) {
     case StepKind::Conv:
+    case StepKind::ConvTranspose:
       conv(s, x(0).data, x(1).data, s.inputs.size() > 2 ? x(2).data : nullptr, y.data);
       return;
     case StepKind::Unary: ops::unary(x(0), y, unary_of(s.op), a.alpha, a.clip_min, a.clip_max, a.beta); return;
@@ -115,7 +127,14 @@ std::vector<Tensor> ModelExecutor::run(const std::map<std::string, Tensor>& inpu
     copy_layout(view_of(it->second), View{arena_.data() + b.offset, b.shape, false});
   }
   auto conv = [&](const PlanStep& s, const float* x, const float* w, const float* bias, float* y) {
-    kernels_->by_layer.at(s.node)->run(x, w, bias, y);
+    if (s.kind == StepKind::Conv) {
+      kernels_->by_layer.at(s.node)->run(x, w, bias, y);
+      return;
+    }
+    // A ConvTranspose: its input is the convolution's dY, its output the convolution's dX.
+    kernels_->transposed_by_layer.at(s.node)->run(x, w, nullptr, y);
+    const ConvDescriptor& d = s.descriptor;
+    if (bias) ops::add_channel_bias(y, d.mb * d.ih * d.iw, d.ic, bias);
   };
   profile_.clear();
   for (const PlanStep& s : plan_.steps) {
@@ -126,9 +145,9 @@ std::vector<Tensor> ModelExecutor::run(const std::map<std::string, Tensor>& inpu
     t.node = s.node;
     t.op = s.op;
     t.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (s.kind == StepKind::Conv) {
+    if (s.kind == StepKind::Conv || s.kind == StepKind::ConvTranspose) {
       t.flops = s.descriptor.flops();
-      t.workspace_bytes = kernels_->by_layer.at(s.node)->last_workspace_bytes();
+      t.workspace_bytes = kernels_->last_workspace_bytes(s.node);
     }
     profile_.push_back(t);
   }

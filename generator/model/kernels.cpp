@@ -13,13 +13,15 @@ std::vector<PlannedKernel> plan_kernels(const Graph& g, const TargetInfo& t, con
   std::vector<PlannedKernel> kernels;
   std::map<std::string, size_t> by_key;
   for (const Node& n : g.nodes) {
-    if (n.op != Op::Conv) continue;
-    ConvDescriptor d = conv_descriptor(g, n);
+    if (n.op != Op::Conv && n.op != Op::ConvTranspose) continue;
+    // A ConvTranspose runs the backward-data kernel of its convolution.
+    const std::string pass = n.op == Op::Conv ? "fwd" : "bwd_data";
+    ConvDescriptor d = n.op == Op::Conv ? conv_descriptor(g, n) : conv_transpose_descriptor(g, n);
     d.name.clear();
     validate(d);
     std::vector<std::string> lines;
-    SelectedSchedule sel = select_schedule(d, "fwd", t, records, &lines);
-    const std::string key = kernel_cache_key(d, "fwd", sel.schedule, t.target);
+    SelectedSchedule sel = select_schedule(d, pass, t, records, &lines);
+    const std::string key = kernel_cache_key(d, pass, sel.schedule, t.target);
     auto it = by_key.find(key);
     if (it != by_key.end()) {
       kernels[it->second].layers.push_back(n.name);
@@ -27,13 +29,15 @@ std::vector<PlannedKernel> plan_kernels(const Graph& g, const TargetInfo& t, con
       continue;
     }
     PlannedKernel k;
-    k.name = kernel_function_name("fwd", key);
+    k.name = kernel_function_name(pass, key);
+    k.pass = pass;
     k.descriptor = d;
     k.selection = sel;
     k.key = key;
     k.layers.push_back(n.name);
     if (why) {
-      why->push_back(fmt::format("{}: kernel {} for {} (schedule: {})", n.name, k.name, d.normalised(), sel.source));
+      why->push_back(fmt::format("{}: kernel {} for {}{} (schedule: {})", n.name, k.name, d.normalised(),
+                                 pass == "fwd" ? "" : ", backward-data", sel.source));
       for (const auto& l : lines) why->push_back("  " + l);
     }
     by_key[key] = kernels.size();

@@ -1,5 +1,6 @@
-// Which kernels a model needs: one forward kernel per distinct (layer, schedule,
-// target) among its Conv nodes -- identical layer shapes share one kernel. Each kernel's
+// Which kernels a model needs: one kernel per distinct (layer, pass, schedule, target)
+// among its Conv nodes (forward) and ConvTranspose nodes (the backward-data pass of
+// conv_transpose_descriptor's convolution) -- identical layer shapes share one kernel. Each kernel's
 // function name is derived from a content hash of that key, so the same kernel has the
 // same name (and bytes) in every model and in the kernel cache.
 #pragma once
@@ -15,12 +16,12 @@
 namespace convgen::model {
 
 struct PlannedKernel {
-  std::string name;                 // C function name: "convgen_fwd_" + 16 hex digits of the key's SHA-256
-  std::string pass = "fwd";
+  std::string name;                 // C function name: "convgen_<pass>_" + 16 hex digits of the key's SHA-256
+  std::string pass = "fwd";         // "fwd", or "bwd_data" for a ConvTranspose
   ConvDescriptor descriptor;        // the layer, without a name
   SelectedSchedule selection;       // schedule and where it came from
   std::string key;                  // descriptor | pass | schedule | target | generator hash
-  std::vector<std::string> layers;  // the Conv nodes it serves, in graph order
+  std::vector<std::string> layers;  // the Conv / ConvTranspose nodes it serves, in graph order
   // compile-layer --schedule words applied after selection (training kernels: the
   // parallel variant, runtime/train/train_conv.h's training_schedule); part of the key.
   std::string schedule_overrides;

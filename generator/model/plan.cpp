@@ -93,11 +93,12 @@ class Planner {
     auto in = [&](size_t i) { return buffer_of(n.inputs[i]); };
     auto layout_of = [&](int id) { return plan_.buffers[id].channels_last; };
     switch (n.op) {
-      case Op::Conv: {
+      case Op::Conv:
+      case Op::ConvTranspose: {
         const int x = in_layout(in(0), true, n.name);
         std::vector<int> ins = {x, in_layout(in(1), false, n.name)};
         if (n.inputs.size() > 2 && !n.inputs[2].empty()) ins.push_back(in(2));
-        step(StepKind::Conv, n, ins, define(n.outputs[0], out_shape, true));
+        step(n.op == Op::Conv ? StepKind::Conv : StepKind::ConvTranspose, n, ins, define(n.outputs[0], out_shape, true));
         PlanStep& s = plan_.steps.back();
         const PlannedKernel* k = kernel_of_.at(n.name);
         s.kernel = k->name;

@@ -26,7 +26,9 @@ struct PlanBuffer {
 };
 
 enum class StepKind {
-  Conv, Unary, Binary, MaxPool, AveragePool, GlobalPool, Gemm, MatMul, Concat,
+  Conv,
+  ConvTranspose,  // the backward-data kernel of its convolution, then the bias
+  Unary, Binary, MaxPool, AveragePool, GlobalPool, Gemm, MatMul, Concat,
   Copy,       // copy_layout: layout conversion, and Flatten/Reshape/Identity/Dropout
   Transpose, BatchNorm, LRN, Pad, Softmax, Reduce, Slice
 };
@@ -38,8 +40,8 @@ struct PlanStep {
   Attributes attributes;         // that node's attributes
   std::vector<int> inputs;       // buffer indices (-1: an absent optional input)
   int output = -1;               // buffer index
-  std::string kernel;            // Conv: the kernel's function name
-  ConvDescriptor descriptor;     // Conv: its layer
+  std::string kernel;            // Conv, ConvTranspose: the kernel's function name
+  ConvDescriptor descriptor;     // Conv: its layer; ConvTranspose: its convolution's
 };
 
 struct Plan {

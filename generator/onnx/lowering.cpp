@@ -66,6 +66,81 @@ std::vector<int64_t> spatial_dims(const NodeContext& c, const Value& x) {
   return std::vector<int64_t>(x.shape.begin() + 2, x.shape.end());
 }
 
+// ConvTranspose: the window of the convolution whose backward-data it is
+// (model_graph.h: conv_transpose_descriptor). Pads come from `pads`, or from
+// `output_shape` / SAME auto_pad as ONNX Runtime computes them (the odd unit of total
+// padding at the end for SAME_UPPER, at the start otherwise). `output_padding` and an
+// output_shape beyond the padded extent only add rows and columns at the end, which
+// the output's (inferred) shape carries; they must stay below the stride, where that
+// convolution still has the ConvTranspose's input as its output.
+void lower_conv_transpose(const NodeContext& c, Attributes& a) {
+  const Value& x = c.input(0);
+  const Value& w = c.input(1);
+  const auto spatial = spatial_dims(c, x);
+  const size_t n = spatial.size();
+  if (w.shape.size() != x.shape.size())
+    c.bad(fmt::format("weights of rank {} for an input of rank {}", w.shape.size(), x.shape.size()));
+  a.group = c.attr_int("group", 1);
+  if (a.group < 1 || w.shape[0] != x.shape[1] || x.shape[1] % a.group != 0)
+    c.bad_attr("group", std::to_string(a.group),
+               fmt::format("inconsistent with {} input channels and weights {}", x.shape[1], list(w.shape)));
+  a.kernel = c.attr_ints("kernel_shape", std::vector<int64_t>(w.shape.begin() + 2, w.shape.end()));
+  if (a.kernel != std::vector<int64_t>(w.shape.begin() + 2, w.shape.end()))
+    c.bad_attr("kernel_shape", list(a.kernel), fmt::format("differs from the weights {}", list(w.shape)));
+  a.strides = c.attr_ints("strides", std::vector<int64_t>(n, 1));
+  a.dilations = c.attr_ints("dilations", std::vector<int64_t>(n, 1));
+  const std::vector<int64_t> output_padding = c.attr_ints("output_padding", std::vector<int64_t>(n, 0));
+  std::vector<int64_t> output_shape = c.attr_ints("output_shape", {});
+  if (output_shape.size() == n + 2) output_shape.erase(output_shape.begin(), output_shape.begin() + 2);
+  if (a.strides.size() != n) c.bad_attr("strides", list(a.strides), fmt::format("needs {} values", n));
+  if (a.dilations.size() != n) c.bad_attr("dilations", list(a.dilations), fmt::format("needs {} values", n));
+  if (output_padding.size() != n)
+    c.bad_attr("output_padding", list(output_padding), fmt::format("needs {} values", n));
+  if (!output_shape.empty() && output_shape.size() != n)
+    c.bad_attr("output_shape", list(output_shape), fmt::format("needs {} values", n));
+  for (size_t i = 0; i < n; ++i) {
+    if (a.strides[i] < 1) c.bad_attr("strides", list(a.strides), "must be positive");
+    if (a.dilations[i] < 1) c.bad_attr("dilations", list(a.dilations), "must be positive");
+    if (output_padding[i] < 0) c.bad_attr("output_padding", list(output_padding), "must not be negative");
+  }
+  const std::string auto_pad = c.attr_string("auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER" && auto_pad != "VALID")
+    c.bad_attr("auto_pad", "'" + auto_pad + "'", "expected NOTSET, SAME_UPPER, SAME_LOWER or VALID");
+  a.pads_begin.assign(n, 0);
+  a.pads_end.assign(n, 0);
+  if (output_shape.empty() && auto_pad == "NOTSET") {
+    const std::vector<int64_t> pads = c.attr_ints("pads", std::vector<int64_t>(2 * n, 0));
+    if (pads.size() != 2 * n) c.bad_attr("pads", list(pads), fmt::format("needs {} values", 2 * n));
+    for (size_t i = 0; i < n; ++i) {
+      if (pads[i] < 0 || pads[n + i] < 0) c.bad_attr("pads", list(pads), "negative padding");
+      a.pads_begin[i] = pads[i];
+      a.pads_end[i] = pads[n + i];
+    }
+  } else if (!output_shape.empty() || auto_pad != "VALID") {
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t target = output_shape.empty() ? spatial[i] * a.strides[i] : output_shape[i];
+      const int64_t full = a.strides[i] * (spatial[i] - 1) + output_padding[i] + (a.kernel[i] - 1) * a.dilations[i] + 1;
+      const int64_t total = std::max<int64_t>(0, full - target);
+      a.pads_begin[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      a.pads_end[i] = total - a.pads_begin[i];
+    }
+  }
+  const std::vector<int64_t>& out = c.output_value(0).shape;
+  if (out.size() != x.shape.size() || out[1] != w.shape[1] * a.group)
+    c.bad(fmt::format("inferred output shape {} does not fit weights {} and group {}", list(out), list(w.shape), a.group));
+  for (size_t i = 0; i < n; ++i) {
+    // The convolution from the output back to the input must reach the input's extent
+    // exactly: rows the output has beyond it are the stride's remainder at most.
+    const int64_t reached = (out[2 + i] + a.pads_begin[i] + a.pads_end[i] - a.dilations[i] * (a.kernel[i] - 1) - 1);
+    if (reached < 0 || reached / a.strides[i] + 1 != spatial[i])
+      c.unsupported(fmt::format("an output extent of {} for an input of {} (output_padding {} or output_shape {} "
+                                "beyond the stride {})", out[2 + i], spatial[i], list(output_padding),
+                                list(output_shape), a.strides[i]));
+  }
+  if (c.has_input(2) && c.input(2).elements() != out[1])
+    c.bad(fmt::format("bias of {} values for {} output channels", c.input(2).elements(), out[1]));
+}
+
 void only_first_output(const NodeContext& c, const char* what) {
   for (int i = 1; i < c.proto().output_size(); ++i)
     if (!c.proto().output(i).empty()) c.unsupported(fmt::format("optional output {} ({})", i, what));
@@ -144,6 +219,11 @@ Node lower_node(const NodeContext& c, int opset) {
         c.bad_attr("kernel_shape", list(a.kernel), fmt::format("differs from the weights {}", list(w.shape)));
     if (c.has_input(2) && c.input(2).elements() != w.shape[0])
       c.bad(fmt::format("bias of {} values for {} output channels", c.input(2).elements(), w.shape[0]));
+    return node;
+  }
+  if (op == "ConvTranspose") {
+    node.op = Op::ConvTranspose;
+    lower_conv_transpose(c, a);
     return node;
   }
   if (op == "MaxPool" || op == "AveragePool") {
@@ -319,7 +399,7 @@ Node lower_node(const NodeContext& c, int opset) {
 
 bool is_lowered_op(const std::string& op) {
   static const std::set<std::string> ops = {
-      "Conv", "Relu", "LeakyRelu", "Clip", "Sigmoid", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+      "Conv", "ConvTranspose", "Relu", "LeakyRelu", "Clip", "Sigmoid", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
       "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Pow", "Sum", "Concat", "Flatten", "Reshape", "Unsqueeze",
       "Squeeze", "Transpose", "BatchNormalization", "LRN", "Pad", "Dropout", "Identity", "Softmax", "LogSoftmax",
       "Constant", "HardSigmoid", "HardSwish", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Softplus", "Elu", "Erf", "ReduceMean",

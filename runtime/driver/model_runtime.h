@@ -28,4 +28,11 @@ struct ConvShape {
 void run_forward_kernel(ForwardKernelFn kernel, const ConvShape& s, const float* x, const float* w, const float* bias,
                         float* y);
 
+// A ConvTranspose: runs the generated backward-data kernel of the convolution `s` (its
+// dY is x, channels-last [mb][oh][ow][oc]; its dX is y, channels-last [mb][ih][iw][ic]),
+// then adds bias [ic] when not null. w: ONNX layout, the ConvTranspose's own weights.
+using BackwardDataKernelFn = int (*)(halide_buffer_t*, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*);
+void run_conv_transpose_kernel(BackwardDataKernelFn kernel, const ConvShape& s, const float* x, const float* w,
+                               const float* bias, float* y);
+
 }  // namespace convgen

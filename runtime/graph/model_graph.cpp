@@ -9,6 +9,7 @@ namespace convgen::model {
 const char* op_name(Op op) {
   switch (op) {
     case Op::Conv: return "Conv";
+    case Op::ConvTranspose: return "ConvTranspose";
     case Op::Relu: return "Relu";
     case Op::LeakyRelu: return "LeakyRelu";
     case Op::Clip: return "Clip";
@@ -86,9 +87,10 @@ bool Graph::is_float_constant(const std::string& name) const {
   return it != values.end() && it->second.is_float_constant();
 }
 
-ConvDescriptor conv_descriptor(const Graph& g, const Node& conv) {
-  const Value& x = g.value(conv.inputs.at(0));
-  const Value& w = g.value(conv.inputs.at(1));
+namespace {
+
+// A convolution of input x (N, C, [H,] W), k output channels, and conv's window and groups.
+ConvDescriptor window_descriptor(const Value& x, int64_t k, const Node& conv) {
   const Attributes& a = conv.attributes;
   const bool one_d = x.shape.size() == 3;
   ConvDescriptor d;
@@ -97,7 +99,7 @@ ConvDescriptor conv_descriptor(const Graph& g, const Node& conv) {
   d.ic = x.shape[1];
   d.ih = one_d ? 1 : x.shape[2];
   d.iw = x.shape.back();
-  d.oc = w.shape[0];
+  d.oc = k;
   d.kh = one_d ? 1 : a.kernel[0];
   d.kw = a.kernel.back();
   d.sh = one_d ? 1 : a.strides[0];
@@ -109,9 +111,21 @@ ConvDescriptor conv_descriptor(const Graph& g, const Node& conv) {
   d.pl = a.pads_begin.back();
   d.pr = a.pads_end.back();
   d.g = a.group;
-  d.bias = conv.inputs.size() > 2 && !conv.inputs[2].empty();
-  d.relu = a.fused_relu;
   return d;
+}
+
+}  // namespace
+
+ConvDescriptor conv_descriptor(const Graph& g, const Node& conv) {
+  ConvDescriptor d = window_descriptor(g.value(conv.inputs.at(0)), g.value(conv.inputs.at(1)).shape[0], conv);
+  d.bias = conv.inputs.size() > 2 && !conv.inputs[2].empty();
+  d.relu = conv.attributes.fused_relu;
+  return d;
+}
+
+ConvDescriptor conv_transpose_descriptor(const Graph& g, const Node& conv_transpose) {
+  return window_descriptor(g.value(conv_transpose.outputs.at(0)), g.value(conv_transpose.inputs.at(0)).shape[1],
+                           conv_transpose);
 }
 
 }  // namespace convgen::model

@@ -14,7 +14,11 @@
 namespace convgen::model {
 
 enum class Op {
-  Conv, Relu, LeakyRelu, Clip, Sigmoid, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Gemm, MatMul,
+  Conv,
+  // A transposed convolution: the backward-data pass of conv_transpose_descriptor's
+  // convolution, plus its bias (Attributes: that convolution's window and groups)
+  ConvTranspose,
+  Relu, LeakyRelu, Clip, Sigmoid, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Gemm, MatMul,
   Add, Sub, Mul, Div, Pow, Sum, Concat, Flatten, Reshape, Transpose, BatchNormalization, LRN, Pad, Dropout,
   Identity, Softmax, LogSoftmax,
   // Element-wise functions of one input (runtime/graph/operators.h: is_unary)
@@ -126,5 +130,13 @@ struct Graph {
 // K, R, S from its weights, its attributes; the epilogue from its bias input and
 // fused_relu. Conv1d is H = 1.
 ConvDescriptor conv_descriptor(const Graph& g, const Node& conv);
+
+// The convolution whose backward-data pass a ConvTranspose node is. Its input is the
+// ConvTranspose's output (C = output channels, H, W = output extents) and its output
+// the ConvTranspose's input (K = input channels); same kernel, strides, pads, dilations
+// and groups, and the same weights array (ONNX stores ConvTranspose weights as
+// [C_in][C_out/g][kh][kw], a convolution's as [K][C/g][kh][kw]). No epilogue: the
+// ConvTranspose's bias is per output channel and is added after the kernel.
+ConvDescriptor conv_transpose_descriptor(const Graph& g, const Node& conv_transpose);
 
 }  // namespace convgen::model

@@ -381,6 +381,14 @@ void pad(const ConstView& x, const std::vector<int64_t>& pads, float value, cons
   });
 }
 
+void add_channel_bias(float* y, int64_t rows, int64_t channels, const float* bias) {
+#pragma omp parallel for schedule(static) if (rows * channels > 65536)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = y + r * channels;
+    for (int64_t c = 0; c < channels; ++c) row[c] += bias[c];
+  }
+}
+
 void softmax(const ConstView& x, int64_t axis, bool coerce_2d, bool log, const View& y) {
   if (x.channels_last || y.channels_last) throw std::logic_error("softmax: operands must be dense");
   const int64_t total = x.elements();

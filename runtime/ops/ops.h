@@ -56,6 +56,9 @@ void batch_norm(const ConstView& x, const ConstView& scale, const ConstView& bia
 void lrn(const ConstView& x, int64_t size, float alpha, float beta, float bias, const View& y);
 // Constant padding; pads = begins of every axis, then ends.
 void pad(const ConstView& x, const std::vector<int64_t>& pads, float value, const View& y);
+// y[n][..][c] += bias[c] over a channels-last y of `rows` rows (images times pixels) of
+// `channels` values: a ConvTranspose's bias after its kernel.
+void add_channel_bias(float* y, int64_t rows, int64_t channels, const float* bias);
 // Softmax / LogSoftmax along axis, or (coerce_2d, before opset 13) over the flattened
 // dimensions from axis on; dense x and y.
 void softmax(const ConstView& x, int64_t axis, bool coerce_2d, bool log, const View& y);

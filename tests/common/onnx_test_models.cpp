@@ -72,6 +72,13 @@ OnnxModelBuilder& OnnxModelBuilder::float_initializer(const std::string& name, c
   return *this;
 }
 
+OnnxModelBuilder& OnnxModelBuilder::float_initializer(const std::string& name, const std::vector<int64_t>& shape,
+                                                      const std::vector<float>& values) {
+  float_initializer(name, values);
+  for (int64_t d : shape) model_.mutable_graph()->mutable_initializer()->rbegin()->add_dims(d);
+  return *this;
+}
+
 onnx::NodeProto& OnnxModelBuilder::node(const std::string& op, const std::vector<std::string>& inputs,
                                         const std::vector<std::string>& outputs, const std::string& name) {
   auto* n = model_.mutable_graph()->add_node();

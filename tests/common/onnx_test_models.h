@@ -24,6 +24,9 @@ class OnnxModelBuilder {
   OnnxModelBuilder& weights(const std::string& name, const std::vector<int64_t>& shape);
   OnnxModelBuilder& int64_initializer(const std::string& name, const std::vector<int64_t>& values);
   OnnxModelBuilder& float_initializer(const std::string& name, const std::vector<float>& values);
+  // A float32 initializer of the given shape and values (row-major).
+  OnnxModelBuilder& float_initializer(const std::string& name, const std::vector<int64_t>& shape,
+                                      const std::vector<float>& values);
   // A node; returns it so the test can add attributes.
   onnx::NodeProto& node(const std::string& op, const std::vector<std::string>& inputs,
                         const std::vector<std::string>& outputs, const std::string& name = "");
