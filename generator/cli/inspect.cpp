@@ -54,6 +54,8 @@ int inspect(const Args& args) {
     for (const auto& o : node.outputs) outs += (outs.empty() ? "" : ", ") + value_text(g, o);
     fmt::print("{:<18} {:<24} {} -> {}\n", model::op_name(node.op), node.name, ins, outs);
     if (node.op == model::Op::Conv) fmt::print("{:<18} {:<24} layer {}\n", "", "", model::conv_descriptor(g, node).normalised());
+    if (node.op == model::Op::ConvTranspose)
+      fmt::print("{:<18} {:<24} backward-data of {}\n", "", "", model::conv_transpose_descriptor(g, node).normalised());
   }
   for (const auto& out : g.outputs) fmt::print("output {}\n", value_text(g, out));
   return 0;

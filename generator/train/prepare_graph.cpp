@@ -18,7 +18,7 @@ bool op_trains(Op op) {
   if (is_unary(op)) return true;
   if (is_reduction(op)) return op != Op::ReduceProd;  // no backward for a product
   switch (op) {
-    case Op::Conv: case Op::Gemm: case Op::MatMul: case Op::MaxPool: case Op::AveragePool:
+    case Op::Conv: case Op::ConvTranspose: case Op::Gemm: case Op::MatMul: case Op::MaxPool: case Op::AveragePool:
     case Op::GlobalAveragePool: case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::Concat:
     case Op::Flatten: case Op::Reshape: case Op::Pad: case Op::LRN: case Op::Dropout: case Op::Identity:
     case Op::BatchNormalization: case Op::WithinChannelLRN: case Op::Slice: case Op::Transpose:
@@ -265,7 +265,7 @@ TrainGraph prepare_training_graph(const std::string& model_path, int64_t micro_b
     if (seen.insert(n.inputs[input]).second) t.trainable.push_back(n.inputs[input]);
   };
   for (const Node& n : g.nodes) {
-    if (n.op == Op::Conv) {
+    if (is_conv_layer(n.op)) {
       if (!g.is_float_constant(n.inputs[1])) throw unsupported(g, n, "weights that are not an initializer");
       train(n, 1), train(n, 2);
     } else if (n.op == Op::Gemm || n.op == Op::MatMul) {

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "runtime/graph/model_graph.h"
+#include "runtime/graph/operators.h"
 #include "schedules/conv_descriptor.h"
 #include "schedules/errors.h"
 
@@ -48,8 +49,8 @@ std::map<std::string, TrainConvRequest> training_conv_requests(const TrainGraph&
 std::vector<std::string> training_layers_of(const TrainGraph& tg, const ConvDescriptor& d) {
   std::vector<std::string> layers;
   for (const Node& n : tg.graph.nodes) {
-    if (n.op != Op::Conv) continue;
-    ConvDescriptor c = conv_descriptor(tg.graph, n);
+    if (!is_conv_layer(n.op)) continue;
+    ConvDescriptor c = conv_layer_descriptor(tg.graph, n);
     c.name.clear();
     c.mb = d.mb;
     if (c == d) layers.push_back(n.name);

@@ -123,6 +123,10 @@ ConvDescriptor conv_descriptor(const Graph& g, const Node& conv) {
   return d;
 }
 
+ConvDescriptor conv_layer_descriptor(const Graph& g, const Node& n) {
+  return n.op == Op::ConvTranspose ? conv_transpose_descriptor(g, n) : conv_descriptor(g, n);
+}
+
 ConvDescriptor conv_transpose_descriptor(const Graph& g, const Node& conv_transpose) {
   return window_descriptor(g.value(conv_transpose.outputs.at(0)), g.value(conv_transpose.inputs.at(0)).shape[1],
                            conv_transpose);

@@ -139,4 +139,8 @@ ConvDescriptor conv_descriptor(const Graph& g, const Node& conv);
 // ConvTranspose's bias is per output channel and is added after the kernel.
 ConvDescriptor conv_transpose_descriptor(const Graph& g, const Node& conv_transpose);
 
+// The convolution whose kernels run a Conv node (conv_descriptor) or a ConvTranspose
+// node (conv_transpose_descriptor).
+ConvDescriptor conv_layer_descriptor(const Graph& g, const Node& n);
+
 }  // namespace convgen::model

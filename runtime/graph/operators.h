@@ -61,6 +61,10 @@ inline ops::Reduce reduce_of(Op op) {
 
 inline bool is_reduction(Op op) { return op == Op::ReduceMean || reduce_of(op) != ops::Reduce::Mean; }
 
+// A layer the convolution kernels run: Conv, or ConvTranspose (its convolution's
+// backward-data; model_graph.h: conv_layer_descriptor).
+inline bool is_conv_layer(Op op) { return op == Op::Conv || op == Op::ConvTranspose; }
+
 // Sub, Mul, Div, Pow; anything else is Add.
 inline ops::Binary binary_of(Op op) {
   switch (op) {

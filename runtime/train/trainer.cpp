@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/graph/operators.h"
 #include "runtime/ops/tensor.h"
 #include "runtime/train/train_conv.h"
 #include "runtime/train/train_ops.h"
@@ -188,8 +189,8 @@ double Trainer::step_flops(int64_t count) const {
   const Impl& s = *impl_;
   double flops = 0.0;
   for (const Node& n : s.tg.graph.nodes) {
-    if (n.op == Op::Conv) {
-      ConvDescriptor d = conv_descriptor(s.tg.graph, n);
+    if (is_conv_layer(n.op)) {
+      ConvDescriptor d = conv_layer_descriptor(s.tg.graph, n);
       d.mb = count;
       const bool data_pass = s.values[s.value_id.at(n.inputs[0])].requires_grad;
       flops += d.flops() * (data_pass ? 3.0 : 2.0);

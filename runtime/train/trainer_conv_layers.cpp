@@ -8,9 +8,11 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include "runtime/graph/operators.h"
 #include "runtime/ops/tensor.h"
 #include "runtime/parallel/openmp_par_for.h"
 #include "runtime/train/train_conv.h"
+#include "runtime/train/train_conv_transpose.h"
 #include "runtime/train/train_ops.h"
 #include "schedules/errors.h"
 
@@ -82,15 +84,17 @@ void Trainer::Impl::choose_conv_layers() {
   cropped_gradient_of.assign(parameters.size(), nullptr);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
-    if (n.op != Op::Conv) continue;
+    if (!is_conv_layer(n.op)) continue;
     ConvLayer L;
-    L.full = conv_descriptor(g, n);
+    L.full = conv_layer_descriptor(g, n);
+    L.transposed = n.op == Op::ConvTranspose;
     L.full.mb = m;
     L.full.name.clear();
     L.taps = useful_taps(L.full);
     L.crop = !L.taps.whole(L.full);
     const int w = id(n.inputs[1]);
     const int b = n.inputs.size() > 2 && !n.inputs[2].empty() ? id(n.inputs[2]) : -1;
+    L.bias_channels = b < 0 ? 0 : L.transposed ? L.full.ic : L.full.oc;
     L.w_param = values[w].parameter;
     L.b_param = b >= 0 ? values[b].parameter : -1;
     if (why && L.crop)
@@ -120,8 +124,8 @@ void Trainer::Impl::choose_conv_layers() {
     } else if (!recorded.empty()) {
       const auto rec = recorded.find(n.name);
       if (rec == recorded.end())
-        throw Error(ExitCode::BadRecord, fmt::format("{}: names no parallel mode for Conv layer '{}' of {}",
-                                                     options.recorded_modes_source, n.name, g.source));
+        throw Error(ExitCode::BadRecord, fmt::format("{}: names no parallel mode for {} layer '{}' of {}",
+                                                     options.recorded_modes_source, op_name(n.op), n.name, g.source));
       if (rec->second == ParallelMode::WholeBatch && !refused.empty())
         throw Error(ExitCode::BadRecord, fmt::format("{}: layer '{}' cannot run whole-batch: {}",
                                                      options.recorded_modes_source, n.name, refused));
@@ -179,10 +183,10 @@ void Trainer::Impl::choose_conv_layers() {
   }
   overrides.erase("*");
   if (!recorded.empty())
-    throw Error(ExitCode::BadRecord, fmt::format("{}: '{}' is not a Conv node of {}", options.recorded_modes_source,
+    throw Error(ExitCode::BadRecord, fmt::format("{}: '{}' is not a Conv or ConvTranspose node of {}", options.recorded_modes_source,
                                                  recorded.begin()->first, g.source));
   if (!overrides.empty())
-    throw Error(ExitCode::Usage, fmt::format("--parallel-mode: '{}' is not a Conv node of {}", overrides.begin()->first,
+    throw Error(ExitCode::Usage, fmt::format("--parallel-mode: '{}' is not a Conv or ConvTranspose node of {}", overrides.begin()->first,
                                              g.source));
 }
 
@@ -210,6 +214,15 @@ TrainConv* Trainer::Impl::conv_kernels(size_t node, int64_t n, bool intra_kernel
   request.threads = options.threads;
   request.records = options.records;
   request.target = target;
+  if (L.transposed) {
+    // The convolution's kernels behind the ConvTranspose's passes; their own cache entry.
+    const TrainConvRequest conv_request = convolution_request_of_transposed(request);
+    const std::string key = "transposed " + d.normalised() + (conv_request.needs_forward ? "+dx" : "") +
+                            (conv_request.needs_backward_data ? "+y" : "") + (request.pack_weights_once ? "+packed" : "");
+    auto it = convs.find(key);
+    if (it == convs.end()) it = convs.emplace(key, transposed_conv(make_conv(conv_request), d)).first;
+    return it->second.get();
+  }
   const std::string key = d.normalised();
   // Identical layers share one implementation; a weights-only request (a whole-batch
   // gradient) takes any kernel set of its shape.
@@ -264,11 +277,11 @@ void Trainer::Impl::whole_batch_gradient(size_t node, int64_t count) {
     dw = L.cropped_dw.data();
   }
   float* db = nullptr;
-  if (L.full.bias) {
+  if (L.bias_channels > 0) {
     if (L.b_param >= 0) {
       db = deferred_grad[L.b_param].data();
     } else {
-      L.unused_db.resize(static_cast<size_t>(L.full.oc));
+      L.unused_db.resize(static_cast<size_t>(L.bias_channels));
       db = L.unused_db.data();
     }
   }

@@ -215,7 +215,9 @@ struct Trainer::Impl {
   // same kernel computes every output channel the same way: no bit depends on T.
   // Forward and backward-data stay per micro-batch either way.
   struct ConvLayer {
-    ConvDescriptor full;         // the layer as the model has it (mb = m)
+    ConvDescriptor full;         // the layer's convolution (conv_layer_descriptor), mb = m
+    bool transposed = false;     // a ConvTranspose: its kernels are transposed_conv's
+    int64_t bias_channels = 0;   // the bias's length; 0 without one
     TapWindow taps;              // useful_taps(full)
     bool crop = false;           // kernels run the cropped layer on cropped_w
     ParallelMode mode = ParallelMode::MicroBatch;

@@ -36,7 +36,8 @@ void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
   if (is_unary(n.op)) return ops::unary(x(0), y, unary_of(n.op), a.alpha, a.clip_min, a.clip_max, a.beta);
   if (is_reduction(n.op)) return ops::reduce(x(0), a.axes, reduce_of(n.op), y);
   switch (n.op) {
-    case Op::Conv: {
+    case Op::Conv:
+    case Op::ConvTranspose: {
       TrainConv& k = *kernels.at({node_index, slot.size});
       const ConvLayer& layer = conv_layers.at(node_index);
       const float* bias = n.inputs.size() > 2 && !n.inputs[2].empty() ? x(2).data : nullptr;
@@ -148,7 +149,8 @@ void Trainer::Impl::backward(Slot& slot, size_t node_index) {
     return ops::reduce_backward(x(0), y, dy, a.axes, reduce_of(n.op), t.view, t.accumulate);
   }
   switch (n.op) {
-    case Op::Conv: {
+    case Op::Conv:
+    case Op::ConvTranspose: {
       TrainConv& k = *kernels.at({node_index, slot.size});
       const ConvLayer& layer = conv_layers.at(node_index);
       const float* yp = n.attributes.fused_relu ? y.data : nullptr;

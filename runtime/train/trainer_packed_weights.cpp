@@ -31,7 +31,7 @@ std::string layout_key(const WeightPanels& p) {
 
 const float* Trainer::Impl::unpacked_weights(size_t node) {
   const Node& n = tg.graph.nodes[node];
-  if (n.op == Op::Conv) {
+  if (is_conv_layer(n.op)) {
     const ConvLayer& L = conv_layers.at(node);
     if (L.crop) return L.cropped_w.data();
   }

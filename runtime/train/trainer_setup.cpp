@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/graph/operators.h"
 #include "runtime/ops/tensor.h"
 #include "runtime/train/train_conv.h"
 #include "runtime/train/train_ops.h"
@@ -117,7 +118,7 @@ void Trainer::Impl::ensure_kernels(int64_t n) {
   const Graph& g = tg.graph;
   for (size_t index = 0; index < g.nodes.size(); ++index) {
     const Node& node = g.nodes[index];
-    if (node.op != Op::Conv || conv_layers.at(index).batched) continue;  // batched: over the mini-batch only
+    if (!is_conv_layer(node.op) || conv_layers.at(index).batched) continue;  // batched: over the mini-batch only
     auto key = std::make_pair(index, n);
     if (kernels.count(key)) continue;
     TrainConv* k = conv_kernels(index, n, intra, true);

@@ -277,3 +277,40 @@ TEST_CASE("trainer gradients match finite differences: reductions, Split, Slice,
   test::set_int(b.node("Gemm", {"cat", "fc"}, {"logits"}, "fc"), "transB", 1);
   check_gradients(b.write("gradcheck_reductions"), 4, 2, labelled_data(4, 3 * 6 * 6, 5, 12));
 }
+
+TEST_CASE("trainer gradients match finite differences: ConvTranspose", "[trainer][gradcheck]") {
+  // ConvT0 (2 -> 4, k2 s2, the first layer: no dX) -> Conv (k3 s2 p1) -> LeakyRelu ->
+  // ConvT1 (4 -> 6, k3 s2 p1, output_padding 1, bias) -> Sigmoid -> ConvT2 (6 -> 4, k2,
+  // 2 groups) -> GlobalAveragePool -> Flatten -> Gemm -> logits; in micro-batch mode,
+  // whole-batch, and whole-batch at barriers.
+  test::OnnxModelBuilder b;
+  b.input("x", {-1, 2, 4, 4}).output("logits", 2);
+  b.weights("wt0", {2, 4, 2, 2}).weights("w1", {4, 4, 3, 3}).weights("wt1", {4, 6, 3, 3}).weights("bt1", {6});
+  b.weights("wt2", {6, 2, 2, 2}).weights("fc", {3, 4}).weights("fcb", {3});
+  randomize(b, 12);
+  auto& t0 = b.node("ConvTranspose", {"x", "wt0"}, {"u0"}, "up0");
+  test::set_ints(t0, "strides", {2, 2});
+  auto& c1 = b.node("Conv", {"u0", "w1"}, {"c1"}, "conv1");
+  test::set_ints(c1, "strides", {2, 2});
+  test::set_ints(c1, "pads", {1, 1, 1, 1});
+  auto& lr = b.node("LeakyRelu", {"c1"}, {"l1"}, "leaky");
+  test::set_float(lr, "alpha", 0.2f);
+  auto& t1 = b.node("ConvTranspose", {"l1", "wt1", "bt1"}, {"u1"}, "up1");
+  test::set_ints(t1, "strides", {2, 2});
+  test::set_ints(t1, "pads", {1, 1, 1, 1});
+  test::set_ints(t1, "output_padding", {1, 1});
+  b.node("Sigmoid", {"u1"}, {"s1"}, "sigmoid");
+  auto& t2 = b.node("ConvTranspose", {"s1", "wt2"}, {"u2"}, "up2");
+  test::set_int(t2, "group", 2);
+  b.node("GlobalAveragePool", {"u2"}, {"gap"}, "gap");
+  b.node("Flatten", {"gap"}, {"flat"}, "flatten");
+  auto& fc = b.node("Gemm", {"flat", "fc", "fcb"}, {"logits"}, "fc");
+  test::set_int(fc, "transB", 1);
+  const std::string path = b.write("gradcheck_conv_transpose");
+  const Data d = labelled_data(5, 2 * 4 * 4, 3, 13);
+  check_gradients(path, 5, 2, d);  // micro-batches 2 + 2 + 1
+  std::map<std::string, model::ParallelMode> whole;
+  for (const char* layer : {"up0", "conv1", "up1", "up2"}) whole[layer] = model::ParallelMode::WholeBatch;
+  check_gradients(path, 5, 2, d, whole);
+  check_gradients(path, 5, 2, d, whole, 0);
+}
