@@ -32,6 +32,7 @@ set(CONVGEN_INSTALLED_HEADERS
   runtime/ops/aligned_buffer.h
   runtime/ops/layout.h
   runtime/ops/ops.h
+  runtime/ops/resize.h
   runtime/ops/tensor.h
   runtime/ops/weights_file.h
   runtime/parallel/kernel_heap.h

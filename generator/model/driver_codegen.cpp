@@ -99,6 +99,19 @@ class Writer {
                            flt(a.lrn_bias), y);
       case StepKind::Pad:
         return fmt::format("convgen::ops::pad({}, {}, {}, {});", x(0), ints(a.pad_amounts), flt(a.pad_value), y);
+      case StepKind::Resize: {
+        const ops::ResizeSpec& r = a.resize;
+        static const char* modes[] = {"Nearest", "Linear", "Cubic"};
+        static const char* coordinates[] = {"HalfPixel", "PytorchHalfPixel", "AlignCorners", "Asymmetric",
+                                            "TfHalfPixelForNn"};
+        static const char* rounding[] = {"RoundPreferFloor", "RoundPreferCeil", "Floor", "Ceil"};
+        std::string scales;
+        for (float f : r.scales) scales += (scales.empty() ? "" : ", ") + flt(f);
+        return fmt::format("convgen::ops::resize({}, convgen::ops::ResizeSpec{{convgen::ops::ResizeMode::{}, "
+                           "convgen::ops::ResizeCoordinates::{}, convgen::ops::NearestRounding::{}, {}, {}, {{{}}}}}, {});",
+                           x(0), modes[int(r.mode)], coordinates[int(r.coordinates)], rounding[int(r.nearest)],
+                           flt(r.cubic_a), bool_lit(r.exclude_outside), scales, y);
+      }
       case StepKind::Slice:
         return fmt::format("convgen::ops::slice({}, {}, {}, {});", x(0), ints(a.slice_first), ints(a.slice_step), y);
       case StepKind::Reduce:

@@ -111,6 +111,7 @@ void run_plan_step(const PlanStep& s, const Plan& p, float* arena, const float* 
     case StepKind::LRN: ops::lrn(x(0), a.size, a.alpha, a.beta, a.lrn_bias, y); return;
     case StepKind::Pad: ops::pad(x(0), a.pad_amounts, a.pad_value, y); return;
     case StepKind::Slice: ops::slice(x(0), a.slice_first, a.slice_step, y); return;
+    case StepKind::Resize: ops::resize(x(0), a.resize, y); return;
     case StepKind::Reduce: ops::reduce(x(0), a.axes, reduce_of(s.op), y); return;
     case StepKind::Softmax: ops::softmax(x(0), a.axis, a.softmax_coerce_2d, s.op == Op::LogSoftmax, y); return;
   }

@@ -186,6 +186,69 @@ std::vector<Node> lower_split(const NodeContext& c, int opset) {
   return parts;
 }
 
+// Resize (opset 11 on: X, roi, scales, sizes; opset 10 and Upsample: X, scales) over the
+// spatial axes. Refused, naming the attribute: resizing the batch or channel axis,
+// tf_crop_and_resize (its roi) and other values outside ONNX's list.
+void lower_resize(const NodeContext& c, int opset, Attributes& a) {
+  const Value& x = c.input(0);
+  const std::vector<int64_t>& out = c.output_value(0).shape;
+  const size_t rank = x.shape.size();
+  if (rank != 3 && rank != 4) c.unsupported(fmt::format("input of rank {} (resizing N, C, [H,] W tensors only)", rank));
+  const bool upsample = c.op() == "Upsample";
+  const int scales_input = upsample || opset < 11 ? 1 : 2;
+  std::vector<float> scales;
+  if (upsample && !c.has_input(1)) scales = c.attr_floats("scales", {});
+  // An empty scales tensor stands for "absent" when sizes are given.
+  if (c.has_input(scales_input)) scales = c.constant_input(scales_input, "the scales").data;
+  ops::ResizeSpec& r = a.resize;
+  const std::string mode = c.attr_string("mode", "nearest");
+  if (mode == "nearest") r.mode = ops::ResizeMode::Nearest;
+  else if (mode == "linear" || mode == "bilinear") r.mode = ops::ResizeMode::Linear;
+  else if (mode == "cubic" && !upsample) r.mode = ops::ResizeMode::Cubic;
+  else c.bad_attr("mode", "'" + mode + "'", upsample ? "expected nearest or linear" : "expected nearest, linear or cubic");
+  // Upsample and opset-10 Resize: asymmetric coordinates, nearest rounds down.
+  const bool old = upsample || opset < 11;
+  const std::string coordinates = old ? "asymmetric" : c.attr_string("coordinate_transformation_mode", "half_pixel");
+  static const std::map<std::string, ops::ResizeCoordinates> coordinate_modes = {
+      {"half_pixel", ops::ResizeCoordinates::HalfPixel},
+      {"pytorch_half_pixel", ops::ResizeCoordinates::PytorchHalfPixel},
+      {"align_corners", ops::ResizeCoordinates::AlignCorners},
+      {"asymmetric", ops::ResizeCoordinates::Asymmetric},
+      {"tf_half_pixel_for_nn", ops::ResizeCoordinates::TfHalfPixelForNn}};
+  auto cm = coordinate_modes.find(coordinates);
+  if (coordinates == "tf_crop_and_resize")
+    c.bad_attr("coordinate_transformation_mode", "'tf_crop_and_resize'", "an unclaimed attribute value (cropping to a "
+               "region of interest)");
+  if (cm == coordinate_modes.end())
+    c.bad_attr("coordinate_transformation_mode", "'" + coordinates + "'",
+               "expected half_pixel, pytorch_half_pixel, align_corners, asymmetric or tf_half_pixel_for_nn");
+  r.coordinates = cm->second;
+  const std::string nearest = old ? "floor" : c.attr_string("nearest_mode", "round_prefer_floor");
+  static const std::map<std::string, ops::NearestRounding> nearest_modes = {
+      {"round_prefer_floor", ops::NearestRounding::RoundPreferFloor},
+      {"round_prefer_ceil", ops::NearestRounding::RoundPreferCeil},
+      {"floor", ops::NearestRounding::Floor},
+      {"ceil", ops::NearestRounding::Ceil}};
+  auto nm = nearest_modes.find(nearest);
+  if (nm == nearest_modes.end())
+    c.bad_attr("nearest_mode", "'" + nearest + "'", "expected round_prefer_floor, round_prefer_ceil, floor or ceil");
+  r.nearest = nm->second;
+  r.cubic_a = c.attr_float("cubic_coeff_a", -0.75f);
+  r.exclude_outside = c.attr_int("exclude_outside", 0) != 0;
+  if (!scales.empty() && scales.size() != rank)
+    c.bad_attr("scales", fmt::format("of {} values", scales.size()), fmt::format("needs {} values", rank));
+  if (out.size() != rank) c.bad(fmt::format("inferred output shape {} for an input of rank {}", list(out), rank));
+  for (size_t i = 0; i < rank; ++i) {
+    if (!scales.empty() && !(scales[i] > 0.0f))
+      c.bad_attr("scales", fmt::format("{} on axis {}", scales[i], i), "must be positive");
+    if (i < 2 && out[i] != x.shape[i])
+      c.unsupported(fmt::format("resizing axis {} ({} -> {}): the batch and channel axes keep their extent", i,
+                                x.shape[i], out[i]));
+    if (i >= 2)
+      r.scales.push_back(scales.empty() ? static_cast<float>(out[i]) / static_cast<float>(x.shape[i]) : scales[i]);
+  }
+}
+
 Node lower_node(const NodeContext& c, int opset) {
   Node node;
   node.name = c.name();
@@ -224,6 +287,12 @@ Node lower_node(const NodeContext& c, int opset) {
   if (op == "ConvTranspose") {
     node.op = Op::ConvTranspose;
     lower_conv_transpose(c, a);
+    return node;
+  }
+  if (op == "Resize" || op == "Upsample") {
+    node.op = Op::Resize;
+    lower_resize(c, opset, a);
+    node.inputs.resize(1);
     return node;
   }
   if (op == "MaxPool" || op == "AveragePool") {
@@ -399,7 +468,7 @@ Node lower_node(const NodeContext& c, int opset) {
 
 bool is_lowered_op(const std::string& op) {
   static const std::set<std::string> ops = {
-      "Conv", "ConvTranspose", "Relu", "LeakyRelu", "Clip", "Sigmoid", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+      "Conv", "ConvTranspose", "Resize", "Upsample", "Relu", "LeakyRelu", "Clip", "Sigmoid", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
       "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Pow", "Sum", "Concat", "Flatten", "Reshape", "Unsqueeze",
       "Squeeze", "Transpose", "BatchNormalization", "LRN", "Pad", "Dropout", "Identity", "Softmax", "LogSoftmax",
       "Constant", "HardSigmoid", "HardSwish", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Softplus", "Elu", "Erf", "ReduceMean",

@@ -58,6 +58,10 @@ class NodeContext {
     const auto* a = attr(key);
     return a ? std::vector<int64_t>(a->ints().begin(), a->ints().end()) : fallback;
   }
+  std::vector<float> attr_floats(const std::string& key, std::vector<float> fallback) const {
+    const auto* a = attr(key);
+    return a ? std::vector<float>(a->floats().begin(), a->floats().end()) : fallback;
+  }
   [[noreturn]] void bad_attr(const std::string& key, const std::string& value, const std::string& why) const {
     throw Error(ExitCode::Unsupported, fmt::format("{}: not supported: attribute '{}' = {}: {}", where(), key, value, why));
   }

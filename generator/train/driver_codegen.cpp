@@ -120,6 +120,18 @@ std::string attribute_statements(const Attributes& a) {
   real("ratio", a.ratio, d.ratio);
   flag("fused_relu", a.fused_relu, d.fused_relu);
   flag("fused_clip", a.fused_clip, d.fused_clip);
+  if (a.resize.mode != d.resize.mode) out += fmt::format(" a.resize.mode = convgen::ops::ResizeMode({});", int(a.resize.mode));
+  if (a.resize.coordinates != d.resize.coordinates)
+    out += fmt::format(" a.resize.coordinates = convgen::ops::ResizeCoordinates({});", int(a.resize.coordinates));
+  if (a.resize.nearest != d.resize.nearest)
+    out += fmt::format(" a.resize.nearest = convgen::ops::NearestRounding({});", int(a.resize.nearest));
+  real("resize.cubic_a", a.resize.cubic_a, d.resize.cubic_a);
+  flag("resize.exclude_outside", a.resize.exclude_outside, d.resize.exclude_outside);
+  if (!a.resize.scales.empty()) {
+    std::string scales;
+    for (float f : a.resize.scales) scales += (scales.empty() ? "" : ", ") + float_literal(f);
+    out += fmt::format(" a.resize.scales = {{{}}};", scales);
+  }
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/ops/resize.h"
 #include "schedules/conv_descriptor.h"
 
 namespace convgen::model {
@@ -28,6 +29,8 @@ enum class Op {
   ReduceLogSumExp,
   // A strided window of the input (ONNX Slice; Split lowers to one Slice per output)
   Slice,
+  // Spatial interpolation (ONNX Resize; Upsample lowers to it), Attributes::resize
+  Resize,
   // Training only, never imported: Caffe's WITHIN_CHANNEL LRN written with standard ops
   // (x * (bias + alpha * AveragePool_k(x*x))^exponent), fused into one node by
   // prepare_training_graph (generator/train/prepare_graph.h). Attributes: size k, alpha, lrn_bias, beta =
@@ -91,6 +94,8 @@ struct Attributes {
   // Pad: constant mode only; pads per axis of the tensor, begin then end
   std::vector<int64_t> pad_amounts;
   float pad_value = 0.0f;
+  // Resize: mode, coordinates, rounding and per-spatial-axis scales
+  ops::ResizeSpec resize;
   // Dropout ratio (identity at inference)
   float ratio = 0.5f;
   // Conv: a following Relu fused into the kernel's epilogue (generator/model/fusion.h); MaxPool

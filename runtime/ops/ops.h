@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "runtime/ops/resize.h"
 #include "runtime/ops/tensor.h"
 
 namespace convgen::ops {

@@ -61,6 +61,7 @@ void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
     case Op::GlobalAveragePool: ops::global_pool(x(0), false, y); return;
     case Op::Slice: ops::slice(x(0), a.slice_first, a.slice_step, y); return;
     case Op::Transpose: ops::transpose(x(0), a.perm, y); return;
+    case Op::Resize: ops::resize(x(0), a.resize, y); return;
     case Op::Gemm: {
       const ConstView c = n.inputs.size() > 2 && !n.inputs[2].empty() ? x(2) : ConstView{};
       ops::gemm_1t(rows(x(0)), x(1), c.data ? &c : nullptr, a.alpha, a.beta, a.trans_a, a.trans_b, rows(y));
@@ -221,10 +222,11 @@ void Trainer::Impl::backward(Slot& slot, size_t node_index) {
       ops::average_pool_backward(window_of(a), a.count_include_pad, dy, t.view, t.accumulate);
       return;
     }
-    case Op::Slice: case Op::Transpose: {
+    case Op::Slice: case Op::Transpose: case Op::Resize: {
       if (!wants_grad(in_id(0))) return;
       const Target t = target_for(slot, in_id(0));
       if (n.op == Op::Slice) ops::slice_backward(dy, a.slice_first, a.slice_step, t.view, t.accumulate);
+      else if (n.op == Op::Resize) ops::resize_backward(dy, a.resize, t.view, t.accumulate);
       else ops::transpose_backward(dy, a.perm, t.view, t.accumulate);
       return;
     }

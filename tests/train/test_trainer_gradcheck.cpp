@@ -314,3 +314,37 @@ TEST_CASE("trainer gradients match finite differences: ConvTranspose", "[trainer
   check_gradients(path, 5, 2, d, whole);
   check_gradients(path, 5, 2, d, whole, 0);
 }
+
+TEST_CASE("trainer gradients match finite differences: Resize", "[trainer][gradcheck]") {
+  // Conv -> Resize(linear, pytorch_half_pixel, x2) -> Sigmoid -> Resize(nearest,
+  // asymmetric, floor, x1.5: PyTorch's nearest) -> Resize(cubic, align_corners, x0.8 and
+  // x0.85) -> Conv -> GlobalAveragePool -> Flatten -> Gemm -> logits
+  test::OnnxModelBuilder b;
+  b.input("x", {-1, 2, 5, 4}).output("logits", 2);
+  b.weights("w1", {3, 2, 3, 3}).weights("w2", {4, 3, 3, 3}).weights("fc", {3, 4}).weights("fcb", {3});
+  randomize(b, 21);
+  b.float_initializer("x2", {4}, {1.0f, 1.0f, 2.0f, 2.0f});
+  b.float_initializer("x1_5", {4}, {1.0f, 1.0f, 1.5f, 1.5f});
+  b.float_initializer("shrink", {4}, {1.0f, 1.0f, 0.8f, 0.85f});
+  auto& c1 = b.node("Conv", {"x", "w1"}, {"c1"}, "conv1");
+  test::set_ints(c1, "pads", {1, 1, 1, 1});
+  auto& r1 = b.node("Resize", {"c1", "", "x2"}, {"r1"}, "bilinear");
+  test::set_string(r1, "mode", "linear");
+  test::set_string(r1, "coordinate_transformation_mode", "pytorch_half_pixel");
+  b.node("Sigmoid", {"r1"}, {"s1"}, "sigmoid");
+  auto& r2 = b.node("Resize", {"s1", "", "x1_5"}, {"r2"}, "nearest");
+  test::set_string(r2, "mode", "nearest");
+  test::set_string(r2, "coordinate_transformation_mode", "asymmetric");
+  test::set_string(r2, "nearest_mode", "floor");
+  auto& r3 = b.node("Resize", {"r2", "", "shrink"}, {"r3"}, "bicubic");
+  test::set_string(r3, "mode", "cubic");
+  test::set_string(r3, "coordinate_transformation_mode", "align_corners");
+  auto& c2 = b.node("Conv", {"r3", "w2"}, {"c2"}, "conv2");
+  test::set_ints(c2, "pads", {1, 1, 1, 1});
+  b.node("GlobalAveragePool", {"c2"}, {"gap"}, "gap");
+  b.node("Flatten", {"gap"}, {"flat"}, "flatten");
+  auto& fc = b.node("Gemm", {"flat", "fc", "fcb"}, {"logits"}, "fc");
+  test::set_int(fc, "transB", 1);
+  const std::string path = b.write("gradcheck_resize");
+  check_gradients(path, 5, 2, labelled_data(5, 2 * 5 * 4, 3, 22));
+}
