@@ -43,6 +43,11 @@ program, with the same bits: the training driver of `convgen compile` (its --hel
 SOURCE: fashion-mnist (Debian's dataset-fashion-mnist; accuracy on its test split),
         idx:IMAGES,LABELS (IDX files, raw or gzip), cifar10:DIR (CIFAR-10 binary version),
         synthetic (pseudo-random images of the model's input shape, random labels).
+Segmentation: a model whose logits are [N, K, H, W] learns a label per pixel, with the
+loss averaged over the labelled pixels (PyTorch's cross_entropy); LABELS of idx: is then
+an IDX file of [N][H][W] label maps, synthetic labels each pixel by its first channel's
+byte (byte * K / 256; 248 and up unlabelled when --ignore-index is given), and the test
+split reports pixel accuracy and mean IoU.
 
   --batch B            mini-batch size (default 64)
   --micro-batch M      samples per micro-batch (default: the largest divisor of B <= B/4)
@@ -67,6 +72,8 @@ SOURCE: fashion-mnist (Debian's dataset-fashion-mnist; accuracy on its test spli
   --no-shuffle         samples in file order every epoch
   --normalize M,S      pixels (x/255 - M) / S (per channel: M1,..,Mc,S1,..,Sc)
   --synthetic-count N  samples of the synthetic source (default 6000)
+  --ignore-index V     label byte V marks a position as unlabelled: no loss, no gradient
+                       (PyTorch's ignore_index; default: none)
   --log FILE.jsonl     one JSON line per step: step, epoch, loss, lr, images_per_s
   --dump-order FILE    the sample order of every epoch, one index per line
   --save OUT.onnx      the trained model: MODEL with its initializers updated
@@ -160,6 +167,13 @@ TrainSetup parse(const Args& args, bool* help) {
       continue;
     }
     if (r.value("--synthetic-count", &v)) { s.synthetic_count = parse_count("--synthetic-count", v); continue; }
+    if (r.value("--ignore-index", &v)) {
+      const bool digits = !v.empty() && v.size() <= 3 && std::all_of(v.begin(), v.end(), ::isdigit);
+      if (!digits || std::stoi(v) > 255)
+        throw Error(ExitCode::Usage, fmt::format("--ignore-index: '{}' is not a label byte in [0, 255]", v));
+      s.trainer.ignore_label = std::stoi(v);
+      continue;
+    }
     if (r.value("--lr", &v)) { s.trainer.lr = parse_float("--lr", v); continue; }
     if (r.value("--momentum", &v)) { s.trainer.momentum = parse_float("--momentum", v); continue; }
     if (r.value("--weight-decay", &v)) { s.trainer.weight_decay = parse_float("--weight-decay", v); continue; }
@@ -212,6 +226,7 @@ std::string resume_key(const TrainSetup& s, int64_t micro_batch, const std::stri
                      s.data, s.trainer.batch, micro_batch, execution, s.trainer.lr, s.trainer.momentum, s.trainer.weight_decay,
                      s.lr_schedule, s.trainer.seed, s.shuffle, s.normalize, s.synthetic_count, s.schedules, s.target,
                      s.trainer.conv_impl) +
+         (s.trainer.ignore_label >= 0 ? fmt::format(" ignore_index={}", s.trainer.ignore_label) : std::string()) +
          (s.lr_schedule == "cosine" ? fmt::format(" cosine_epochs={}", s.schedule_epochs) : std::string());
 }
 
@@ -243,6 +258,11 @@ int train_model(const Args& args) {
   data::SampleSpec spec;
   spec.channels = tg.sample_shape[0], spec.height = tg.sample_shape[1], spec.width = tg.sample_shape[2];
   spec.classes = tg.classes;
+  if (tg.label_elements > 1) {  // [N, K, H, W] logits: a label map per sample
+    const std::vector<int64_t>& logits = tg.graph.value(tg.logits).shape;
+    spec.label_height = logits[2], spec.label_width = logits[3];
+  }
+  spec.ignore_label = s.trainer.ignore_label;
   spec.synthetic_count = s.synthetic_count;
   spec.synthetic_seed = s.trainer.seed;
   const data::Source source = data::load_source(s.data, spec);
@@ -368,15 +388,34 @@ int train_model(const Args& args) {
     for (int64_t i = 0; i < test.count(); ++i) order[i] = i;
     data::Batch b;
     double loss = 0.0;
-    int64_t correct = 0;
+    int64_t correct = 0, labelled = 0;
+    std::vector<int64_t> per_class(static_cast<size_t>(3 * tg.classes), 0);
     for (int64_t first = 0; first < test.count(); first += batch) {
       data::decode_batch(test, order, first, std::min(batch, test.count() - first), norm, &b);
       const model::StepStats st = trainer.evaluate(b.pixels.data(), b.labels.data(), b.count);
-      loss += st.loss * double(st.count);
+      loss += st.loss * double(st.labelled);
       correct += st.correct;
+      labelled += st.labelled;
+      for (size_t c = 0; c < per_class.size(); ++c) per_class[c] += st.per_class[c];
     }
-    fmt::print("test_accuracy {:.4f} test_loss {:.6f} ({} samples)\n", double(correct) / double(test.count()),
-               loss / double(test.count()), test.count());
+    const double mean_loss = labelled > 0 ? loss / double(labelled) : 0.0;
+    if (tg.label_elements == 1) {
+      fmt::print("test_accuracy {:.4f} test_loss {:.6f} ({} samples)\n", double(correct) / double(test.count()),
+                 mean_loss, test.count());
+    } else {
+      // Mean IoU over the classes that occur in the labels or the predictions.
+      double iou = 0.0;
+      int64_t present = 0;
+      for (int64_t c = 0; c < tg.classes; ++c) {
+        const int64_t hits = per_class[c], unite = per_class[tg.classes + c] + per_class[2 * tg.classes + c] - hits;
+        if (unite == 0) continue;
+        iou += double(hits) / double(unite);
+        ++present;
+      }
+      fmt::print("test_pixel_accuracy {:.4f} test_mean_iou {:.4f} test_loss {:.6f} ({} samples, {} labelled pixels)\n",
+                 labelled > 0 ? double(correct) / double(labelled) : 0.0, present > 0 ? iou / double(present) : 0.0,
+                 mean_loss, test.count(), labelled);
+    }
   }
   if (!s.save.empty()) {
     std::map<std::string, std::vector<float>> trained;

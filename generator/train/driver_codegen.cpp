@@ -165,6 +165,7 @@ std::string graph_builder(const TrainGraph& tg) {
   }
   out += fmt::format("  t.input = {};\n  t.logits = {};\n  t.classes = {};\n  t.sample_shape = {};\n", c_string(tg.input),
                      c_string(tg.logits), tg.classes, int_list(tg.sample_shape));
+  if (tg.label_elements != 1) out += fmt::format("  t.label_elements = {};\n", tg.label_elements);
   out += fmt::format("  t.trainable = {};\n  return t;\n}}\n", string_list(tg.trainable));
   return out;
 }

@@ -43,8 +43,9 @@ std::string strip_softmax(Graph& g) {
     if (n.outputs.empty() || n.outputs[0] != out) continue;
     if (n.op != Op::Softmax && n.op != Op::LogSoftmax) return out;
     const std::string logits = n.inputs[0];
-    if (g.value(logits).shape.size() != 2 || n.attributes.axis != 1)
-      throw unsupported(g, n, "the training loss needs a softmax over axis 1 of [N, classes] logits");
+    const size_t rank = g.value(logits).shape.size();
+    if ((rank != 2 && rank != 4) || n.attributes.axis != 1)
+      throw unsupported(g, n, "the training loss needs a softmax over axis 1 of [N, classes] or [N, classes, H, W] logits");
     g.values.erase(out);
     g.outputs[0] = logits;
     g.nodes.erase(g.nodes.begin() + static_cast<long>(i));
@@ -215,10 +216,12 @@ TrainGraph prepare_training_graph(const std::string& model_path, int64_t micro_b
       throw unsupported(g, n, "the op has no backward in convgen");
   t.logits = strip_softmax(g);
   const Value& logits = g.value(t.logits);
-  if (logits.shape.size() != 2 || logits.shape[0] != micro_batch)
+  if ((logits.shape.size() != 2 && logits.shape.size() != 4) || logits.shape[0] != micro_batch)
     throw Error(ExitCode::Unsupported,
-                fmt::format("{}: not supported in training: output '{}' is not [N, classes] logits", g.source, t.logits));
+                fmt::format("{}: not supported in training: output '{}' is not [N, classes] or [N, classes, H, W] "
+                            "logits", g.source, t.logits));
   t.classes = logits.shape[1];
+  t.label_elements = logits.shape.size() == 4 ? logits.shape[2] * logits.shape[3] : 1;
   // MatMul(x, W') with W' folded from Transpose(W): a Gemm of W with transB, so that the
   // parameter is W, the tensor the model file holds (and --save writes back).
   for (Node& n : g.nodes) {

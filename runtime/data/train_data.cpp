@@ -115,10 +115,14 @@ void check_shape(const std::string& file, int64_t c, int64_t h, int64_t w, const
 
 // Labels [first, end) of `labels` came from `file`, whose sample 0 is labels[first].
 void check_labels(const std::string& file, const std::vector<uint8_t>& labels, size_t first, const SampleSpec& sample) {
+  const auto per_sample = static_cast<size_t>(sample.label_elements());
   for (size_t i = first; i < labels.size(); ++i)
-    if (labels[i] >= sample.classes)
-      throw bad_data(file, "label " + std::to_string(labels[i]) + " of sample " + std::to_string(i - first) +
-                               " is outside [0, " + std::to_string(sample.classes) + ")");
+    if (labels[i] >= sample.classes && labels[i] != sample.ignore_label)
+      throw bad_data(file, "label " + std::to_string(labels[i]) + " of sample " + std::to_string((i - first) / per_sample) +
+                               (per_sample > 1 ? " (pixel " + std::to_string((i - first) % per_sample) + ")" : "") +
+                               " is outside [0, " + std::to_string(sample.classes) + ")" +
+                               (sample.ignore_label >= 0 ? " and is not the ignored label " +
+                                                               std::to_string(sample.ignore_label) : ""));
 }
 
 Dataset load_idx(const std::string& images_path, const std::string& labels_path, const SampleSpec& sample) {
@@ -131,12 +135,20 @@ Dataset load_idx(const std::string& images_path, const std::string& labels_path,
   set.width = idims[2];
   check_shape(images_path, set.channels, set.height, set.width, sample);
 
+  // A segmentation model's labels are label maps: an IDX file of [N][H][W] bytes.
+  const bool maps = sample.label_height > 0;
   std::vector<uint8_t> labels = read_file(labels_path);
-  const std::vector<int64_t> ldims = parse_idx(labels_path, labels, kIdxLabels, "labels");
+  const std::vector<int64_t> ldims =
+      parse_idx(labels_path, labels, maps ? kIdxImages : kIdxLabels, maps ? "label maps" : "labels");
   if (ldims[0] != idims[0])
-    throw bad_data(labels_path, std::to_string(ldims[0]) + " labels but " + images_path + " holds " +
-                                    std::to_string(idims[0]) + " images");
-  set.labels.assign(labels.begin() + 8, labels.end());
+    throw bad_data(labels_path, std::to_string(ldims[0]) + (maps ? " label maps" : " labels") + " but " + images_path +
+                                    " holds " + std::to_string(idims[0]) + " images");
+  if (maps && (ldims[1] != sample.label_height || ldims[2] != sample.label_width))
+    throw bad_data(labels_path, "label maps are " + std::to_string(ldims[1]) + "x" + std::to_string(ldims[2]) +
+                                    " but the model's logits are " + std::to_string(sample.label_height) + "x" +
+                                    std::to_string(sample.label_width));
+  set.label_elements = sample.label_elements();
+  set.labels.assign(labels.begin() + (maps ? 16 : 8), labels.end());
   check_labels(labels_path, set.labels, 0, sample);
   images.erase(images.begin(), images.begin() + 16);  // the header: magic and 3 dimensions
   set.pixels = std::move(images);
@@ -231,6 +243,9 @@ std::vector<std::string> split(const std::string& text, char separator) {
 }  // namespace
 
 Source load_source(const std::string& spec, const SampleSpec& sample) {
+  if (sample.label_height > 0 && (spec == "fashion-mnist" || starts_with(spec, "cifar10:")))
+    throw Error(ExitCode::Usage, "--data " + spec + " holds one label per image; a segmentation model (a label per "
+                                 "pixel) trains on idx:IMAGES,LABEL_MAPS or synthetic");
   if (spec == "fashion-mnist") return load_fashion_mnist(sample);
   if (spec == "synthetic") {
     Source source;
@@ -259,17 +274,34 @@ Dataset synthetic_dataset(const SampleSpec& sample, int64_t count, uint64_t seed
   if (sample.classes < 1 || sample.classes > 256)
     throw Error(ExitCode::Unsupported, name + ": synthetic labels need 1 to 256 classes, the model has " +
                                            std::to_string(sample.classes));
+  const bool maps = sample.label_height > 0;
+  if (maps && (sample.label_height != sample.height || sample.label_width != sample.width))
+    throw Error(ExitCode::Unsupported,
+                name + ": synthetic label maps are the input's " + std::to_string(sample.height) + "x" +
+                    std::to_string(sample.width) + " pixels, the model's logits are " +
+                    std::to_string(sample.label_height) + "x" + std::to_string(sample.label_width));
   Dataset set;
   set.name = name;
   set.channels = sample.channels;
   set.height = sample.height;
   set.width = sample.width;
+  set.label_elements = sample.label_elements();
   const uint64_t base = mix64(seed), bytes = static_cast<uint64_t>(set.sample_bytes());
+  const uint64_t plane = static_cast<uint64_t>(set.height * set.width);
   set.pixels.resize(static_cast<size_t>(count) * bytes);
-  set.labels.resize(static_cast<size_t>(count));
+  set.labels.resize(static_cast<size_t>(count * set.label_elements));
   for (uint64_t i = 0; i < static_cast<uint64_t>(count); ++i) {
-    for (uint64_t j = 0; j < bytes; ++j) set.pixels[i * bytes + j] = static_cast<uint8_t>(mix64(base + i * bytes + j) >> 56);
-    set.labels[i] = static_cast<uint8_t>((mix64(~base + i) >> 32) % static_cast<uint64_t>(sample.classes));
+    uint8_t* pixels = set.pixels.data() + i * bytes;
+    for (uint64_t j = 0; j < bytes; ++j) pixels[j] = static_cast<uint8_t>(mix64(base + i * bytes + j) >> 56);
+    if (!maps) {
+      set.labels[i] = static_cast<uint8_t>((mix64(~base + i) >> 32) % static_cast<uint64_t>(sample.classes));
+      continue;
+    }
+    // A learnable map: each pixel's class is its channel-0 byte's bucket.
+    for (uint64_t p = 0; p < plane; ++p)
+      set.labels[i * plane + p] = sample.ignore_label >= 0 && pixels[p] >= 248
+                                      ? static_cast<uint8_t>(sample.ignore_label)
+                                      : static_cast<uint8_t>((uint32_t{pixels[p]} * uint32_t(sample.classes)) >> 8);
   }
   return set;
 }
@@ -333,7 +365,8 @@ void decode_batch(const Dataset& set, const std::vector<int64_t>& order, int64_t
   out->first = first;
   out->count = count;
   out->pixels.resize(static_cast<size_t>(count) * bytes);
-  out->labels.resize(static_cast<size_t>(count));
+  const auto label_elements = static_cast<size_t>(set.label_elements);
+  out->labels.resize(static_cast<size_t>(count) * label_elements);
   for (int64_t k = 0; k < count; ++k) {
     const int64_t sample = order[static_cast<size_t>(first + k)];
     if (sample < 0 || sample >= set.count())
@@ -344,7 +377,8 @@ void decode_batch(const Dataset& set, const std::vector<int64_t>& order, int64_t
       const float* lut = table.data() + c * 256;
       for (size_t p = 0; p < plane; ++p) dst[c * plane + p] = lut[in[c * plane + p]];
     }
-    out->labels[static_cast<size_t>(k)] = set.labels[static_cast<size_t>(sample)];
+    std::copy_n(set.labels.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(sample) * label_elements), label_elements,
+                out->labels.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(k) * label_elements));
   }
 }
 

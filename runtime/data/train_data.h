@@ -3,9 +3,12 @@
 //
 // Sources (the --data SOURCE forms, docs/training.md):
 //   fashion-mnist           Debian's dataset-fashion-mnist (gzip IDX, train + test split)
-//   idx:IMAGES,LABELS       IDX files, raw or gzip (detected by the gzip magic)
+//   idx:IMAGES,LABELS       IDX files, raw or gzip (detected by the gzip magic); for a
+//                           segmentation model ([N, K, H, W] logits) LABELS holds label
+//                           maps, an IDX file of [N][H][W] bytes
 //   cifar10:DIR             the CIFAR-10 binary version (data_batch_1..5.bin, test_batch.bin)
 //   synthetic               deterministic pseudo-random bytes of the model's input shape
+//                           (a segmentation model's label maps derive from the pixels)
 //
 // Every data failure (missing file, wrong magic, truncated file, images not of the model's
 // input shape, a label outside [0, classes)) is a convgen::Error with ExitCode::BadData
@@ -25,13 +28,14 @@
 namespace convgen::data {
 
 // A labelled image set: pixels as bytes, [count][channels][height][width] (CHW, as IDX and
-// CIFAR-10 store them), one label byte per image.
+// CIFAR-10 store them), label_elements label bytes per image (one, or a label map).
 struct Dataset {
   std::string name;  // for messages: the file or source it came from
   int64_t channels = 0, height = 0, width = 0;
+  int64_t label_elements = 1;
   std::vector<uint8_t> pixels;
   std::vector<uint8_t> labels;
-  int64_t count() const { return static_cast<int64_t>(labels.size()); }
+  int64_t count() const { return static_cast<int64_t>(labels.size()) / label_elements; }
   int64_t sample_bytes() const { return channels * height * width; }
 };
 
@@ -46,6 +50,12 @@ struct Source {
 struct SampleSpec {
   int64_t channels = 1, height = 28, width = 28;
   int64_t classes = 10;
+  // Segmentation: the logits' extent (a label per pixel of it); 0 for a label per image.
+  int64_t label_height = 0, label_width = 0;
+  // A label value that is no class (PyTorch's ignore_index): allowed in the data, skipped
+  // by the loss; -1 for none.
+  int ignore_label = -1;
+  int64_t label_elements() const { return label_height > 0 ? label_height * label_width : 1; }
   int64_t synthetic_count = 6000;
   uint64_t synthetic_seed = 0;
 };
@@ -59,7 +69,9 @@ Source load_source(const std::string& spec, const SampleSpec& sample);
 //   mix(z): z += 0x9E3779B97F4A7C15; z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9;
 //           z = (z ^ (z >> 27)) * 0x94D049BB133111EB; return z ^ (z >> 31)   (splitmix64)
 //   base = mix(seed); byte j (CHW order) of sample i = mix(base + i * sample_bytes + j) >> 56;
-//   label of sample i = (mix(~base + i) >> 32) % classes.
+//   label of sample i = (mix(~base + i) >> 32) % classes;
+//   segmentation (label_height > 0, the input's extent): pixel p's label = (byte p of
+//   channel 0) * classes >> 8, or ignore_label where that byte is 248 or more (when set).
 uint64_t mix64(uint64_t z);
 Dataset synthetic_dataset(const SampleSpec& sample, int64_t count, uint64_t seed, const std::string& name);
 
@@ -77,7 +89,8 @@ struct Normalization {
 // naming the text when it does not parse or a std is not positive.
 Normalization parse_normalization(const std::string& text, int64_t channels);
 
-// A decoded batch: `count` samples, pixels as float in NCHW order, labels as int32.
+// A decoded batch: `count` samples, pixels as float in NCHW order, labels as int32
+// (label_elements per sample).
 struct Batch {
   int64_t epoch = 0, first = 0;  // which epoch, and the position of its first sample in the order
   int64_t count = 0;

@@ -647,38 +647,60 @@ void dropout_backward(const ConstView& dy, const float* mask, const View& dx, bo
 namespace {
 
 template <bool Gradient>
-double cross_entropy(const ConstView& logits, const int32_t* labels, double scale, float* dlogits, int64_t* correct) {
-  if (logits.rank() != 2) throw std::logic_error("softmax_cross_entropy: logits must be [n, classes]");
+double cross_entropy(const ConstView& logits, const int32_t* labels, int32_t ignore, double scale, float* dlogits,
+                     LossCounts* counts) {
+  if (logits.rank() != 2 && logits.rank() != 4)
+    throw std::logic_error("softmax_cross_entropy: logits must be [n, classes] or [n, classes, H, W]");
   const int64_t n = logits.shape[0], classes = logits.shape[1];
+  const int64_t h = logits.rank() == 4 ? logits.shape[2] : 1, w = logits.rank() == 4 ? logits.shape[3] : 1;
+  const std::vector<int64_t> st = logits.strides();
+  const int64_t sc = st[1], sh = logits.rank() == 4 ? st[2] : 0, sw = logits.rank() == 4 ? st[3] : 0;
+  std::vector<double> e(static_cast<size_t>(classes));
   double total = 0.0;
-  int64_t right = 0;
-  for (int64_t s = 0; s < n; ++s) {
-    const float* z = logits.data + s * classes;
-    int64_t arg = 0;
-    for (int64_t c = 1; c < classes; ++c)
-      if (z[c] > z[arg]) arg = c;
-    const double top = z[arg];
-    double sum = 0.0;
-    for (int64_t c = 0; c < classes; ++c) sum += std::exp(double(z[c]) - top);
-    total += top + std::log(sum) - double(z[labels[s]]);
-    right += arg == labels[s] ? 1 : 0;
-    if (Gradient)
-      for (int64_t c = 0; c < classes; ++c)
-        dlogits[s * classes + c] = float((std::exp(double(z[c]) - top) / sum - (c == labels[s] ? 1.0 : 0.0)) * scale);
-  }
-  if (correct) *correct = right;
+  LossCounts local;
+  if (counts && !counts->per_class.empty()) local.per_class.assign(static_cast<size_t>(3 * classes), 0);
+  for (int64_t s = 0; s < n; ++s)
+    for (int64_t i = 0; i < h; ++i)
+      for (int64_t j = 0; j < w; ++j) {
+        const int64_t at = s * st[0] + i * sh + j * sw;
+        const int32_t label = labels[(s * h + i) * w + j];
+        const float* z = logits.data + at;
+        if (label == ignore) {
+          if (Gradient)
+            for (int64_t c = 0; c < classes; ++c) dlogits[at + c * sc] = 0.0f;
+          continue;
+        }
+        int64_t arg = 0;
+        for (int64_t c = 1; c < classes; ++c)
+          if (z[c * sc] > z[arg * sc]) arg = c;
+        const double top = z[arg * sc];
+        double sum = 0.0;
+        for (int64_t c = 0; c < classes; ++c) sum += (e[size_t(c)] = std::exp(double(z[c * sc]) - top));
+        total += top + std::log(sum) - double(z[label * sc]);
+        local.correct += arg == label ? 1 : 0;
+        ++local.labelled;
+        if (!local.per_class.empty()) {
+          local.per_class[size_t(arg)] += arg == label ? 1 : 0;
+          ++local.per_class[size_t(classes + arg)];
+          ++local.per_class[size_t(2 * classes + label)];
+        }
+        if (Gradient)
+          for (int64_t c = 0; c < classes; ++c)
+            dlogits[at + c * sc] = float((e[size_t(c)] / sum - (c == label ? 1.0 : 0.0)) * scale);
+      }
+  if (counts) *counts = std::move(local);
   return total;
 }
 
 }  // namespace
 
-double softmax_cross_entropy(const ConstView& logits, const int32_t* labels, double scale, float* dlogits,
-                             int64_t* correct) {
-  return cross_entropy<true>(logits, labels, scale, dlogits, correct);
+double softmax_cross_entropy(const ConstView& logits, const int32_t* labels, int32_t ignore, double scale,
+                             float* dlogits, LossCounts* counts) {
+  return cross_entropy<true>(logits, labels, ignore, scale, dlogits, counts);
 }
 
-double softmax_cross_entropy_loss(const ConstView& logits, const int32_t* labels, int64_t* correct) {
-  return cross_entropy<false>(logits, labels, 0.0, nullptr, correct);
+double softmax_cross_entropy_loss(const ConstView& logits, const int32_t* labels, int32_t ignore, LossCounts* counts) {
+  return cross_entropy<false>(logits, labels, ignore, 0.0, nullptr, counts);
 }
 
 // ---- reduction and optimizer -------------------------------------------------------

@@ -109,14 +109,25 @@ void dropout_forward(const ConstView& x, float ratio, uint64_t seed, uint64_t st
 uint64_t dropout_stream(const std::string& output_name);
 void dropout_backward(const ConstView& dy, const float* mask, const View& dx, bool accumulate);
 
-// Softmax cross-entropy on dense logits [n, classes]: returns the sum over the n samples
-// of logsumexp(z) - z[label] (in double, samples in order), writes dlogits =
-// (softmax(z) - onehot(label)) * scale (scale = 1 / mini-batch size) and counts the
-// samples whose first maximal logit is the label.
-double softmax_cross_entropy(const ConstView& logits, const int32_t* labels, double scale, float* dlogits,
-                             int64_t* correct);
-// Forward only (evaluation): the loss sum and the correct count.
-double softmax_cross_entropy_loss(const ConstView& logits, const int32_t* labels, int64_t* correct);
+// What softmax cross-entropy counted over a micro-batch's labelled positions.
+struct LossCounts {
+  int64_t correct = 0;   // positions whose first maximal logit is the label
+  int64_t labelled = 0;  // positions whose label is not the ignored one
+  // When not empty (3 x classes: hits, predicted, labelled per class), the counts mean
+  // IoU needs: position counts by predicted class and by label.
+  std::vector<int64_t> per_class;
+};
+
+// Softmax cross-entropy over the class axis (1) of logits [n, classes] (a label per
+// sample) or [n, classes, H, W] (a label map per sample, labels[s][h][w]), in either
+// layout. Positions whose label is `ignore` (-1: none) count nowhere. Returns the sum of
+// logsumexp(z) - z[label] over the labelled positions (in double, sample, row and column
+// order), writes dlogits (logits' shape and layout) = (softmax(z) - onehot(label)) *
+// scale, zero at ignored positions (scale = 1 / labelled positions of the mini-batch).
+double softmax_cross_entropy(const ConstView& logits, const int32_t* labels, int32_t ignore, double scale,
+                             float* dlogits, LossCounts* counts);
+// Forward only (evaluation): the loss sum and the counts.
+double softmax_cross_entropy_loss(const ConstView& logits, const int32_t* labels, int32_t ignore, LossCounts* counts);
 
 // Sums slots[0..count) of n floats into slots[0] by a fixed pairwise tree over the slot
 // index (level l adds slot i + 2^l into slot i, i a multiple of 2^(l+1)); elements

@@ -104,15 +104,15 @@ StepStats Trainer::evaluate(const float* pixels, const int32_t* labels, int64_t 
 
 void Trainer::forward(const float* pixels, int64_t count, float* logits) {
   Impl& s = *impl_;
-  const std::vector<int32_t> no_labels(static_cast<size_t>(std::max<int64_t>(count, 0)), 0);
+  const std::vector<int32_t> no_labels(static_cast<size_t>(std::max<int64_t>(count, 0) * s.tg.label_elements), 0);
   s.run_batch(pixels, no_labels.data(), count, false);
-  // Each micro-batch's rows, in sample order ([N, classes] logits are dense).
+  // Each micro-batch's logits, in sample order, dense (a segmentation map is NCHW).
   float* out = logits;
   for (int64_t i = 0; i < s.active; ++i) {
     Impl::Slot& slot = s.slots[i];
-    const size_t floats = static_cast<size_t>(slot.size * s.tg.classes);
-    std::copy(s.data_of(slot, s.logits), s.data_of(slot, s.logits) + floats, out);
-    out += floats;
+    const ConstView v = s.view(slot, s.logits);
+    copy_layout(v, View{out, v.shape, false});
+    out += v.elements();
   }
 }
 

@@ -43,6 +43,9 @@ struct TrainerOptions {
   // automatically when a mini-batch has fewer micro-batches than threads.
   bool intra_kernel = false;
   uint64_t seed = 0;         // dropout masks
+  // A label value that is no class (PyTorch's ignore_index; segmentation's unlabelled
+  // pixels): those positions count nowhere in the loss, its gradient or the counts. -1: none.
+  int32_t ignore_label = -1;
   std::string records;       // schedule records ("" = analytic defaults)
   // The layers' convolutions: "generated" (convgen's kernels) or "im2col-blis" (explicit
   // im2col + BLIS SGEMM, the baseline; runtime/train/train_conv.h).
@@ -98,9 +101,15 @@ int64_t default_micro_batch(int64_t batch);
 int64_t checked_micro_batch(const TrainerOptions& options);
 
 struct StepStats {
-  double loss = 0.0;     // mean softmax cross-entropy over the samples
-  int64_t correct = 0;   // samples whose arg-max logit is the label
-  int64_t count = 0;
+  // Mean softmax cross-entropy over the labelled positions: the samples, or a
+  // segmentation model's labelled pixels.
+  double loss = 0.0;
+  int64_t correct = 0;   // positions whose arg-max logit is the label
+  int64_t labelled = 0;  // positions with a label (not TrainerOptions::ignore_label)
+  int64_t count = 0;     // samples
+  // evaluate() only: per class, hits, predicted and labelled position counts (3 x
+  // classes), for a segmentation model's mean IoU.
+  std::vector<int64_t> per_class;
   // The first trainable tensor holding a NaN or an infinity after the step's update
   // ("" when all are finite): a diverged run, even when the loss still looks finite.
   std::string non_finite;
@@ -134,11 +143,14 @@ class Trainer {
   void prepare(int64_t count);
 
   // One SGD step on `count` samples (1 <= count <= batch): pixels dense NCHW floats,
-  // labels in [0, classes). The loss is the mean over the count samples.
+  // labels in [0, classes) or the ignored label, one per sample or (a segmentation
+  // model's [N, K, H, W] logits) H x W per sample. The loss is the mean over the labelled
+  // positions.
   StepStats train_step(const float* pixels, const int32_t* labels, int64_t count);
   // Forward only (test accuracy): no state changes.
   StepStats evaluate(const float* pixels, const int32_t* labels, int64_t count);
-  // Forward only, the logits out: count x classes floats, row per sample (inference with
+  // Forward only, the logits out: count x classes floats, row per sample, or a
+  // segmentation model's count x classes x H x W (NCHW) (inference with
   // the training graph as evaluate runs it: BatchNorm on running statistics, Dropout off).
   void forward(const float* pixels, int64_t count, float* logits);
 

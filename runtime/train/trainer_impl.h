@@ -28,6 +28,7 @@
 #include "runtime/ops/tensor.h"
 #include "runtime/train/batch_norm_kernels.h"
 #include "runtime/train/train_conv.h"
+#include "runtime/train/train_ops.h"
 #include "runtime/train/trainer.h"
 #include "schedules/conv_descriptor.h"
 #include "schedules/conv_schedule.h"
@@ -93,7 +94,7 @@ struct Trainer::Impl {
     FloatBuffer scratch;
     BatchBuffer grad_arena;  // gradients at grad_offset (plan_gradient_memory)
     double loss = 0.0;
-    int64_t correct = 0;
+    ops::LossCounts counts;
     std::vector<double> seconds;  // profiling: per node, [3 * node + pass]
     // This micro-batch's part of the mini-batch.
     int64_t first_sample = 0;

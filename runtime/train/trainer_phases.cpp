@@ -93,11 +93,13 @@ void Trainer::Impl::run_step(Slot& slot, const Step& st, bool train, double scal
         break;
       case Action::Loss:
         if (!train) {
-          slot.loss = ops::softmax_cross_entropy_loss(view(slot, logits), slot.labels, &slot.correct);
+          slot.counts.per_class.assign(static_cast<size_t>(3 * tg.classes), 0);  // IoU counts too
+          slot.loss = ops::softmax_cross_entropy_loss(view(slot, logits), slot.labels, options.ignore_label, &slot.counts);
           break;
         }
-        slot.loss = ops::softmax_cross_entropy(view(slot, logits), slot.labels, scale, slot.grad[logits].data(),
-                                               &slot.correct);
+        slot.counts.per_class.clear();
+        slot.loss = ops::softmax_cross_entropy(view(slot, logits), slot.labels, options.ignore_label, scale,
+                                               slot.grad[logits].data(), &slot.counts);
         slot.grad_written[logits] = 1;
         break;
       case Action::GemmForward: case Action::GemmBackward: case Action::ConvForward: case Action::ConvBackward:
@@ -126,11 +128,15 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
   for (int64_t i = 0; i < micro; ++i) {
     slots[i].first_sample = i * m;
     slots[i].pixels = pixels + i * m * sample_floats;
-    slots[i].labels = labels + i * m;
+    slots[i].labels = labels + i * m * tg.label_elements;
   }
   active = micro;
   batch_count = count;
-  const double scale = 1.0 / double(count);
+  // The mean is over the labelled positions of the whole mini-batch, so every
+  // micro-batch's gradient is scaled by the same count (none labelled: no gradient).
+  int64_t labelled = 0;
+  for (int64_t i = 0, n = count * tg.label_elements; i < n; ++i) labelled += labels[i] != options.ignore_label;
+  const double scale = labelled > 0 ? 1.0 / double(labelled) : 0.0;
   const std::vector<Phase>& phases = train ? train_phases : eval_phases;
   auto run = [&](size_t phase, int64_t i) {
     Slot& slot = slots[i];
@@ -253,10 +259,16 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
   // The loss and the correct count: a pairwise tree over the micro-batch index.
   std::vector<double> losses(static_cast<size_t>(micro));
   StepStats stats;
-  for (int64_t i = 0; i < micro; ++i) losses[i] = slots[i].loss, stats.correct += slots[i].correct;
+  if (!train) stats.per_class.assign(static_cast<size_t>(3 * tg.classes), 0);
+  for (int64_t i = 0; i < micro; ++i) {
+    losses[i] = slots[i].loss;
+    stats.correct += slots[i].counts.correct;
+    for (size_t c = 0; c < stats.per_class.size(); ++c) stats.per_class[c] += slots[i].counts.per_class[c];
+  }
   for (int64_t stride = 1; stride < micro; stride *= 2)
     for (int64_t i = 0; i + stride < micro; i += 2 * stride) losses[i] += losses[i + stride];
-  stats.loss = losses[0] / double(count);
+  stats.loss = labelled > 0 ? losses[0] / double(labelled) : 0.0;
+  stats.labelled = labelled;
   stats.count = count;
   if (train) {
     for (const Parameter& p : parameters)
