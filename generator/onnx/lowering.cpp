@@ -133,9 +133,9 @@ void lower_conv_transpose(const NodeContext& c, Attributes& a) {
     // exactly: rows the output has beyond it are the stride's remainder at most.
     const int64_t reached = (out[2 + i] + a.pads_begin[i] + a.pads_end[i] - a.dilations[i] * (a.kernel[i] - 1) - 1);
     if (reached < 0 || reached / a.strides[i] + 1 != spatial[i])
-      c.unsupported(fmt::format("an output extent of {} for an input of {} (output_padding {} or output_shape {} "
-                                "beyond the stride {})", out[2 + i], spatial[i], list(output_padding),
-                                list(output_shape), a.strides[i]));
+      c.unsupported(fmt::format("an output extent of {} for an input of {}: {} {} adds the stride {} or more",
+                                out[2 + i], spatial[i], output_shape.empty() ? "output_padding" : "output_shape",
+                                list(output_shape.empty() ? output_padding : output_shape), a.strides[i]));
   }
   if (c.has_input(2) && c.input(2).elements() != out[1])
     c.bad(fmt::format("bias of {} values for {} output channels", c.input(2).elements(), out[1]));

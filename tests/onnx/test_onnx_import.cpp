@@ -474,3 +474,87 @@ TEST_CASE("import: reductions, Slice and Split lower with their attributes; bad 
     CHECK_THAT(e.what(), Catch::Contains("node 'max' (ReduceMax): not supported: attribute 'axes' = [1,1]: repeated axis"));
   }
 }
+
+TEST_CASE("import: ConvTranspose and Resize lower with their attributes; bad ones are named", "[import]") {
+  auto conv_transpose = [](const std::string& stem, const std::function<void(onnx::NodeProto&)>& edit) {
+    OnnxModelBuilder b(13);
+    b.input("x", {1, 4, 5, 5}).weights("w", {4, 3, 3, 3}).output("y", 4);
+    auto& n = b.node("ConvTranspose", {"x", "w"}, {"y"}, "up");
+    convgen::test::set_ints(n, "strides", {2, 2});
+    edit(n);
+    return b.write(stem);
+  };
+  SECTION("output_shape resolves to pads; the descriptor is the convolution's") {
+    const Graph g = import_onnx(conv_transpose("ct", [](onnx::NodeProto& n) {
+      convgen::test::set_ints(n, "output_shape", {10, 10});
+    }));
+    const Node& up = only_node(g, Op::ConvTranspose);
+    CHECK(up.attributes.pads_begin == std::vector<int64_t>{1, 1});
+    CHECK(up.attributes.pads_end == std::vector<int64_t>{0, 0});
+    CHECK(g.value("y").shape == std::vector<int64_t>{1, 3, 10, 10});
+    CHECK(conv_transpose_descriptor(g, up).normalised() == "g1mb1ic3ih10iw10oc4oh5ow5kh3kw3sh2sw2pt1pb0pl1pr0dh0dw0");
+  }
+  SECTION("output_padding beyond the stride") {
+    const Error e = import_error(conv_transpose("ct_op", [](onnx::NodeProto& n) {
+      convgen::test::set_ints(n, "output_padding", {2, 0});
+      convgen::test::set_ints(n, "dilations", {3, 1});
+    }));
+    CHECK(e.code() == ExitCode::Unsupported);
+    CHECK_THAT(e.what(), Catch::Contains("node 'up' (ConvTranspose): not supported: an output extent of 17 for an "
+                                         "input of 5: output_padding [2,0] adds the stride 2 or more"));
+  }
+  SECTION("negative output_padding") {
+    const Error e = import_error(conv_transpose("ct_neg", [](onnx::NodeProto& n) {
+      convgen::test::set_ints(n, "output_padding", {-1, 0});
+    }));
+    CHECK_THAT(e.what(), Catch::Contains("node 'up' (ConvTranspose)") && Catch::Contains("'output_padding'"));
+  }
+  SECTION("a bad auto_pad") {
+    const Error e = import_error(conv_transpose("ct_pad", [](onnx::NodeProto& n) {
+      convgen::test::set_string(n, "auto_pad", "SAME_SIDEWAYS");
+    }));
+    CHECK(e.code() == ExitCode::Unsupported);
+    CHECK_THAT(e.what(), Catch::Contains("node 'up' (ConvTranspose): not supported: attribute 'auto_pad' = "
+                                         "'SAME_SIDEWAYS'"));
+  }
+  auto resize = [](const std::string& stem, const std::vector<float>& scales,
+                   const std::function<void(onnx::NodeProto&)>& edit) {
+    OnnxModelBuilder b(13);
+    b.input("x", {1, 2, 4, 4}).output("y", 4).float_initializer("scales", {4}, scales);
+    auto& n = b.node("Resize", {"x", "", "scales"}, {"y"}, "resize");
+    edit(n);
+    return b.write(stem);
+  };
+  SECTION("PyTorch's bilinear: half_pixel, the scales per spatial axis") {
+    const Graph g = import_onnx(resize("rs", {1, 1, 2, 1.5f}, [](onnx::NodeProto& n) {
+      convgen::test::set_string(n, "mode", "linear");
+    }));
+    const Node& r = only_node(g, Op::Resize);
+    CHECK(r.attributes.resize.mode == ops::ResizeMode::Linear);
+    CHECK(r.attributes.resize.coordinates == ops::ResizeCoordinates::HalfPixel);
+    CHECK(r.attributes.resize.scales == std::vector<float>{2.0f, 1.5f});
+    CHECK(g.value("y").shape == std::vector<int64_t>{1, 2, 8, 6});
+  }
+  SECTION("an unknown mode") {
+    const Error e = import_error(resize("rs_mode", {1, 1, 2, 2}, [](onnx::NodeProto& n) {
+      convgen::test::set_string(n, "mode", "lanczos");
+    }));
+    CHECK_THAT(e.what(), Catch::Contains("node 'resize' (Resize): not supported: attribute 'mode' = 'lanczos'"));
+  }
+  SECTION("tf_crop_and_resize and resizing the channels") {
+    Error e = import_error(resize("rs_crop", {1, 1, 2, 2}, [](onnx::NodeProto& n) {
+      convgen::test::set_string(n, "coordinate_transformation_mode", "tf_crop_and_resize");
+    }));
+    CHECK_THAT(e.what(), Catch::Contains("attribute 'coordinate_transformation_mode' = 'tf_crop_and_resize'") &&
+                             Catch::Contains("unclaimed attribute value"));
+    e = import_error(resize("rs_channels", {1, 2, 2, 2}, [](onnx::NodeProto&) {}));
+    CHECK(e.code() == ExitCode::Unsupported);
+    CHECK_THAT(e.what(), Catch::Contains("node 'resize' (Resize): not supported: resizing axis 1 (2 -> 4)"));
+  }
+  SECTION("a bad nearest_mode") {
+    const Error e = import_error(resize("rs_round", {1, 1, 2, 2}, [](onnx::NodeProto& n) {
+      convgen::test::set_string(n, "nearest_mode", "stochastic");
+    }));
+    CHECK_THAT(e.what(), Catch::Contains("attribute 'nearest_mode' = 'stochastic'"));
+  }
+}

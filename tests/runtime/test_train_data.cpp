@@ -560,3 +560,42 @@ TEST_CASE("Fashion-MNIST from Debian's dataset-fashion-mnist", "[data]") {
   const std::string m = load_error("fashion-mnist", spec(3, 32, 32), ExitCode::BadData);
   CHECK(m == std::string(kFashionMnistDir) + "/train-images-idx3-ubyte.gz: images are 1x28x28 but the model's input is 3x32x32");
 }
+
+TEST_CASE("segmentation: label maps from IDX files and synthetic, and their errors", "[data]") {
+  SampleSpec s = spec(1, 2, 3, 4);
+  s.label_height = 2, s.label_width = 3;
+  SECTION("synthetic: each pixel's label is its channel-0 byte's bucket, 248 and up ignored when asked") {
+    // The pixels of the classification test above (seed 5): byte * 4 >> 8.
+    Dataset set = synthetic_dataset(s, 3, 5, "synthetic");
+    CHECK(set.count() == 3);
+    CHECK(set.label_elements == 6);
+    CHECK(set.labels == Bytes{3, 3, 2, 2, 3, 3, 1, 2, 0, 3, 3, 0, 3, 1, 0, 0, 0, 1});
+    s.ignore_label = 255;
+    set = synthetic_dataset(s, 3, 5, "synthetic");
+    CHECK(set.labels == Bytes{255, 3, 2, 2, 3, 3, 1, 2, 0, 255, 3, 0, 3, 1, 0, 0, 0, 1});
+    Batch b;
+    decode_batch(set, {2, 0}, 0, 2, Normalization{}, &b);
+    CHECK(b.labels == std::vector<int32_t>{3, 1, 0, 0, 0, 1, 255, 3, 2, 2, 3, 3});
+  }
+  TempDir dir;
+  const std::string img = dir.file("img.idx"), maps = dir.file("maps.idx");
+  write_raw(img, idx({2, 2, 3}, image_data(2, 2, 3)));
+  SECTION("IDX label maps") {
+    write_raw(maps, idx({2, 2, 3}, Bytes{0, 1, 2, 3, 0, 1, 255, 2, 2, 2, 1, 0}));
+    std::string m = load_error("idx:" + img + "," + maps, s, ExitCode::BadData);
+    CHECK(m == maps + ": label 255 of sample 1 (pixel 0) is outside [0, 4)");
+    s.ignore_label = 255;
+    const Source source = load_source("idx:" + img + "," + maps, s);
+    CHECK(source.train.count() == 2);
+    CHECK(source.train.labels.size() == 12);
+  }
+  SECTION("label maps of another extent, or one label per image") {
+    write_raw(maps, idx({2, 3, 2}, Bytes(12, 0)));
+    CHECK(load_error("idx:" + img + "," + maps, s, ExitCode::BadData) ==
+          maps + ": label maps are 3x2 but the model's logits are 2x3");
+    write_raw(maps, idx({2}, Bytes{0, 1}));
+    CHECK(starts_with(load_error("idx:" + img + "," + maps, s, ExitCode::BadData), maps + ": not an IDX label maps file"));
+    CHECK_THAT(load_error("cifar10:" + dir.file("x"), s, ExitCode::Usage),
+               Catch::Contains("holds one label per image; a segmentation model"));
+  }
+}
