@@ -14,6 +14,19 @@
 
 namespace convgen::test {
 
+// The synthetic data of a training graph: a label per sample, or a label map per sample
+// of a segmentation model's [N, K, H, W] logits.
+inline data::SampleSpec sample_spec(const model::TrainGraph& tg) {
+  data::SampleSpec spec;
+  spec.channels = tg.sample_shape[0], spec.height = tg.sample_shape[1], spec.width = tg.sample_shape[2];
+  spec.classes = tg.classes;
+  if (tg.label_elements > 1) {
+    const std::vector<int64_t>& logits = tg.graph.value(tg.logits).shape;
+    spec.label_height = logits[2], spec.label_width = logits[3];
+  }
+  return spec;
+}
+
 // The options every epoch below trains with.
 // batched_from_weight_bytes < 0 keeps the trainer's default.
 inline model::TrainerOptions epoch_options(int64_t batch, int threads, bool intra, int64_t micro_batch = 0,
@@ -37,9 +50,7 @@ inline model::TrainerOptions epoch_options(int64_t batch, int threads, bool intr
 inline TrainRun train_epoch(model::Trainer& trainer, int64_t samples) {
   const int64_t batch = trainer.options().batch;
   const auto& tg = trainer.graph();
-  data::SampleSpec spec;
-  spec.channels = tg.sample_shape[0], spec.height = tg.sample_shape[1], spec.width = tg.sample_shape[2];
-  spec.classes = tg.classes;
+  const data::SampleSpec spec = sample_spec(tg);
   const data::Dataset set = data::synthetic_dataset(spec, samples, 11, "synthetic");
   const std::vector<int64_t> order = data::epoch_order(samples, 0, true, 7);
   TrainRun run;

@@ -10,6 +10,7 @@
 
 #include "cifar10_full.h"
 #include "lenet.h"
+#include "segmenter_tiny.h"
 #include "generator/onnx/tensor_io.h"
 
 namespace {
@@ -38,9 +39,10 @@ int main(int argc, char** argv) {
   try {
     const std::string mode = argc > 1 ? argv[1] : "";
     const std::string model = argc > 2 ? argv[2] : "";
-    const bool lenet = model == "lenet";
+    const bool lenet = model == "lenet", segmenter = model == "segmenter_tiny";
     if (mode == "input" && argc == 4) {
-      const std::vector<int64_t> shape = lenet ? std::vector<int64_t>{2, 1, 28, 28} : std::vector<int64_t>{2, 3, 32, 32};
+      const std::vector<int64_t> shape =
+          lenet || segmenter ? std::vector<int64_t>{2, 1, 28, 28} : std::vector<int64_t>{2, 3, 32, 32};
       convgen::Tensor x(shape, false);
       std::mt19937 rng(42);
       std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -50,6 +52,8 @@ int main(int argc, char** argv) {
     }
     if (mode == "run" && argc == 6) {
       if (lenet) return run<convgen_model_lenet::Model>(argv[3], argv[4], argv[5], "prob_out", {2, 10});
+      if (segmenter)
+        return run<convgen_model_segmenter_tiny::Model>(argv[3], argv[4], argv[5], "logits", {2, 4, 28, 28});
       return run<convgen_model_cifar10_full::Model>(argv[3], argv[4], argv[5], "prob_out", {2, 10});
     }
     std::fprintf(stderr, "usage: model_driver_check input MODEL OUT.pb | run MODEL WEIGHTS IN.pb OUT.pb\n");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The generated drivers of the bundled models (built into one program, so two compiled
+# The generated drivers of the bundled models (built into one program, so three compiled
 # models link and run together) must give the same bits as the in-process executor
-# (`convgen run`), and refuse a weights file of another model with a clear message.
+# (`convgen run`) -- segmenter_tiny runs ConvTranspose and bilinear Resize -- and refuse
+# a weights file of another model with a clear message.
 set -u
 convgen="$1"
 check="$2"
@@ -11,7 +12,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-for model in lenet cifar10_full; do
+for model in lenet cifar10_full segmenter_tiny; do
   case_dir="$work/$model"
   mkdir -p "$case_dir/test_data_set_0"
   cp "$root/models/$model.onnx" "$case_dir/model.onnx"

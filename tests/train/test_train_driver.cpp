@@ -1,5 +1,5 @@
 // The generated training drivers (`convgen compile --train`, compiled at build time for
-// the bundled LeNet, cifar10_full, small ResNet and down_to_1x1) against the in-process trainer of
+// the bundled LeNet, cifar10_full, small ResNet, down_to_1x1 and unet_tiny) against the in-process trainer of
 // `convgen train`: the same engine on AOT instead of JIT kernels must give the same
 // bits -- every loss, weight, momentum and BatchNormalization statistic -- for every
 // thread count, over two epochs whose last mini-batch ends in a partial micro-batch.
@@ -26,6 +26,8 @@
 #include "down_to_1x1_tuned.h"
 #include "runtime/data/train_data.h"
 #include "tests/common/train_compare.h"
+#include "tests/common/train_epoch.h"
+#include "unet_tiny.h"
 
 using namespace convgen;
 
@@ -42,9 +44,7 @@ using test::TrainRun;
 // appended to `run`; `last` ends holding the epoch's last (partial) batch.
 void train_epoch(model::Trainer& engine, int epoch, TrainRun* run, data::Batch* last) {
   const auto& tg = engine.graph();
-  data::SampleSpec spec;
-  spec.channels = tg.sample_shape[0], spec.height = tg.sample_shape[1], spec.width = tg.sample_shape[2];
-  spec.classes = tg.classes;
+  const data::SampleSpec spec = test::sample_spec(tg);
   const data::Dataset set = data::synthetic_dataset(spec, kSamples, 11, "synthetic");
   const std::vector<int64_t> order = data::epoch_order(kSamples, epoch, true, 7);
   for (int64_t first = 0; first < kSamples; first += kBatch) {
@@ -114,6 +114,10 @@ TEST_CASE("generated training driver: cifar10_full matches the in-process traine
 
 TEST_CASE("generated training driver: small ResNet (BatchNorm, Dropout) matches bit for bit", "[train_driver]") {
   check_driver<convgen_model_small_resnet::Trainer, convgen_model_small_resnet::TrainOptions>("small_resnet");
+}
+
+TEST_CASE("generated training driver: U-Net (ConvTranspose, segmentation) matches bit for bit", "[train_driver]") {
+  check_driver<convgen_model_unet_tiny::Trainer, convgen_model_unet_tiny::TrainOptions>("unet_tiny");
 }
 
 TEST_CASE("generated training driver: whole-batch gradients and cropped taps match bit for bit", "[train_driver]") {

@@ -82,6 +82,9 @@ TEST_CASE("trainer invariance: residual model, asymmetric pads, Dropout", "[trai
 TEST_CASE("trainer invariance: small ResNet with BatchNormalization and Dropout", "[trainer]") {
   require_thread_invariance(bundled("small_resnet"), 110, 24);
 }
+TEST_CASE("trainer invariance: U-Net (ConvTranspose, Concat skips, a label per pixel)", "[trainer]") {
+  require_thread_invariance(bundled("unet_tiny"), 54, 16);  // 3 * 16 + 6: micro-batches of 4, the last of 2
+}
 
 TEST_CASE("trainer: the training export keeps BatchNormalization and Dropout", "[trainer]") {
   // An eval-mode export would have folded BN into the convolutions and dropped Dropout.
