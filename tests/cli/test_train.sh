@@ -74,7 +74,7 @@ expect_error 2 "--lr-schedule: 'step:x'" train "$lenet" --data synthetic --lr-sc
 expect_error 2 "--lr-schedule: 'linear'" train "$lenet" --data synthetic --lr-schedule linear
 expect_error 2 "--parallel-mode: 'conv1' is not NODE=micro-batch" train "$lenet" --data synthetic --parallel-mode conv1
 expect_error 2 "--parallel-mode: 'conv1=fast' is not" train "$lenet" --data synthetic --parallel-mode conv1=fast
-expect_error 2 "--parallel-mode: 'relu1' is not a Conv node" train "$lenet" --data synthetic --parallel-mode relu1=micro-batch
+expect_error 2 "--parallel-mode: 'relu1' is not a Conv or ConvTranspose node" train "$lenet" --data synthetic --parallel-mode relu1=micro-batch
 expect_error 2 "--micro-batch 16 is larger than --batch 8" train "$lenet" --data synthetic --batch 8 --micro-batch 16
 
 # --- bad models (4, 7) ------------------------------------------------------------------

@@ -260,7 +260,7 @@ TEST_CASE("trainer: layers on small images take whole-batch gradients, chosen wi
     FAIL("no error");
   } catch (const Error& e) {
     CHECK(e.code() == ExitCode::Usage);
-    CHECK_THAT(e.what(), Catch::Contains("'relu1' is not a Conv node"));
+    CHECK_THAT(e.what(), Catch::Contains("'relu1' is not a Conv or ConvTranspose node"));
   }
 }
 
