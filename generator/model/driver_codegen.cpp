@@ -99,6 +99,12 @@ class Writer {
                            flt(a.lrn_bias), y);
       case StepKind::Pad:
         return fmt::format("convgen::ops::pad({}, {}, {}, {});", x(0), ints(a.pad_amounts), flt(a.pad_value), y);
+      case StepKind::LayerNorm: {
+        const bool bias = s.inputs.size() > 2;
+        return fmt::format("convgen::ops::layer_norm({}, {}, {}, {}, {}, {}, {}, {});", x(0), pointer(s.inputs[1]),
+                           p_.buffers[s.inputs[1]].elements(), bias ? pointer(s.inputs[2]) : "nullptr",
+                           bias ? p_.buffers[s.inputs[2]].elements() : 0, a.axis, flt(a.epsilon), y);
+      }
       case StepKind::Resize: {
         const ops::ResizeSpec& r = a.resize;
         static const char* modes[] = {"Nearest", "Linear", "Cubic"};

@@ -201,6 +201,12 @@ class Planner {
       case Op::Slice:
         step(StepKind::Slice, n, {in(0)}, define(n.outputs[0], out_shape, false));
         return;
+      case Op::LayerNormalization: {
+        std::vector<int> ins = {in_layout(in(0), false, n.name), in_layout(in(1), false, n.name)};
+        if (n.inputs.size() > 2 && !n.inputs[2].empty()) ins.push_back(in_layout(in(2), false, n.name));
+        step(StepKind::LayerNorm, n, ins, define(n.outputs[0], out_shape, false));
+        return;
+      }
       case Op::Softmax:
       case Op::LogSoftmax:
         step(StepKind::Softmax, n, {in_layout(in(0), false, n.name)}, define(n.outputs[0], out_shape, false));

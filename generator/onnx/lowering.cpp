@@ -249,6 +249,76 @@ void lower_resize(const NodeContext& c, int opset, Attributes& a) {
   }
 }
 
+// LayerNormalization (opset 17): Y by one LayerNormalization node; the optional Mean and
+// InvStdDev outputs, when read, by the ops that define them: ReduceMean over the
+// normalised axes, and Reciprocal(Sqrt(ReduceMean((x - mean)^2) + epsilon)). Each
+// helper value is named NODE:what.
+std::vector<Node> lower_layer_norm(const NodeContext& c) {
+  const Value& x = c.input(0);
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  const int64_t axis = normalise_axis(c, c.attr_int("axis", -1), rank, "axis");
+  const float epsilon = c.attr_float("epsilon", 1e-5f);
+  if (!(epsilon >= 0.0f)) c.bad_attr("epsilon", std::to_string(epsilon), "must not be negative");
+  int64_t normalised = 1;
+  for (int64_t d = axis; d < rank; ++d) normalised *= x.shape[size_t(d)];
+  for (int i = 1; i <= 2; ++i) {
+    if (!c.has_input(i)) continue;
+    const int64_t e = c.input(i).elements();
+    if (e != 1 && e != normalised)
+      c.unsupported(fmt::format("{} of shape {} for normalised axes of {} elements (one value, or one per element)",
+                                i == 1 ? "Scale" : "B", list(c.input(i).shape), normalised));
+  }
+  Graph& g = c.graph();
+  auto value = [&](const std::string& name, std::vector<int64_t> shape) {
+    Value v;
+    v.name = name;
+    v.shape = std::move(shape);
+    g.values[name] = v;
+    return name;
+  };
+  auto node = [&](Op op, std::vector<std::string> inputs, std::string output, const std::string& suffix) {
+    Node n;
+    n.name = c.name() + suffix;
+    n.op = op;
+    n.inputs = std::move(inputs);
+    n.outputs = {std::move(output)};
+    return n;
+  };
+  std::vector<Node> out;
+  Node y = node(Op::LayerNormalization, {c.proto().input(0), c.proto().input(1)}, c.proto().output(0), "");
+  if (c.has_input(2)) y.inputs.push_back(c.proto().input(2));
+  y.attributes.axis = axis;
+  y.attributes.epsilon = epsilon;
+  if (!y.outputs[0].empty()) out.push_back(y);
+  const std::string mean_out = c.proto().output_size() > 1 ? c.proto().output(1) : "";
+  const std::string inv_out = c.proto().output_size() > 2 ? c.proto().output(2) : "";
+  if (mean_out.empty() && inv_out.empty()) return out;
+  std::vector<int64_t> kept = x.shape, axes;
+  for (int64_t d = axis; d < rank; ++d) kept[size_t(d)] = 1, axes.push_back(d);
+  const std::string& in = c.proto().input(0);
+  const std::string mean = mean_out.empty() ? value(c.name() + ":mean", kept) : mean_out;
+  Node m = node(Op::ReduceMean, {in}, mean, ":mean");
+  m.attributes.axes = axes;
+  out.push_back(m);
+  if (inv_out.empty()) return out;
+  out.push_back(node(Op::Sub, {in, mean}, value(c.name() + ":centred", x.shape), ":centred"));
+  out.push_back(node(Op::Mul, {c.name() + ":centred", c.name() + ":centred"}, value(c.name() + ":squared", x.shape),
+                     ":squared"));
+  Node var = node(Op::ReduceMean, {c.name() + ":squared"}, value(c.name() + ":variance", kept), ":variance");
+  var.attributes.axes = axes;
+  out.push_back(var);
+  Value eps;
+  eps.name = c.name() + ":epsilon";
+  eps.shape = {1};
+  eps.is_constant = true;
+  eps.data = {epsilon};
+  g.values[eps.name] = eps;
+  out.push_back(node(Op::Add, {c.name() + ":variance", eps.name}, value(c.name() + ":shifted", kept), ":shifted"));
+  out.push_back(node(Op::Sqrt, {c.name() + ":shifted"}, value(c.name() + ":deviation", kept), ":deviation"));
+  out.push_back(node(Op::Reciprocal, {c.name() + ":deviation"}, inv_out, ":inverse"));
+  return out;
+}
+
 Node lower_node(const NodeContext& c, int opset) {
   Node node;
   node.name = c.name();
@@ -287,6 +357,18 @@ Node lower_node(const NodeContext& c, int opset) {
   if (op == "ConvTranspose") {
     node.op = Op::ConvTranspose;
     lower_conv_transpose(c, a);
+    return node;
+  }
+  if (op == "Cast" || op == "CastLike") {
+    // Of an activation (a constant folds): float32 to float32 only, which is a copy
+    // (LayerNormalization's expanded form casts its statistics to their stash type).
+    const int to = op == "Cast" ? static_cast<int>(c.attr_int("to", 0))
+                                : (c.input(1).is_int64 ? onnx::TensorProto_DataType_INT64 : onnx::TensorProto_DataType_FLOAT);
+    if (to != onnx::TensorProto_DataType_FLOAT)
+      c.unsupported(fmt::format("{} of a value that is not a constant to dtype {} (float32 only)", op,
+                                onnx::TensorProto_DataType_Name(onnx::TensorProto_DataType(to))));
+    node.op = Op::Identity;
+    node.inputs.resize(1);
     return node;
   }
   if (op == "Resize" || op == "Upsample") {
@@ -468,7 +550,7 @@ Node lower_node(const NodeContext& c, int opset) {
 
 bool is_lowered_op(const std::string& op) {
   static const std::set<std::string> ops = {
-      "Conv", "ConvTranspose", "Resize", "Upsample", "Relu", "LeakyRelu", "Clip", "Sigmoid", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+      "Conv", "ConvTranspose", "Resize", "Upsample", "LayerNormalization", "Cast", "CastLike", "Relu", "LeakyRelu", "Clip", "Sigmoid", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
       "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Pow", "Sum", "Concat", "Flatten", "Reshape", "Unsqueeze",
       "Squeeze", "Transpose", "BatchNormalization", "LRN", "Pad", "Dropout", "Identity", "Softmax", "LogSoftmax",
       "Constant", "HardSigmoid", "HardSwish", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Softplus", "Elu", "Erf", "ReduceMean",
@@ -484,6 +566,7 @@ void lower_nodes(const onnx::GraphProto& graph, int64_t opset, Graph& g) {
     if (fold_node(c, g)) continue;
     std::vector<Node> lowered;
     if (n.op_type() == "Split") lowered = lower_split(c, static_cast<int>(opset));
+    else if (n.op_type() == "LayerNormalization") lowered = lower_layer_norm(c);
     else lowered.push_back(lower_node(c, static_cast<int>(opset)));
     for (int i = 0; i < n.output_size(); ++i)
       if (!n.output(i).empty() && c.output_value(i).is_int64)

@@ -22,6 +22,7 @@ bool op_trains(Op op) {
     case Op::GlobalAveragePool: case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::Concat:
     case Op::Flatten: case Op::Reshape: case Op::Pad: case Op::LRN: case Op::Dropout: case Op::Identity:
     case Op::BatchNormalization: case Op::WithinChannelLRN: case Op::Slice: case Op::Transpose: case Op::Resize:
+    case Op::LayerNormalization:
       return true;
     default:
       return false;
@@ -240,6 +241,8 @@ TrainGraph prepare_training_graph(const std::string& model_path, int64_t micro_b
     if (!op_trains(n.op)) throw unsupported(g, n, "the op has no backward in convgen");
     if (!n.attributes.axes.empty() && n.attributes.axes[0] == 0) throw unsupported(g, n, "a reduction over the batch");
     if (n.op == Op::Transpose && n.attributes.perm.at(0) != 0) throw unsupported(g, n, "a Transpose that moves the batch");
+    if (n.op == Op::LayerNormalization && n.attributes.axis == 0)
+      throw unsupported(g, n, "a LayerNormalization over the batch axis");
     if (n.op == Op::Slice && (n.attributes.slice_first.at(0) != 0 || n.attributes.slice_step.at(0) != 1))
       throw unsupported(g, n, "a Slice of the batch");
     for (const std::string& out : n.outputs)
@@ -273,7 +276,7 @@ TrainGraph prepare_training_graph(const std::string& model_path, int64_t micro_b
       train(n, 1), train(n, 2);
     } else if (n.op == Op::Gemm || n.op == Op::MatMul) {
       train(n, 1), train(n, 2);
-    } else if (n.op == Op::BatchNormalization) {
+    } else if (n.op == Op::BatchNormalization || n.op == Op::LayerNormalization) {
       train(n, 1), train(n, 2);
     } else if (n.op == Op::Mul || n.op == Op::Add || n.op == Op::Sub || n.op == Op::Div) {
       // A tensor (not a scalar) initializer here is a module's parameter in PyTorch's

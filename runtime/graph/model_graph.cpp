@@ -11,6 +11,7 @@ const char* op_name(Op op) {
     case Op::Conv: return "Conv";
     case Op::ConvTranspose: return "ConvTranspose";
     case Op::Resize: return "Resize";
+    case Op::LayerNormalization: return "LayerNormalization";
     case Op::Relu: return "Relu";
     case Op::LeakyRelu: return "LeakyRelu";
     case Op::Clip: return "Clip";

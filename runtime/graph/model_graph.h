@@ -31,6 +31,9 @@ enum class Op {
   Slice,
   // Spatial interpolation (ONNX Resize; Upsample lowers to it), Attributes::resize
   Resize,
+  // Y of ONNX LayerNormalization over axes [axis, rank) (Attributes axis, epsilon); inputs
+  // x, scale and an optional bias of the normalised shape (or one element)
+  LayerNormalization,
   // Training only, never imported: Caffe's WITHIN_CHANNEL LRN written with standard ops
   // (x * (bias + alpha * AveragePool_k(x*x))^exponent), fused into one node by
   // prepare_training_graph (generator/train/prepare_graph.h). Attributes: size k, alpha, lrn_bias, beta =
@@ -72,7 +75,7 @@ struct Attributes {
   // clamp(alpha * x + beta, 0, 1) (times x for HardSwish); Selu: alpha and gamma (in
   // beta); Clip bounds (inputs or attributes per opset)
   float clip_min = -3.4028235e38f, clip_max = 3.4028235e38f;
-  // Concat, Flatten, Softmax, LogSoftmax: the axis, made non-negative
+  // Concat, Flatten, Softmax, LogSoftmax, LayerNormalization: the axis, made non-negative
   int64_t axis = 1;
   // Softmax/LogSoftmax before opset 13: flatten to 2-D at axis, then normalise rows
   bool softmax_coerce_2d = false;
@@ -86,7 +89,7 @@ struct Attributes {
   std::vector<int64_t> slice_first, slice_step;
   // Reshape: the output shape (0 and -1 resolved)
   std::vector<int64_t> shape;
-  // BatchNormalization
+  // BatchNormalization, LayerNormalization
   float epsilon = 1e-5f, momentum = 0.9f;
   // LRN: size, alpha, beta (above) and bias
   int64_t size = 0;

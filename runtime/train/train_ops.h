@@ -109,6 +109,16 @@ void dropout_forward(const ConstView& x, float ratio, uint64_t seed, uint64_t st
 uint64_t dropout_stream(const std::string& output_name);
 void dropout_backward(const ConstView& dy, const float* mask, const View& dx, bool accumulate);
 
+// LayerNormalization's backward (ops::layer_norm's forward, dense rows), the row
+// statistics recomputed as the forward computes them. Input: dx = inv * (g - mean(g) -
+// xhat * mean(g * xhat)) per row, g = dy * scale, in double. Parameters (which = 1:
+// scale, 2: bias): the sum over rows, in row order, of dy * xhat or dy, per element, or
+// over everything for a single-element tensor; `param` holds param_elements values.
+void layer_norm_backward_input(const ConstView& x, const float* scale, int64_t scale_elements, const ConstView& dy,
+                               int64_t axis, float epsilon, const View& dx, bool accumulate);
+void layer_norm_backward_parameter(const ConstView& x, const ConstView& dy, int64_t axis, float epsilon, int which,
+                                   float* param, int64_t param_elements, bool accumulate);
+
 // What softmax cross-entropy counted over a micro-batch's labelled positions.
 struct LossCounts {
   int64_t correct = 0;   // positions whose first maximal logit is the label

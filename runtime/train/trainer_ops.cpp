@@ -62,6 +62,12 @@ void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
     case Op::Slice: ops::slice(x(0), a.slice_first, a.slice_step, y); return;
     case Op::Transpose: ops::transpose(x(0), a.perm, y); return;
     case Op::Resize: ops::resize(x(0), a.resize, y); return;
+    case Op::LayerNormalization: {
+      const bool bias = n.inputs.size() > 2 && !n.inputs[2].empty();
+      ops::layer_norm(x(0), x(1).data, x(1).elements(), bias ? x(2).data : nullptr, bias ? x(2).elements() : 0, a.axis,
+                      a.epsilon, y);
+      return;
+    }
     case Op::Gemm: {
       const ConstView c = n.inputs.size() > 2 && !n.inputs[2].empty() ? x(2) : ConstView{};
       ops::gemm_1t(rows(x(0)), x(1), c.data ? &c : nullptr, a.alpha, a.beta, a.trans_a, a.trans_b, rows(y));
@@ -220,6 +226,19 @@ void Trainer::Impl::backward(Slot& slot, size_t node_index) {
       if (!wants_grad(in_id(0))) return;
       const Target t = target_for(slot, in_id(0));
       ops::average_pool_backward(window_of(a), a.count_include_pad, dy, t.view, t.accumulate);
+      return;
+    }
+    case Op::LayerNormalization: {
+      if (wants_grad(in_id(0))) {
+        const Target t = target_for(slot, in_id(0));
+        ops::layer_norm_backward_input(x(0), x(1).data, x(1).elements(), dy, a.axis, a.epsilon, t.view, t.accumulate);
+      }
+      for (int which : {1, 2}) {
+        if (size_t(which) >= n.inputs.size() || n.inputs[size_t(which)].empty() || !wants_grad(in_id(which))) continue;
+        const Target t = target_for(slot, in_id(which));
+        ops::layer_norm_backward_parameter(x(0), dy, a.axis, a.epsilon, which, t.view.data, t.view.elements(),
+                                           t.accumulate);
+      }
       return;
     }
     case Op::Slice: case Op::Transpose: case Op::Resize: {

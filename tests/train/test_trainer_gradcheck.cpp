@@ -348,3 +348,25 @@ TEST_CASE("trainer gradients match finite differences: Resize", "[trainer][gradc
   const std::string path = b.write("gradcheck_resize");
   check_gradients(path, 5, 2, labelled_data(5, 2 * 5 * 4, 3, 22));
 }
+
+TEST_CASE("trainer gradients match finite differences: LayerNormalization", "[trainer][gradcheck]") {
+  // Conv -> LayerNormalization over C, H, W (scale and bias per element) -> Relu ->
+  // LayerNormalization over W (scale per element, no bias) -> GlobalAveragePool ->
+  // Flatten -> Gemm -> logits
+  test::OnnxModelBuilder b(17);
+  b.input("x", {-1, 2, 5, 4}).output("logits", 2);
+  b.weights("w1", {3, 2, 3, 3}).weights("s1", {3, 5, 4}).weights("b1", {3, 5, 4}).weights("s2", {4});
+  b.weights("fc", {3, 3}).weights("fcb", {3});
+  randomize(b, 31);
+  auto& c1 = b.node("Conv", {"x", "w1"}, {"c1"}, "conv1");
+  test::set_ints(c1, "pads", {1, 1, 1, 1});
+  test::set_int(b.node("LayerNormalization", {"c1", "s1", "b1"}, {"n1"}, "norm1"), "axis", 1);
+  b.node("Relu", {"n1"}, {"r1"}, "relu");
+  auto& n2 = b.node("LayerNormalization", {"r1", "s2"}, {"n2"}, "norm2");
+  test::set_float(n2, "epsilon", 1e-3f);
+  b.node("GlobalAveragePool", {"n2"}, {"gap"}, "gap");
+  b.node("Flatten", {"gap"}, {"flat"}, "flatten");
+  auto& fc = b.node("Gemm", {"flat", "fc", "fcb"}, {"logits"}, "fc");
+  test::set_int(fc, "transB", 1);
+  check_gradients(b.write("gradcheck_layer_norm"), 5, 2, labelled_data(5, 2 * 5 * 4, 3, 32));
+}
