@@ -58,14 +58,8 @@ class Writer {
                            op_name(s.op), flt(a.alpha), flt(a.clip_min), flt(a.clip_max),
                            beta ? ", " + flt(a.beta) : std::string());
       }
-      case StepKind::Binary: {
-        const char* op = s.op == Op::Sub   ? "Sub"
-                         : s.op == Op::Mul ? "Mul"
-                         : s.op == Op::Div ? "Div"
-                         : s.op == Op::Pow ? "Pow"
-                                           : "Add";
-        return fmt::format("convgen::ops::binary({}, {}, {}, convgen::ops::Binary::{});", x(0), x(1), y, op);
-      }
+      case StepKind::Binary:  // ops::Binary's names are the ONNX op names
+        return fmt::format("convgen::ops::binary({}, {}, {}, convgen::ops::Binary::{});", x(0), x(1), y, op_name(s.op));
       case StepKind::MaxPool: return fmt::format("convgen::ops::max_pool({}, {}, {});", x(0), window(a), y);
       case StepKind::AveragePool:
         return fmt::format("convgen::ops::average_pool({}, {}, {}, {});", x(0), window(a),

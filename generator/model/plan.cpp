@@ -123,7 +123,8 @@ class Planner {
       case Op::Sub:
       case Op::Mul:
       case Op::Div:
-      case Op::Pow: {
+      case Op::Pow:
+      case Op::PRelu: {
         const int a = in(0), b = in(1);
         step(StepKind::Binary, n, {a, b}, define(n.outputs[0], out_shape, binary_layout(a, b, out_shape)));
         return;

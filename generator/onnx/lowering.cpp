@@ -329,9 +329,16 @@ Node lower_node(const NodeContext& c, int opset) {
   static const std::map<std::string, Op> simple = {
       {"Relu", Op::Relu}, {"Sigmoid", Op::Sigmoid}, {"GlobalAveragePool", Op::GlobalAveragePool},
       {"GlobalMaxPool", Op::GlobalMaxPool}, {"MatMul", Op::MatMul}, {"Add", Op::Add}, {"Sub", Op::Sub},
-      {"Mul", Op::Mul}, {"Div", Op::Div}, {"Pow", Op::Pow}, {"Sum", Op::Sum}, {"Identity", Op::Identity}};
+      {"Mul", Op::Mul}, {"Div", Op::Div}, {"Pow", Op::Pow}, {"PRelu", Op::PRelu}, {"Sum", Op::Sum}, {"Identity", Op::Identity}};
   if (auto it = simple.find(op); it != simple.end()) {
     node.op = it->second;
+    if (node.op == Op::PRelu && c.graph().opset < 7 && c.input(0).shape.size() > 2 && c.input(1).shape.size() == 1 &&
+        c.input(1).shape[0] == c.input(0).shape[1] && c.graph().is_float_constant(c.proto().input(1))) {
+      // Before opset 7 a 1-D slope of C values is per channel, not broadcast from the
+      // right: its data as [C, 1, ...] says the same in numpy's terms.
+      Value& slope = c.graph().values.at(c.proto().input(1));
+      slope.shape.resize(c.input(0).shape.size() - 1, 1);
+    }
     if (node.op == Op::GlobalAveragePool || node.op == Op::GlobalMaxPool) spatial_dims(c, c.input(0));
     return node;
   }
@@ -550,7 +557,7 @@ Node lower_node(const NodeContext& c, int opset) {
 
 bool is_lowered_op(const std::string& op) {
   static const std::set<std::string> ops = {
-      "Conv", "ConvTranspose", "Resize", "Upsample", "LayerNormalization", "Cast", "CastLike", "Relu", "LeakyRelu", "Clip", "Sigmoid", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+      "Conv", "ConvTranspose", "PRelu", "Resize", "Upsample", "LayerNormalization", "Cast", "CastLike", "Relu", "LeakyRelu", "Clip", "Sigmoid", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
       "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Pow", "Sum", "Concat", "Flatten", "Reshape", "Unsqueeze",
       "Squeeze", "Transpose", "BatchNormalization", "LRN", "Pad", "Dropout", "Identity", "Softmax", "LogSoftmax",
       "Constant", "HardSigmoid", "HardSwish", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Softplus", "Elu", "Erf", "ReduceMean",

@@ -19,7 +19,7 @@ bool op_trains(Op op) {
   if (is_reduction(op)) return op != Op::ReduceProd;  // no backward for a product
   switch (op) {
     case Op::Conv: case Op::ConvTranspose: case Op::Gemm: case Op::MatMul: case Op::MaxPool: case Op::AveragePool:
-    case Op::GlobalAveragePool: case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::Concat:
+    case Op::GlobalAveragePool: case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::PRelu: case Op::Concat:
     case Op::Flatten: case Op::Reshape: case Op::Pad: case Op::LRN: case Op::Dropout: case Op::Identity:
     case Op::BatchNormalization: case Op::WithinChannelLRN: case Op::Slice: case Op::Transpose: case Op::Resize:
     case Op::LayerNormalization:
@@ -278,6 +278,8 @@ TrainGraph prepare_training_graph(const std::string& model_path, int64_t micro_b
       train(n, 1), train(n, 2);
     } else if (n.op == Op::BatchNormalization || n.op == Op::LayerNormalization) {
       train(n, 1), train(n, 2);
+    } else if (n.op == Op::PRelu) {
+      train(n, 1);  // the slope, one value or one per channel
     } else if (n.op == Op::Mul || n.op == Op::Add || n.op == Op::Sub || n.op == Op::Div) {
       // A tensor (not a scalar) initializer here is a module's parameter in PyTorch's
       // training exports: LayerNorm's scale and shift, ConvNeXt's layer scale.

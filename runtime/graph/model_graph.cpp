@@ -27,6 +27,7 @@ const char* op_name(Op op) {
     case Op::Mul: return "Mul";
     case Op::Div: return "Div";
     case Op::Pow: return "Pow";
+    case Op::PRelu: return "PRelu";
     case Op::Sum: return "Sum";
     case Op::Concat: return "Concat";
     case Op::Flatten: return "Flatten";

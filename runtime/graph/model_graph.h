@@ -20,7 +20,7 @@ enum class Op {
   // convolution, plus its bias (Attributes: that convolution's window and groups)
   ConvTranspose,
   Relu, LeakyRelu, Clip, Sigmoid, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Gemm, MatMul,
-  Add, Sub, Mul, Div, Pow, Sum, Concat, Flatten, Reshape, Transpose, BatchNormalization, LRN, Pad, Dropout,
+  Add, Sub, Mul, Div, Pow, PRelu, Sum, Concat, Flatten, Reshape, Transpose, BatchNormalization, LRN, Pad, Dropout,
   Identity, Softmax, LogSoftmax,
   // Element-wise functions of one input (runtime/graph/operators.h: is_unary)
   HardSigmoid, HardSwish, Tanh, Exp, Log, Sqrt, Neg, Abs, Softplus, Elu, Erf, Reciprocal, Selu, Sin, Cos, Floor, Ceil,

@@ -65,13 +65,14 @@ inline bool is_reduction(Op op) { return op == Op::ReduceMean || reduce_of(op) !
 // backward-data; model_graph.h: conv_layer_descriptor).
 inline bool is_conv_layer(Op op) { return op == Op::Conv || op == Op::ConvTranspose; }
 
-// Sub, Mul, Div, Pow; anything else is Add.
+// Sub, Mul, Div, Pow, PRelu; anything else is Add.
 inline ops::Binary binary_of(Op op) {
   switch (op) {
     case Op::Sub: return ops::Binary::Sub;
     case Op::Mul: return ops::Binary::Mul;
     case Op::Div: return ops::Binary::Div;
     case Op::Pow: return ops::Binary::Pow;
+    case Op::PRelu: return ops::Binary::PRelu;
     default: return ops::Binary::Add;
   }
 }

@@ -126,6 +126,7 @@ void with_binary_op(Binary op, Run run) {
     case Binary::Mul: return run([](float u, float v) { return u * v; });
     case Binary::Div: return run([](float u, float v) { return u / v; });
     case Binary::Pow: return run([](float u, float v) { return std::pow(u, v); });
+    case Binary::PRelu: return run([](float u, float v) { return u >= 0.0f ? u : v * u; });
   }
 }
 

@@ -22,7 +22,8 @@ enum class Unary { Relu, LeakyRelu, Clip, Sigmoid, Identity, HardSigmoid, HardSw
 void unary(const ConstView& x, const View& y, Unary op, float alpha = 0.0f, float lo = 0.0f, float hi = 0.0f,
            float beta = 0.0f);
 
-enum class Binary { Add, Sub, Mul, Div, Pow };
+// PRelu: a if a >= 0, else b * a (b the slope).
+enum class Binary { Add, Sub, Mul, Div, Pow, PRelu };
 // Numpy broadcasting of a and b to y's shape.
 void binary(const ConstView& a, const ConstView& b, const View& y, Binary op);
 

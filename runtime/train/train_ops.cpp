@@ -129,6 +129,8 @@ float partial(Binary op, int which, float a, float b, float y) {
       // a^(b-1) as y / a (y = a^b, computed by the forward): one division, not a pow.
       if (which == 0) return a != 0.0f ? b * (y / a) : b * std::pow(a, b - 1.0f);
       return (a == 0.0f && b >= 0.0f) ? 0.0f : y * std::log(a);
+    case Binary::PRelu:  // PyTorch's: the slope's side where the input is not positive
+      return which == 0 ? (a > 0.0f ? 1.0f : b) : (a > 0.0f ? 0.0f : a);
   }
   return 0.0f;
 }
@@ -155,6 +157,8 @@ void binary_backward(const ConstView& a, const ConstView& b, const ConstView& y,
       case Binary::Pow:
         if (which == 0) return run([=](int64_t i) { return g[i] * partial(Binary::Pow, 0, pa[i * ia], pb[i * ib], py[i]); });
         return run([=](int64_t i) { return g[i] * partial(Binary::Pow, 1, pa[i * ia], pb[i * ib], py[i]); });
+      case Binary::PRelu:
+        return run([=](int64_t i) { return g[i] * partial(Binary::PRelu, which, pa[i * ia], pb[i * ib], py[i]); });
     }
     return;
   }

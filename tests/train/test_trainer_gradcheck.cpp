@@ -370,3 +370,23 @@ TEST_CASE("trainer gradients match finite differences: LayerNormalization", "[tr
   test::set_int(fc, "transB", 1);
   check_gradients(b.write("gradcheck_layer_norm"), 5, 2, labelled_data(5, 2 * 5 * 4, 3, 32));
 }
+
+TEST_CASE("trainer gradients match finite differences: PRelu", "[trainer][gradcheck]") {
+  // Conv -> PRelu (a slope per channel, [C, 1, 1]) -> Conv -> PRelu (one slope) ->
+  // GlobalAveragePool -> Flatten -> Gemm -> logits; the slopes train.
+  test::OnnxModelBuilder b;
+  b.input("x", {-1, 2, 5, 4}).output("logits", 2);
+  b.weights("w1", {3, 2, 3, 3}).weights("w2", {3, 3, 1, 1}).weights("fc", {3, 3}).weights("fcb", {3});
+  b.float_initializer("slopes", {3, 1, 1}, {0.25f, -0.5f, 0.1f}).float_initializer("slope", {1}, {0.2f});
+  randomize(b, 41);
+  auto& c1 = b.node("Conv", {"x", "w1"}, {"c1"}, "conv1");
+  test::set_ints(c1, "pads", {1, 1, 1, 1});
+  b.node("PRelu", {"c1", "slopes"}, {"p1"}, "prelu1");
+  b.node("Conv", {"p1", "w2"}, {"c2"}, "conv2");
+  b.node("PRelu", {"c2", "slope"}, {"p2"}, "prelu2");
+  b.node("GlobalAveragePool", {"p2"}, {"gap"}, "gap");
+  b.node("Flatten", {"gap"}, {"flat"}, "flatten");
+  auto& fc = b.node("Gemm", {"flat", "fc", "fcb"}, {"logits"}, "fc");
+  test::set_int(fc, "transB", 1);
+  check_gradients(b.write("gradcheck_prelu"), 5, 2, labelled_data(5, 2 * 5 * 4, 3, 42));
+}
