@@ -93,6 +93,9 @@ class Writer {
                            flt(a.lrn_bias), y);
       case StepKind::Pad:
         return fmt::format("convgen::ops::pad({}, {}, {}, {});", x(0), ints(a.pad_amounts), flt(a.pad_value), y);
+      case StepKind::DepthSpace:
+        return fmt::format("convgen::ops::depth_space({}, {}, {}, {}, {}, false);", x(0), y, a.blocksize,
+                           bool_lit(a.crd), bool_lit(s.op == Op::DepthToSpace));
       case StepKind::LayerNorm: {
         const bool bias = s.inputs.size() > 2;
         return fmt::format("convgen::ops::layer_norm({}, {}, {}, {}, {}, {}, {}, {});", x(0), pointer(s.inputs[1]),

@@ -194,6 +194,12 @@ class Planner {
       case Op::ReduceProd: case Op::ReduceSumSquare: case Op::ReduceL1: case Op::ReduceLogSum: case Op::ReduceLogSumExp:
         step(StepKind::Reduce, n, {in(0)}, define(n.outputs[0], out_shape, false));
         return;
+      case Op::DepthToSpace:
+      case Op::SpaceToDepth: {
+        const int x = in(0);
+        step(StepKind::DepthSpace, n, {x}, define(n.outputs[0], out_shape, layout_of(x)));
+        return;
+      }
       case Op::Resize: {
         const int x = in(0);
         step(StepKind::Resize, n, {x}, define(n.outputs[0], out_shape, layout_of(x)));

@@ -30,7 +30,8 @@ enum class StepKind {
   ConvTranspose,  // the backward-data kernel of its convolution, then the bias
   Unary, Binary, MaxPool, AveragePool, GlobalPool, Gemm, MatMul, Concat,
   Copy,       // copy_layout: layout conversion, and Flatten/Reshape/Identity/Dropout
-  Transpose, BatchNorm, LRN, Pad, Softmax, Reduce, Slice, Resize, LayerNorm
+  Transpose, BatchNorm, LRN, Pad, Softmax, Reduce, Slice, Resize, LayerNorm,
+  DepthSpace  // DepthToSpace, SpaceToDepth
 };
 
 struct PlanStep {

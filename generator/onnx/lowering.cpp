@@ -378,6 +378,23 @@ Node lower_node(const NodeContext& c, int opset) {
     node.inputs.resize(1);
     return node;
   }
+  if (op == "DepthToSpace" || op == "SpaceToDepth") {
+    node.op = op == "DepthToSpace" ? Op::DepthToSpace : Op::SpaceToDepth;
+    const Value& x = c.input(0);
+    if (x.shape.size() != 4) c.unsupported(fmt::format("input of rank {} ({} takes N, C, H, W)", x.shape.size(), op));
+    if (!c.attr("blocksize")) c.bad("attribute 'blocksize' missing");
+    a.blocksize = c.attr_int("blocksize", 0);
+    if (a.blocksize < 1) c.bad_attr("blocksize", std::to_string(a.blocksize), "must be positive");
+    const std::string mode = node.op == Op::DepthToSpace ? c.attr_string("mode", "DCR") : "DCR";
+    if (mode != "DCR" && mode != "CRD") c.bad_attr("mode", "'" + mode + "'", "expected DCR or CRD");
+    a.crd = mode == "CRD";
+    const int64_t b = a.blocksize;
+    if (node.op == Op::DepthToSpace && x.shape[1] % (b * b) != 0)
+      c.bad(fmt::format("{} channels are not a multiple of blocksize^2 = {}", x.shape[1], b * b));
+    if (node.op == Op::SpaceToDepth && (x.shape[2] % b != 0 || x.shape[3] % b != 0))
+      c.bad(fmt::format("{}x{} pixels are not a multiple of blocksize {}", x.shape[2], x.shape[3], b));
+    return node;
+  }
   if (op == "Resize" || op == "Upsample") {
     node.op = Op::Resize;
     lower_resize(c, opset, a);
@@ -557,7 +574,7 @@ Node lower_node(const NodeContext& c, int opset) {
 
 bool is_lowered_op(const std::string& op) {
   static const std::set<std::string> ops = {
-      "Conv", "ConvTranspose", "PRelu", "Resize", "Upsample", "LayerNormalization", "Cast", "CastLike", "Relu", "LeakyRelu", "Clip", "Sigmoid", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+      "Conv", "ConvTranspose", "PRelu", "DepthToSpace", "SpaceToDepth", "Resize", "Upsample", "LayerNormalization", "Cast", "CastLike", "Relu", "LeakyRelu", "Clip", "Sigmoid", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
       "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Pow", "Sum", "Concat", "Flatten", "Reshape", "Unsqueeze",
       "Squeeze", "Transpose", "BatchNormalization", "LRN", "Pad", "Dropout", "Identity", "Softmax", "LogSoftmax",
       "Constant", "HardSigmoid", "HardSwish", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Softplus", "Elu", "Erf", "ReduceMean",

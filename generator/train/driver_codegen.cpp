@@ -120,6 +120,8 @@ std::string attribute_statements(const Attributes& a) {
   real("ratio", a.ratio, d.ratio);
   flag("fused_relu", a.fused_relu, d.fused_relu);
   flag("fused_clip", a.fused_clip, d.fused_clip);
+  integer("blocksize", a.blocksize, d.blocksize);
+  flag("crd", a.crd, d.crd);
   if (a.resize.mode != d.resize.mode) out += fmt::format(" a.resize.mode = convgen::ops::ResizeMode({});", int(a.resize.mode));
   if (a.resize.coordinates != d.resize.coordinates)
     out += fmt::format(" a.resize.coordinates = convgen::ops::ResizeCoordinates({});", int(a.resize.coordinates));

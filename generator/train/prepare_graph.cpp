@@ -22,7 +22,7 @@ bool op_trains(Op op) {
     case Op::GlobalAveragePool: case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::PRelu: case Op::Concat:
     case Op::Flatten: case Op::Reshape: case Op::Pad: case Op::LRN: case Op::Dropout: case Op::Identity:
     case Op::BatchNormalization: case Op::WithinChannelLRN: case Op::Slice: case Op::Transpose: case Op::Resize:
-    case Op::LayerNormalization:
+    case Op::LayerNormalization: case Op::DepthToSpace: case Op::SpaceToDepth:
       return true;
     default:
       return false;

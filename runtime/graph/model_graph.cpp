@@ -12,6 +12,8 @@ const char* op_name(Op op) {
     case Op::ConvTranspose: return "ConvTranspose";
     case Op::Resize: return "Resize";
     case Op::LayerNormalization: return "LayerNormalization";
+    case Op::DepthToSpace: return "DepthToSpace";
+    case Op::SpaceToDepth: return "SpaceToDepth";
     case Op::Relu: return "Relu";
     case Op::LeakyRelu: return "LeakyRelu";
     case Op::Clip: return "Clip";

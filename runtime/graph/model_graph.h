@@ -34,6 +34,8 @@ enum class Op {
   // Y of ONNX LayerNormalization over axes [axis, rank) (Attributes axis, epsilon); inputs
   // x, scale and an optional bias of the normalised shape (or one element)
   LayerNormalization,
+  // Channels to and from blocks of pixels (Attributes blocksize, crd)
+  DepthToSpace, SpaceToDepth,
   // Training only, never imported: Caffe's WITHIN_CHANNEL LRN written with standard ops
   // (x * (bias + alpha * AveragePool_k(x*x))^exponent), fused into one node by
   // prepare_training_graph (generator/train/prepare_graph.h). Attributes: size k, alpha, lrn_bias, beta =
@@ -99,6 +101,10 @@ struct Attributes {
   float pad_value = 0.0f;
   // Resize: mode, coordinates, rounding and per-spatial-axis scales
   ops::ResizeSpec resize;
+  // DepthToSpace, SpaceToDepth: the block edge; DepthToSpace's mode (CRD: channel-major
+  // blocks, else DCR: depth-major, SpaceToDepth's order)
+  int64_t blocksize = 0;
+  bool crd = false;
   // Dropout ratio (identity at inference)
   float ratio = 0.5f;
   // Conv: a following Relu fused into the kernel's epilogue (generator/model/fusion.h); MaxPool

@@ -405,6 +405,29 @@ void layer_norm(const ConstView& x, const float* scale, int64_t scale_elements, 
   }
 }
 
+void depth_space(const ConstView& from, const View& to, int64_t block, bool crd, bool from_deep, bool accumulate) {
+  const ConstView deep = from_deep ? from : ConstView(to);
+  const ConstView wide = from_deep ? ConstView(to) : from;
+  const std::vector<int64_t> sd = deep.strides(), sw = wide.strides();
+  const int64_t N = wide.shape[0], C = wide.shape[1], H = deep.shape[2], W = deep.shape[3];
+  float* out = to.data;
+  const float* in = from.data;
+#pragma omp parallel for collapse(2) schedule(static) if (from.elements() > 65536)
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < block; ++i)
+        for (int64_t j = 0; j < block; ++j) {
+          const int64_t dc = crd ? c * block * block + i * block + j : (i * block + j) * C + c;
+          for (int64_t h = 0; h < H; ++h)
+            for (int64_t w = 0; w < W; ++w) {
+              const int64_t d = n * sd[0] + dc * sd[1] + h * sd[2] + w * sd[3];
+              const int64_t v = n * sw[0] + c * sw[1] + (h * block + i) * sw[2] + (w * block + j) * sw[3];
+              const int64_t src = from_deep ? d : v, dst = from_deep ? v : d;
+              out[dst] = accumulate ? out[dst] + in[src] : in[src];
+            }
+        }
+}
+
 void add_channel_bias(float* y, int64_t rows, int64_t channels, const float* bias) {
 #pragma omp parallel for schedule(static) if (rows * channels > 65536)
   for (int64_t r = 0; r < rows; ++r) {

@@ -64,6 +64,11 @@ void pad(const ConstView& x, const std::vector<int64_t>& pads, float value, cons
 // null) hold one value per row element, or one value for all; dense x and y.
 void layer_norm(const ConstView& x, const float* scale, int64_t scale_elements, const float* bias,
                 int64_t bias_elements, int64_t axis, float epsilon, const View& y);
+// DepthToSpace and SpaceToDepth, and their backward passes: a permutation between a deep
+// tensor [N, C*b*b, H, W] and a wide one [N, C, H*b, W*b]; wide[n][c][h*b+i][w*b+j] =
+// deep[n][(i*b+j)*C + c][h][w] (DCR, SpaceToDepth's order) or deep[n][c*b*b + i*b+j][h][w]
+// (CRD). Copies `from` (deep when from_deep) into `to`, or adds to it; any layouts.
+void depth_space(const ConstView& from, const View& to, int64_t block, bool crd, bool from_deep, bool accumulate);
 // y[n][..][c] += bias[c] over a channels-last y of `rows` rows (images times pixels) of
 // `channels` values: a ConvTranspose's bias after its kernel.
 void add_channel_bias(float* y, int64_t rows, int64_t channels, const float* bias);

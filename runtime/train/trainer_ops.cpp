@@ -62,6 +62,9 @@ void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
     case Op::Slice: ops::slice(x(0), a.slice_first, a.slice_step, y); return;
     case Op::Transpose: ops::transpose(x(0), a.perm, y); return;
     case Op::Resize: ops::resize(x(0), a.resize, y); return;
+    case Op::DepthToSpace: case Op::SpaceToDepth:
+      ops::depth_space(x(0), y, a.blocksize, a.crd, n.op == Op::DepthToSpace, false);
+      return;
     case Op::LayerNormalization: {
       const bool bias = n.inputs.size() > 2 && !n.inputs[2].empty();
       ops::layer_norm(x(0), x(1).data, x(1).elements(), bias ? x(2).data : nullptr, bias ? x(2).elements() : 0, a.axis,
@@ -240,6 +243,11 @@ void Trainer::Impl::backward(Slot& slot, size_t node_index) {
                                            t.accumulate);
       }
       return;
+    }
+    case Op::DepthToSpace: case Op::SpaceToDepth: {
+      if (!wants_grad(in_id(0))) return;
+      const Target t = target_for(slot, in_id(0));
+      return ops::depth_space(dy, t.view, a.blocksize, a.crd, n.op == Op::SpaceToDepth, t.accumulate);
     }
     case Op::Slice: case Op::Transpose: case Op::Resize: {
       if (!wants_grad(in_id(0))) return;

@@ -390,3 +390,26 @@ TEST_CASE("trainer gradients match finite differences: PRelu", "[trainer][gradch
   test::set_int(fc, "transB", 1);
   check_gradients(b.write("gradcheck_prelu"), 5, 2, labelled_data(5, 2 * 5 * 4, 3, 42));
 }
+
+TEST_CASE("trainer gradients match finite differences: DepthToSpace and SpaceToDepth", "[trainer][gradcheck]") {
+  // Conv (2 -> 8) -> DepthToSpace (2, CRD: PixelShuffle) -> Sigmoid -> SpaceToDepth (2)
+  // -> Conv (8 -> 4, 1x1) -> DepthToSpace (2, DCR) -> GlobalAveragePool -> Flatten -> Gemm
+  test::OnnxModelBuilder b(13);
+  b.input("x", {-1, 2, 3, 4}).output("logits", 2);
+  b.weights("w1", {8, 2, 3, 3}).weights("w2", {4, 8, 1, 1}).weights("fc", {3, 1}).weights("fcb", {3});
+  randomize(b, 51);
+  auto& c1 = b.node("Conv", {"x", "w1"}, {"c1"}, "conv1");
+  test::set_ints(c1, "pads", {1, 1, 1, 1});
+  auto& d1 = b.node("DepthToSpace", {"c1"}, {"d1"}, "shuffle");
+  test::set_int(d1, "blocksize", 2);
+  test::set_string(d1, "mode", "CRD");
+  b.node("Sigmoid", {"d1"}, {"s1"}, "sigmoid");
+  test::set_int(b.node("SpaceToDepth", {"s1"}, {"u1"}, "unshuffle"), "blocksize", 2);
+  b.node("Conv", {"u1", "w2"}, {"c2"}, "conv2");
+  test::set_int(b.node("DepthToSpace", {"c2"}, {"d2"}, "depth_to_space"), "blocksize", 2);
+  b.node("GlobalAveragePool", {"d2"}, {"gap"}, "gap");
+  b.node("Flatten", {"gap"}, {"flat"}, "flatten");
+  auto& fc = b.node("Gemm", {"flat", "fc", "fcb"}, {"logits"}, "fc");
+  test::set_int(fc, "transB", 1);
+  check_gradients(b.write("gradcheck_depth_space"), 5, 2, labelled_data(5, 2 * 3 * 4, 3, 52));
+}
