@@ -97,10 +97,11 @@ class Writer {
         return fmt::format("convgen::ops::depth_space({}, {}, {}, {}, {}, false);", x(0), y, a.blocksize,
                            bool_lit(a.crd), bool_lit(s.op == Op::DepthToSpace));
       case StepKind::LayerNorm: {
-        const bool bias = s.inputs.size() > 2;
-        return fmt::format("convgen::ops::layer_norm({}, {}, {}, {}, {}, {}, {}, {});", x(0), pointer(s.inputs[1]),
-                           p_.buffers[s.inputs[1]].elements(), bias ? pointer(s.inputs[2]) : "nullptr",
-                           bias ? p_.buffers[s.inputs[2]].elements() : 0, a.axis, flt(a.epsilon), y);
+        const bool scale = s.inputs[1] >= 0, bias = s.inputs[2] >= 0;
+        return fmt::format("convgen::ops::layer_norm({}, {}, {}, {}, {}, {}, {}, {});", x(0),
+                           scale ? pointer(s.inputs[1]) : "nullptr", scale ? p_.buffers[s.inputs[1]].elements() : 0,
+                           bias ? pointer(s.inputs[2]) : "nullptr", bias ? p_.buffers[s.inputs[2]].elements() : 0,
+                           a.axis, flt(a.epsilon), y);
       }
       case StepKind::Resize: {
         const ops::ResizeSpec& r = a.resize;

@@ -114,8 +114,9 @@ void run_plan_step(const PlanStep& s, const Plan& p, float* arena, const float* 
     case StepKind::Resize: ops::resize(x(0), a.resize, y); return;
     case StepKind::DepthSpace: ops::depth_space(x(0), y, a.blocksize, a.crd, s.op == Op::DepthToSpace, false); return;
     case StepKind::LayerNorm: {
-      const ConstView scale = x(1), bias = s.inputs.size() > 2 ? x(2) : ConstView{};
-      ops::layer_norm(x(0), scale.data, scale.elements(), bias.data, bias.data ? bias.elements() : 0, a.axis, a.epsilon, y);
+      const ConstView scale = s.inputs[1] >= 0 ? x(1) : ConstView{}, bias = s.inputs[2] >= 0 ? x(2) : ConstView{};
+      ops::layer_norm(x(0), scale.data, scale.data ? scale.elements() : 0, bias.data, bias.data ? bias.elements() : 0,
+                      a.axis, a.epsilon, y);
       return;
     }
     case StepKind::Reduce: ops::reduce(x(0), a.axes, reduce_of(s.op), y); return;

@@ -209,8 +209,10 @@ class Planner {
         step(StepKind::Slice, n, {in(0)}, define(n.outputs[0], out_shape, false));
         return;
       case Op::LayerNormalization: {
-        std::vector<int> ins = {in_layout(in(0), false, n.name), in_layout(in(1), false, n.name)};
-        if (n.inputs.size() > 2 && !n.inputs[2].empty()) ins.push_back(in_layout(in(2), false, n.name));
+        // Absent scale or bias: -1.
+        std::vector<int> ins = {in_layout(in(0), false, n.name)};
+        for (size_t i = 1; i <= 2; ++i)
+          ins.push_back(i < n.inputs.size() && !n.inputs[i].empty() ? in_layout(in(i), false, n.name) : -1);
         step(StepKind::LayerNorm, n, ins, define(n.outputs[0], out_shape, false));
         return;
       }

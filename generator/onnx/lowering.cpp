@@ -319,6 +319,48 @@ std::vector<Node> lower_layer_norm(const NodeContext& c) {
   return out;
 }
 
+// InstanceNormalization: each (image, channel) normalised over its pixels, then scaled
+// and shifted per channel -- a LayerNormalization over axes [2, rank) without scale,
+// then Mul and Add of the scale and bias viewed as [C, 1, ...] (so they train as any
+// per-channel Mul / Add parameter does, under their own names).
+std::vector<Node> lower_instance_norm(const NodeContext& c) {
+  const Value& x = c.input(0);
+  const size_t rank = x.shape.size();
+  if (rank < 3) c.unsupported(fmt::format("input of rank {} (N, C and at least one spatial axis)", rank));
+  Graph& g = c.graph();
+  for (int i = 1; i <= 2; ++i) {
+    const std::string& name = c.proto().input(i);
+    c.constant_input(i, i == 1 ? "InstanceNormalization's scale" : "InstanceNormalization's bias");
+    if (c.input(i).elements() != x.shape[1])
+      c.bad(fmt::format("input {} of {} values for {} channels", i, c.input(i).elements(), x.shape[1]));
+    g.values.at(name).shape.assign(rank - 1, 1);
+    g.values.at(name).shape[0] = x.shape[1];
+  }
+  const std::string normalised = c.name() + ":normalised", scaled = c.name() + ":scaled";
+  for (const std::string& name : {normalised, scaled}) {
+    Value v;
+    v.name = name;
+    v.shape = x.shape;
+    g.values[name] = v;
+  }
+  std::vector<Node> out(3);
+  out[0].name = c.name();
+  out[0].op = Op::LayerNormalization;
+  out[0].inputs = {c.proto().input(0)};  // no scale: one
+  out[0].outputs = {normalised};
+  out[0].attributes.axis = 2;
+  out[0].attributes.epsilon = c.attr_float("epsilon", 1e-5f);
+  out[1].name = c.name() + ":scale";
+  out[1].op = Op::Mul;
+  out[1].inputs = {normalised, c.proto().input(1)};
+  out[1].outputs = {scaled};
+  out[2].name = c.name() + ":bias";
+  out[2].op = Op::Add;
+  out[2].inputs = {scaled, c.proto().input(2)};
+  out[2].outputs = {c.proto().output(0)};
+  return out;
+}
+
 Node lower_node(const NodeContext& c, int opset) {
   Node node;
   node.name = c.name();
@@ -574,7 +616,7 @@ Node lower_node(const NodeContext& c, int opset) {
 
 bool is_lowered_op(const std::string& op) {
   static const std::set<std::string> ops = {
-      "Conv", "ConvTranspose", "PRelu", "DepthToSpace", "SpaceToDepth", "Resize", "Upsample", "LayerNormalization", "Cast", "CastLike", "Relu", "LeakyRelu", "Clip", "Sigmoid", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+      "Conv", "ConvTranspose", "InstanceNormalization", "PRelu", "DepthToSpace", "SpaceToDepth", "Resize", "Upsample", "LayerNormalization", "Cast", "CastLike", "Relu", "LeakyRelu", "Clip", "Sigmoid", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
       "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Pow", "Sum", "Concat", "Flatten", "Reshape", "Unsqueeze",
       "Squeeze", "Transpose", "BatchNormalization", "LRN", "Pad", "Dropout", "Identity", "Softmax", "LogSoftmax",
       "Constant", "HardSigmoid", "HardSwish", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Softplus", "Elu", "Erf", "ReduceMean",
@@ -591,6 +633,7 @@ void lower_nodes(const onnx::GraphProto& graph, int64_t opset, Graph& g) {
     std::vector<Node> lowered;
     if (n.op_type() == "Split") lowered = lower_split(c, static_cast<int>(opset));
     else if (n.op_type() == "LayerNormalization") lowered = lower_layer_norm(c);
+    else if (n.op_type() == "InstanceNormalization") lowered = lower_instance_norm(c);
     else lowered.push_back(lower_node(c, static_cast<int>(opset)));
     for (int i = 0; i < n.output_size(); ++i)
       if (!n.output(i).empty() && c.output_value(i).is_int64)

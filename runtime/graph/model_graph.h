@@ -32,7 +32,8 @@ enum class Op {
   // Spatial interpolation (ONNX Resize; Upsample lowers to it), Attributes::resize
   Resize,
   // Y of ONNX LayerNormalization over axes [axis, rank) (Attributes axis, epsilon); inputs
-  // x, scale and an optional bias of the normalised shape (or one element)
+  // x, then optionally scale (absent: one; InstanceNormalization lowers to it) and bias,
+  // each of the normalised shape or one element
   LayerNormalization,
   // Channels to and from blocks of pixels (Attributes blocksize, crd)
   DepthToSpace, SpaceToDepth,

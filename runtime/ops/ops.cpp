@@ -399,7 +399,7 @@ void layer_norm(const ConstView& x, const float* scale, int64_t scale_elements, 
     for (int64_t j = 0; j < cols; ++j) squares += (in[j] - mean) * (in[j] - mean);
     const double inv = 1.0 / std::sqrt(squares / double(cols) + double(epsilon));
     for (int64_t j = 0; j < cols; ++j) {
-      const double z = (in[j] - mean) * inv * scale[one_scale ? 0 : j];
+      const double z = (in[j] - mean) * inv * (scale ? scale[one_scale ? 0 : j] : 1.0f);
       out[j] = static_cast<float>(bias ? z + bias[one_bias ? 0 : j] : z);
     }
   }

@@ -60,8 +60,8 @@ void lrn(const ConstView& x, int64_t size, float alpha, float beta, float bias, 
 void pad(const ConstView& x, const std::vector<int64_t>& pads, float value, const View& y);
 // LayerNormalization over the dense rows of x: each of the prod(shape[:axis]) rows of
 // prod(shape[axis:]) values becomes (x - mean) / sqrt(var + epsilon) * scale + bias
-// (mean and biased variance of the row in double, in order). scale and bias (bias may be
-// null) hold one value per row element, or one value for all; dense x and y.
+// (mean and biased variance of the row in double, in order). scale and bias (either may
+// be null: one, zero) hold one value per row element, or one value for all; dense x and y.
 void layer_norm(const ConstView& x, const float* scale, int64_t scale_elements, const float* bias,
                 int64_t bias_elements, int64_t axis, float epsilon, const View& y);
 // DepthToSpace and SpaceToDepth, and their backward passes: a permutation between a deep

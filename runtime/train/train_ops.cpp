@@ -681,13 +681,13 @@ void layer_norm_backward_input(const ConstView& x, const float* scale, int64_t s
     const RowStats s = row_stats(in, cols, epsilon);
     double g_sum = 0.0, gx_sum = 0.0;
     for (int64_t j = 0; j < cols; ++j) {
-      const double g = double(d[j]) * scale[one ? 0 : j];
+      const double g = double(d[j]) * (scale ? scale[one ? 0 : j] : 1.0f);
       g_sum += g;
       gx_sum += g * (in[j] - s.mean) * s.inv;
     }
     const double g_mean = g_sum / double(cols), gx_mean = gx_sum / double(cols);
     for (int64_t j = 0; j < cols; ++j) {
-      const double g = double(d[j]) * scale[one ? 0 : j];
+      const double g = double(d[j]) * (scale ? scale[one ? 0 : j] : 1.0f);
       const double xhat = (in[j] - s.mean) * s.inv;
       put(dx.data, r * cols + j, static_cast<float>(s.inv * (g - g_mean - xhat * gx_mean)), accumulate);
     }

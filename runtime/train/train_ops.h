@@ -109,7 +109,8 @@ void dropout_forward(const ConstView& x, float ratio, uint64_t seed, uint64_t st
 uint64_t dropout_stream(const std::string& output_name);
 void dropout_backward(const ConstView& dy, const float* mask, const View& dx, bool accumulate);
 
-// LayerNormalization's backward (ops::layer_norm's forward, dense rows), the row
+// LayerNormalization's backward (ops::layer_norm's forward, dense rows; scale may be
+// null: one), the row
 // statistics recomputed as the forward computes them. Input: dx = inv * (g - mean(g) -
 // xhat * mean(g * xhat)) per row, g = dy * scale, in double. Parameters (which = 1:
 // scale, 2: bias): the sum over rows, in row order, of dy * xhat or dy, per element, or

@@ -66,9 +66,9 @@ void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
       ops::depth_space(x(0), y, a.blocksize, a.crd, n.op == Op::DepthToSpace, false);
       return;
     case Op::LayerNormalization: {
-      const bool bias = n.inputs.size() > 2 && !n.inputs[2].empty();
-      ops::layer_norm(x(0), x(1).data, x(1).elements(), bias ? x(2).data : nullptr, bias ? x(2).elements() : 0, a.axis,
-                      a.epsilon, y);
+      const bool scale = n.inputs.size() > 1 && !n.inputs[1].empty(), bias = n.inputs.size() > 2 && !n.inputs[2].empty();
+      ops::layer_norm(x(0), scale ? x(1).data : nullptr, scale ? x(1).elements() : 0, bias ? x(2).data : nullptr,
+                      bias ? x(2).elements() : 0, a.axis, a.epsilon, y);
       return;
     }
     case Op::Gemm: {
@@ -234,7 +234,9 @@ void Trainer::Impl::backward(Slot& slot, size_t node_index) {
     case Op::LayerNormalization: {
       if (wants_grad(in_id(0))) {
         const Target t = target_for(slot, in_id(0));
-        ops::layer_norm_backward_input(x(0), x(1).data, x(1).elements(), dy, a.axis, a.epsilon, t.view, t.accumulate);
+        const bool scale = n.inputs.size() > 1 && !n.inputs[1].empty();
+        ops::layer_norm_backward_input(x(0), scale ? x(1).data : nullptr, scale ? x(1).elements() : 0, dy, a.axis,
+                                       a.epsilon, t.view, t.accumulate);
       }
       for (int which : {1, 2}) {
         if (size_t(which) >= n.inputs.size() || n.inputs[size_t(which)].empty() || !wants_grad(in_id(which))) continue;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <set>
 
 #include "generator/train/trainer_from_model.h"
 #include "runtime/train/trainer.h"
@@ -412,4 +413,29 @@ TEST_CASE("trainer gradients match finite differences: DepthToSpace and SpaceToD
   auto& fc = b.node("Gemm", {"flat", "fc", "fcb"}, {"logits"}, "fc");
   test::set_int(fc, "transB", 1);
   check_gradients(b.write("gradcheck_depth_space"), 5, 2, labelled_data(5, 2 * 3 * 4, 3, 52));
+}
+
+TEST_CASE("trainer gradients match finite differences: InstanceNormalization", "[trainer][gradcheck]") {
+  // Conv -> InstanceNormalization (a LayerNormalization over H, W without scale, then the
+  // per-channel scale and bias as Mul and Add) -> Relu -> GlobalAveragePool -> Gemm
+  test::OnnxModelBuilder b;
+  b.input("x", {-1, 2, 5, 4}).output("logits", 2);
+  b.weights("w1", {3, 2, 3, 3}).weights("scale", {3}).weights("bias", {3}).weights("fc", {3, 3}).weights("fcb", {3});
+  randomize(b, 61);
+  auto& c1 = b.node("Conv", {"x", "w1"}, {"c1"}, "conv1");
+  test::set_ints(c1, "pads", {1, 1, 1, 1});
+  b.node("InstanceNormalization", {"c1", "scale", "bias"}, {"n1"}, "instance_norm");
+  b.node("Relu", {"n1"}, {"r1"}, "relu");
+  b.node("GlobalAveragePool", {"r1"}, {"gap"}, "gap");
+  b.node("Flatten", {"gap"}, {"flat"}, "flatten");
+  auto& fc = b.node("Gemm", {"flat", "fc", "fcb"}, {"logits"}, "fc");
+  test::set_int(fc, "transB", 1);
+  const std::string path = b.write("gradcheck_instance_norm");
+  check_gradients(path, 5, 2, labelled_data(5, 2 * 5 * 4, 3, 62));
+  model::TrainerOptions o;
+  o.batch = 5;
+  auto trainer = model::make_trainer(path, o, default_target());
+  std::set<std::string> names;
+  for (const auto& p : trainer->parameters()) names.insert(p.name);
+  CHECK(names == std::set<std::string>{"w1", "scale", "bias", "fc", "fcb"});  // under the model's own names
 }
