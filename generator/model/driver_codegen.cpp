@@ -93,6 +93,8 @@ class Writer {
                            flt(a.lrn_bias), y);
       case StepKind::Pad:
         return fmt::format("convgen::ops::pad({}, {}, {}, {});", x(0), ints(a.pad_amounts), flt(a.pad_value), y);
+      case StepKind::Gather:
+        return fmt::format("convgen::ops::gather({}, {}, {}, {});", x(0), a.axis, ints(a.indices), y);
       case StepKind::DepthSpace:
         return fmt::format("convgen::ops::depth_space({}, {}, {}, {}, {}, false);", x(0), y, a.blocksize,
                            bool_lit(a.crd), bool_lit(s.op == Op::DepthToSpace));

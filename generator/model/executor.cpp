@@ -112,6 +112,7 @@ void run_plan_step(const PlanStep& s, const Plan& p, float* arena, const float* 
     case StepKind::Pad: ops::pad(x(0), a.pad_amounts, a.pad_value, y); return;
     case StepKind::Slice: ops::slice(x(0), a.slice_first, a.slice_step, y); return;
     case StepKind::Resize: ops::resize(x(0), a.resize, y); return;
+    case StepKind::Gather: ops::gather(x(0), a.axis, a.indices, y); return;
     case StepKind::DepthSpace: ops::depth_space(x(0), y, a.blocksize, a.crd, s.op == Op::DepthToSpace, false); return;
     case StepKind::LayerNorm: {
       const ConstView scale = s.inputs[1] >= 0 ? x(1) : ConstView{}, bias = s.inputs[2] >= 0 ? x(2) : ConstView{};

@@ -194,6 +194,9 @@ class Planner {
       case Op::ReduceProd: case Op::ReduceSumSquare: case Op::ReduceL1: case Op::ReduceLogSum: case Op::ReduceLogSumExp:
         step(StepKind::Reduce, n, {in(0)}, define(n.outputs[0], out_shape, false));
         return;
+      case Op::Gather:
+        step(StepKind::Gather, n, {in_layout(in(0), false, n.name)}, define(n.outputs[0], out_shape, false));
+        return;
       case Op::DepthToSpace:
       case Op::SpaceToDepth: {
         const int x = in(0);

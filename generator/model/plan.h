@@ -31,7 +31,8 @@ enum class StepKind {
   Unary, Binary, MaxPool, AveragePool, GlobalPool, Gemm, MatMul, Concat,
   Copy,       // copy_layout: layout conversion, and Flatten/Reshape/Identity/Dropout
   Transpose, BatchNorm, LRN, Pad, Softmax, Reduce, Slice, Resize, LayerNorm,
-  DepthSpace  // DepthToSpace, SpaceToDepth
+  DepthSpace,  // DepthToSpace, SpaceToDepth
+  Gather
 };
 
 struct PlanStep {

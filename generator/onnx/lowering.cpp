@@ -420,6 +420,21 @@ Node lower_node(const NodeContext& c, int opset) {
     node.inputs.resize(1);
     return node;
   }
+  if (op == "Gather") {
+    // Of an activation (a constant folds) by constant indices.
+    node.op = Op::Gather;
+    const Value& x = c.input(0);
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    if (rank == 0) c.bad("Gather of a scalar");
+    a.axis = normalise_axis(c, c.attr_int("axis", 0), rank, "axis");
+    const int64_t extent = x.shape[size_t(a.axis)];
+    for (int64_t i : integers_of(c.constant_input(1, "Gather's indices"))) {
+      if (i < -extent || i >= extent) c.bad(fmt::format("index {} out of range for an axis of {}", i, extent));
+      a.indices.push_back(i < 0 ? i + extent : i);
+    }
+    node.inputs.resize(1);
+    return node;
+  }
   if (op == "DepthToSpace" || op == "SpaceToDepth") {
     node.op = op == "DepthToSpace" ? Op::DepthToSpace : Op::SpaceToDepth;
     const Value& x = c.input(0);
@@ -616,7 +631,7 @@ Node lower_node(const NodeContext& c, int opset) {
 
 bool is_lowered_op(const std::string& op) {
   static const std::set<std::string> ops = {
-      "Conv", "ConvTranspose", "InstanceNormalization", "PRelu", "DepthToSpace", "SpaceToDepth", "Resize", "Upsample", "LayerNormalization", "Cast", "CastLike", "Relu", "LeakyRelu", "Clip", "Sigmoid", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+      "Conv", "ConvTranspose", "Gather", "InstanceNormalization", "PRelu", "DepthToSpace", "SpaceToDepth", "Resize", "Upsample", "LayerNormalization", "Cast", "CastLike", "Relu", "LeakyRelu", "Clip", "Sigmoid", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
       "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Pow", "Sum", "Concat", "Flatten", "Reshape", "Unsqueeze",
       "Squeeze", "Transpose", "BatchNormalization", "LRN", "Pad", "Dropout", "Identity", "Softmax", "LogSoftmax",
       "Constant", "HardSigmoid", "HardSwish", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Softplus", "Elu", "Erf", "ReduceMean",

@@ -121,6 +121,7 @@ std::string attribute_statements(const Attributes& a) {
   flag("fused_relu", a.fused_relu, d.fused_relu);
   flag("fused_clip", a.fused_clip, d.fused_clip);
   integer("blocksize", a.blocksize, d.blocksize);
+  ints("indices", a.indices, d.indices);
   flag("crd", a.crd, d.crd);
   if (a.resize.mode != d.resize.mode) out += fmt::format(" a.resize.mode = convgen::ops::ResizeMode({});", int(a.resize.mode));
   if (a.resize.coordinates != d.resize.coordinates)

@@ -22,7 +22,7 @@ bool op_trains(Op op) {
     case Op::GlobalAveragePool: case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::PRelu: case Op::Concat:
     case Op::Flatten: case Op::Reshape: case Op::Pad: case Op::LRN: case Op::Dropout: case Op::Identity:
     case Op::BatchNormalization: case Op::WithinChannelLRN: case Op::Slice: case Op::Transpose: case Op::Resize:
-    case Op::LayerNormalization: case Op::DepthToSpace: case Op::SpaceToDepth:
+    case Op::LayerNormalization: case Op::DepthToSpace: case Op::SpaceToDepth: case Op::Gather:
       return true;
     default:
       return false;
@@ -241,6 +241,7 @@ TrainGraph prepare_training_graph(const std::string& model_path, int64_t micro_b
     if (!op_trains(n.op)) throw unsupported(g, n, "the op has no backward in convgen");
     if (!n.attributes.axes.empty() && n.attributes.axes[0] == 0) throw unsupported(g, n, "a reduction over the batch");
     if (n.op == Op::Transpose && n.attributes.perm.at(0) != 0) throw unsupported(g, n, "a Transpose that moves the batch");
+    if (n.op == Op::Gather && n.attributes.axis == 0) throw unsupported(g, n, "a Gather along the batch axis");
     if (n.op == Op::LayerNormalization && n.attributes.axis == 0)
       throw unsupported(g, n, "a LayerNormalization over the batch axis");
     if (n.op == Op::Slice && (n.attributes.slice_first.at(0) != 0 || n.attributes.slice_step.at(0) != 1))

@@ -13,6 +13,7 @@ const char* op_name(Op op) {
     case Op::Resize: return "Resize";
     case Op::LayerNormalization: return "LayerNormalization";
     case Op::DepthToSpace: return "DepthToSpace";
+    case Op::Gather: return "Gather";
     case Op::SpaceToDepth: return "SpaceToDepth";
     case Op::Relu: return "Relu";
     case Op::LeakyRelu: return "LeakyRelu";

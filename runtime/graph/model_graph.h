@@ -37,6 +37,8 @@ enum class Op {
   LayerNormalization,
   // Channels to and from blocks of pixels (Attributes blocksize, crd)
   DepthToSpace, SpaceToDepth,
+  // Blocks of an activation along `axis` picked by constant indices (ONNX Gather)
+  Gather,
   // Training only, never imported: Caffe's WITHIN_CHANNEL LRN written with standard ops
   // (x * (bias + alpha * AveragePool_k(x*x))^exponent), fused into one node by
   // prepare_training_graph (generator/train/prepare_graph.h). Attributes: size k, alpha, lrn_bias, beta =
@@ -102,6 +104,8 @@ struct Attributes {
   float pad_value = 0.0f;
   // Resize: mode, coordinates, rounding and per-spatial-axis scales
   ops::ResizeSpec resize;
+  // Gather: the indices along `axis` (non-negative, flattened in their own shape's order)
+  std::vector<int64_t> indices;
   // DepthToSpace, SpaceToDepth: the block edge; DepthToSpace's mode (CRD: channel-major
   // blocks, else DCR: depth-major, SpaceToDepth's order)
   int64_t blocksize = 0;

@@ -1,6 +1,7 @@
 #include "runtime/ops/ops.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -403,6 +404,39 @@ void layer_norm(const ConstView& x, const float* scale, int64_t scale_elements, 
       out[j] = static_cast<float>(bias ? z + bias[one_bias ? 0 : j] : z);
     }
   }
+}
+
+namespace {
+
+// Gather's blocks: outer (before axis), extent (of axis in x), inner (after axis).
+std::array<int64_t, 3> gather_blocks(const std::vector<int64_t>& x_shape, int64_t axis) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x_shape[size_t(d)];
+  for (size_t d = size_t(axis) + 1; d < x_shape.size(); ++d) inner *= x_shape[d];
+  return {outer, x_shape[size_t(axis)], inner};
+}
+
+}  // namespace
+
+void gather(const ConstView& x, int64_t axis, const std::vector<int64_t>& indices, const View& y) {
+  const auto [outer, extent, inner] = gather_blocks(x.shape, axis);
+  const int64_t k_end = static_cast<int64_t>(indices.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t k = 0; k < k_end; ++k)
+      std::copy_n(x.data + (o * extent + indices[size_t(k)]) * inner, inner, y.data + (o * k_end + k) * inner);
+}
+
+void gather_backward(const ConstView& dy, int64_t axis, const std::vector<int64_t>& indices, const View& dx,
+                     bool accumulate) {
+  const auto [outer, extent, inner] = gather_blocks(dx.shape, axis);
+  if (!accumulate) std::fill(dx.data, dx.data + dx.elements(), 0.0f);
+  const int64_t k_end = static_cast<int64_t>(indices.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t k = 0; k < k_end; ++k) {
+      const float* from = dy.data + (o * k_end + k) * inner;
+      float* to = dx.data + (o * extent + indices[size_t(k)]) * inner;
+      for (int64_t e = 0; e < inner; ++e) to[e] += from[e];
+    }
 }
 
 void depth_space(const ConstView& from, const View& to, int64_t block, bool crd, bool from_deep, bool accumulate) {

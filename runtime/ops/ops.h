@@ -64,6 +64,12 @@ void pad(const ConstView& x, const std::vector<int64_t>& pads, float value, cons
 // be null: one, zero) hold one value per row element, or one value for all; dense x and y.
 void layer_norm(const ConstView& x, const float* scale, int64_t scale_elements, const float* bias,
                 int64_t bias_elements, int64_t axis, float epsilon, const View& y);
+// Gather along axis with indices (in range, non-negative) over dense x and y: y's block
+// o, k is x's block o, indices[k] (blocks of prod(shape[axis+1:]) values). Its backward
+// adds each of dy's blocks onto dx's (or writes dx, zeroed first), in y's order.
+void gather(const ConstView& x, int64_t axis, const std::vector<int64_t>& indices, const View& y);
+void gather_backward(const ConstView& dy, int64_t axis, const std::vector<int64_t>& indices, const View& dx,
+                     bool accumulate);
 // DepthToSpace and SpaceToDepth, and their backward passes: a permutation between a deep
 // tensor [N, C*b*b, H, W] and a wide one [N, C, H*b, W*b]; wide[n][c][h*b+i][w*b+j] =
 // deep[n][(i*b+j)*C + c][h][w] (DCR, SpaceToDepth's order) or deep[n][c*b*b + i*b+j][h][w]

@@ -65,6 +65,7 @@ void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
     case Op::DepthToSpace: case Op::SpaceToDepth:
       ops::depth_space(x(0), y, a.blocksize, a.crd, n.op == Op::DepthToSpace, false);
       return;
+    case Op::Gather: ops::gather(x(0), a.axis, a.indices, y); return;
     case Op::LayerNormalization: {
       const bool scale = n.inputs.size() > 1 && !n.inputs[1].empty(), bias = n.inputs.size() > 2 && !n.inputs[2].empty();
       ops::layer_norm(x(0), scale ? x(1).data : nullptr, scale ? x(1).elements() : 0, bias ? x(2).data : nullptr,
@@ -245,6 +246,11 @@ void Trainer::Impl::backward(Slot& slot, size_t node_index) {
                                            t.accumulate);
       }
       return;
+    }
+    case Op::Gather: {
+      if (!wants_grad(in_id(0))) return;
+      const Target t = target_for(slot, in_id(0));
+      return ops::gather_backward(dy, a.axis, a.indices, t.view, t.accumulate);
     }
     case Op::DepthToSpace: case Op::SpaceToDepth: {
       if (!wants_grad(in_id(0))) return;

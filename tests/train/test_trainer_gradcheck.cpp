@@ -439,3 +439,28 @@ TEST_CASE("trainer gradients match finite differences: InstanceNormalization", "
   for (const auto& p : trainer->parameters()) names.insert(p.name);
   CHECK(names == std::set<std::string>{"w1", "scale", "bias", "fc", "fcb"});  // under the model's own names
 }
+
+TEST_CASE("trainer gradients match finite differences: Gather of an activation", "[trainer][gradcheck]") {
+  // Conv -> Gather (channels 2, 0, 2: one picked twice, one never) -> Sigmoid -> Gather
+  // (rows [[3, 1], [0, 3]], 2-D indices) -> GlobalAveragePool -> Flatten -> Gemm
+  test::OnnxModelBuilder b(13);
+  b.input("x", {-1, 2, 5, 4}).output("logits", 2);
+  b.weights("w1", {3, 2, 3, 3}).weights("fc", {3, 3}).weights("fcb", {3});
+  randomize(b, 71);
+  b.int64_initializer("channels", {2, 0, 2}).int64_initializer("rows", {3, 1, 0, 3});
+  b.model().mutable_graph()->mutable_initializer()->rbegin()->clear_dims();
+  b.model().mutable_graph()->mutable_initializer()->rbegin()->add_dims(2);
+  b.model().mutable_graph()->mutable_initializer()->rbegin()->add_dims(2);
+  auto& c1 = b.node("Conv", {"x", "w1"}, {"c1"}, "conv1");
+  test::set_ints(c1, "pads", {1, 1, 1, 1});
+  test::set_int(b.node("Gather", {"c1", "channels"}, {"g1"}, "pick_channels"), "axis", 1);
+  b.node("Sigmoid", {"g1"}, {"s1"}, "sigmoid");
+  test::set_int(b.node("Gather", {"s1", "rows"}, {"g2"}, "pick_rows"), "axis", 2);
+  b.node("Reshape", {"g2", "shape"}, {"r2"}, "to_4d");
+  b.int64_initializer("shape", {0, 3, 4, 4});
+  b.node("GlobalAveragePool", {"r2"}, {"gap"}, "gap");
+  b.node("Flatten", {"gap"}, {"flat"}, "flatten");
+  auto& fc = b.node("Gemm", {"flat", "fc", "fcb"}, {"logits"}, "fc");
+  test::set_int(fc, "transB", 1);
+  check_gradients(b.write("gradcheck_gather"), 5, 2, labelled_data(5, 2 * 5 * 4, 3, 72));
+}
