@@ -42,7 +42,7 @@ grep -q "usage: convgen train" "$work/help" || fail "train --help: no usage line
 # shellcheck disable=SC2054 # --normalize=0,1 is one OPTION=VALUE element
 value_options=(--data=synthetic --batch=8 --micro-batch=8 --epochs=1 --steps=1 --lr=0.1
   --momentum=0.9 --weight-decay=0 --lr-schedule=constant --threads=1 --conv-impl=generated --seed=1
-  --normalize=0,1 --synthetic-count=10 --log=x --dump-order=x --save=x --checkpoint=x --every=1
+  --normalize=0,1 --synthetic-count=10 --ignore-index=255 --log=x --dump-order=x --save=x --checkpoint=x --every=1
   --resume=x --schedules=x --target=x --cache-dir=x --parallel-mode=conv1=whole-batch)
 flag_options=(--intra-kernel --profile --no-shuffle --verbose --no-cache)
 documented=()
@@ -72,6 +72,9 @@ expect_error 2 "--steps -3" train "$lenet" --data synthetic --steps -3
 expect_error 2 "unknown data source 'nope'" train "$lenet" --data nope
 expect_error 2 "--lr-schedule: 'step:x'" train "$lenet" --data synthetic --lr-schedule step:x
 expect_error 2 "--lr-schedule: 'linear'" train "$lenet" --data synthetic --lr-schedule linear
+expect_error 2 "--ignore-index: '256' is not a label byte in" train "$lenet" --data synthetic --ignore-index 256
+expect_error 2 "--data fashion-mnist holds one label per image; a segmentation model" \
+  train "$root/models/unet_tiny.onnx" --data fashion-mnist
 expect_error 2 "--parallel-mode: 'conv1' is not NODE=micro-batch" train "$lenet" --data synthetic --parallel-mode conv1
 expect_error 2 "--parallel-mode: 'conv1=fast' is not" train "$lenet" --data synthetic --parallel-mode conv1=fast
 expect_error 2 "--parallel-mode: 'relu1' is not a Conv or ConvTranspose node" train "$lenet" --data synthetic --parallel-mode relu1=micro-batch
