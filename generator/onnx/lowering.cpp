@@ -18,6 +18,17 @@ namespace {
 
 // ---- lowering -------------------------------------------------------------------------
 
+// The `pads` attribute (begins of every spatial axis, then ends) into a's pads.
+void explicit_pads(const NodeContext& c, size_t n, Attributes& a) {
+  const std::vector<int64_t> pads = c.attr_ints("pads", std::vector<int64_t>(2 * n, 0));
+  if (pads.size() != 2 * n) c.bad_attr("pads", list(pads), fmt::format("needs {} values", 2 * n));
+  for (size_t i = 0; i < n; ++i) {
+    if (pads[i] < 0 || pads[n + i] < 0) c.bad_attr("pads", list(pads), "negative padding");
+    a.pads_begin[i] = pads[i];
+    a.pads_end[i] = pads[n + i];
+  }
+}
+
 // Kernel, strides, dilations and explicit pads of Conv/MaxPool/AveragePool, with
 // auto_pad resolved against the input's spatial extents.
 void lower_window(const NodeContext& c, const std::vector<int64_t>& spatial, std::vector<int64_t> kernel,
@@ -38,13 +49,7 @@ void lower_window(const NodeContext& c, const std::vector<int64_t>& spatial, std
   a.pads_begin.assign(n, 0);
   a.pads_end.assign(n, 0);
   if (auto_pad == "NOTSET") {
-    const std::vector<int64_t> pads = c.attr_ints("pads", std::vector<int64_t>(2 * n, 0));
-    if (pads.size() != 2 * n) c.bad_attr("pads", list(pads), fmt::format("needs {} values", 2 * n));
-    for (size_t i = 0; i < n; ++i) {
-      if (pads[i] < 0 || pads[n + i] < 0) c.bad_attr("pads", list(pads), "negative padding");
-      a.pads_begin[i] = pads[i];
-      a.pads_end[i] = pads[n + i];
-    }
+    explicit_pads(c, n, a);
   } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
     for (size_t i = 0; i < n; ++i) {
       const int64_t out = (spatial[i] + a.strides[i] - 1) / a.strides[i];
@@ -109,13 +114,7 @@ void lower_conv_transpose(const NodeContext& c, Attributes& a) {
   a.pads_begin.assign(n, 0);
   a.pads_end.assign(n, 0);
   if (output_shape.empty() && auto_pad == "NOTSET") {
-    const std::vector<int64_t> pads = c.attr_ints("pads", std::vector<int64_t>(2 * n, 0));
-    if (pads.size() != 2 * n) c.bad_attr("pads", list(pads), fmt::format("needs {} values", 2 * n));
-    for (size_t i = 0; i < n; ++i) {
-      if (pads[i] < 0 || pads[n + i] < 0) c.bad_attr("pads", list(pads), "negative padding");
-      a.pads_begin[i] = pads[i];
-      a.pads_end[i] = pads[n + i];
-    }
+    explicit_pads(c, n, a);
   } else if (!output_shape.empty() || auto_pad != "VALID") {
     for (size_t i = 0; i < n; ++i) {
       const int64_t target = output_shape.empty() ? spatial[i] * a.strides[i] : output_shape[i];

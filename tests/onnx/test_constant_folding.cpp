@@ -217,13 +217,14 @@ TEST_CASE("folding: PyTorch's F.pad chain (ConstantOfShape, Concat, Slice, Trans
 
 TEST_CASE("folding: an op convgen only folds, on a non-constant input, is refused naming the node", "[import][fold]") {
   convgen::test::OnnxModelBuilder b(13);
-  b.input("x", {1, 4}).output("y", 2);
-  convgen::test::set_int(b.node("Cast", {"x"}, {"y"}, "cast1"), "to", onnx::TensorProto_DataType_FLOAT);
+  b.input("x", {1, 4}).output("y", 2).int64_initializer("shape", {3, 4});
+  b.node("Expand", {"x", "shape"}, {"y"}, "expand1");
   try {
-    import_onnx(b.write("cast"));
+    import_onnx(b.write("expand"));
     FAIL("import succeeded");
   } catch (const Error& e) {
     CHECK(e.code() == ExitCode::Unsupported);
-    CHECK_THAT(e.what(), Catch::Contains("node 'cast1' (Cast): not supported: op Cast on a value that is not a constant"));
+    CHECK_THAT(e.what(), Catch::Contains("node 'expand1' (Expand): not supported: op Expand on a value that is not a "
+                                         "constant"));
   }
 }

@@ -86,6 +86,15 @@ void check_gradients(const std::string& model, int64_t batch, int64_t micro, con
   }
 }
 
+// x -> GlobalAveragePool -> Flatten -> Gemm(fc, fcb, transB) -> "logits" (the weights
+// "fc" and "fcb" are the test's).
+void logits_head(test::OnnxModelBuilder& b, const std::string& x) {
+  b.node("GlobalAveragePool", {x}, {"gap"}, "gap");
+  b.node("Flatten", {"gap"}, {"flat"}, "flatten");
+  auto& fc = b.node("Gemm", {"flat", "fc", "fcb"}, {"logits"}, "fc");
+  test::set_int(fc, "transB", 1);
+}
+
 }  // namespace
 
 TEST_CASE("trainer gradients match finite differences: conv, pooling, element-wise, Concat, Pad", "[trainer][gradcheck]") {
@@ -303,10 +312,7 @@ TEST_CASE("trainer gradients match finite differences: ConvTranspose", "[trainer
   b.node("Sigmoid", {"u1"}, {"s1"}, "sigmoid");
   auto& t2 = b.node("ConvTranspose", {"s1", "wt2"}, {"u2"}, "up2");
   test::set_int(t2, "group", 2);
-  b.node("GlobalAveragePool", {"u2"}, {"gap"}, "gap");
-  b.node("Flatten", {"gap"}, {"flat"}, "flatten");
-  auto& fc = b.node("Gemm", {"flat", "fc", "fcb"}, {"logits"}, "fc");
-  test::set_int(fc, "transB", 1);
+  logits_head(b, "u2");
   const std::string path = b.write("gradcheck_conv_transpose");
   const Data d = labelled_data(5, 2 * 4 * 4, 3, 13);
   check_gradients(path, 5, 2, d);  // micro-batches 2 + 2 + 1
@@ -342,10 +348,7 @@ TEST_CASE("trainer gradients match finite differences: Resize", "[trainer][gradc
   test::set_string(r3, "coordinate_transformation_mode", "align_corners");
   auto& c2 = b.node("Conv", {"r3", "w2"}, {"c2"}, "conv2");
   test::set_ints(c2, "pads", {1, 1, 1, 1});
-  b.node("GlobalAveragePool", {"c2"}, {"gap"}, "gap");
-  b.node("Flatten", {"gap"}, {"flat"}, "flatten");
-  auto& fc = b.node("Gemm", {"flat", "fc", "fcb"}, {"logits"}, "fc");
-  test::set_int(fc, "transB", 1);
+  logits_head(b, "c2");
   const std::string path = b.write("gradcheck_resize");
   check_gradients(path, 5, 2, labelled_data(5, 2 * 5 * 4, 3, 22));
 }
@@ -365,10 +368,7 @@ TEST_CASE("trainer gradients match finite differences: LayerNormalization", "[tr
   b.node("Relu", {"n1"}, {"r1"}, "relu");
   auto& n2 = b.node("LayerNormalization", {"r1", "s2"}, {"n2"}, "norm2");
   test::set_float(n2, "epsilon", 1e-3f);
-  b.node("GlobalAveragePool", {"n2"}, {"gap"}, "gap");
-  b.node("Flatten", {"gap"}, {"flat"}, "flatten");
-  auto& fc = b.node("Gemm", {"flat", "fc", "fcb"}, {"logits"}, "fc");
-  test::set_int(fc, "transB", 1);
+  logits_head(b, "n2");
   check_gradients(b.write("gradcheck_layer_norm"), 5, 2, labelled_data(5, 2 * 5 * 4, 3, 32));
 }
 
@@ -385,10 +385,7 @@ TEST_CASE("trainer gradients match finite differences: PRelu", "[trainer][gradch
   b.node("PRelu", {"c1", "slopes"}, {"p1"}, "prelu1");
   b.node("Conv", {"p1", "w2"}, {"c2"}, "conv2");
   b.node("PRelu", {"c2", "slope"}, {"p2"}, "prelu2");
-  b.node("GlobalAveragePool", {"p2"}, {"gap"}, "gap");
-  b.node("Flatten", {"gap"}, {"flat"}, "flatten");
-  auto& fc = b.node("Gemm", {"flat", "fc", "fcb"}, {"logits"}, "fc");
-  test::set_int(fc, "transB", 1);
+  logits_head(b, "p2");
   check_gradients(b.write("gradcheck_prelu"), 5, 2, labelled_data(5, 2 * 5 * 4, 3, 42));
 }
 
@@ -408,10 +405,7 @@ TEST_CASE("trainer gradients match finite differences: DepthToSpace and SpaceToD
   test::set_int(b.node("SpaceToDepth", {"s1"}, {"u1"}, "unshuffle"), "blocksize", 2);
   b.node("Conv", {"u1", "w2"}, {"c2"}, "conv2");
   test::set_int(b.node("DepthToSpace", {"c2"}, {"d2"}, "depth_to_space"), "blocksize", 2);
-  b.node("GlobalAveragePool", {"d2"}, {"gap"}, "gap");
-  b.node("Flatten", {"gap"}, {"flat"}, "flatten");
-  auto& fc = b.node("Gemm", {"flat", "fc", "fcb"}, {"logits"}, "fc");
-  test::set_int(fc, "transB", 1);
+  logits_head(b, "d2");
   check_gradients(b.write("gradcheck_depth_space"), 5, 2, labelled_data(5, 2 * 3 * 4, 3, 52));
 }
 
@@ -426,10 +420,7 @@ TEST_CASE("trainer gradients match finite differences: InstanceNormalization", "
   test::set_ints(c1, "pads", {1, 1, 1, 1});
   b.node("InstanceNormalization", {"c1", "scale", "bias"}, {"n1"}, "instance_norm");
   b.node("Relu", {"n1"}, {"r1"}, "relu");
-  b.node("GlobalAveragePool", {"r1"}, {"gap"}, "gap");
-  b.node("Flatten", {"gap"}, {"flat"}, "flatten");
-  auto& fc = b.node("Gemm", {"flat", "fc", "fcb"}, {"logits"}, "fc");
-  test::set_int(fc, "transB", 1);
+  logits_head(b, "r1");
   const std::string path = b.write("gradcheck_instance_norm");
   check_gradients(path, 5, 2, labelled_data(5, 2 * 5 * 4, 3, 62));
   model::TrainerOptions o;
@@ -458,9 +449,6 @@ TEST_CASE("trainer gradients match finite differences: Gather of an activation",
   test::set_int(b.node("Gather", {"s1", "rows"}, {"g2"}, "pick_rows"), "axis", 2);
   b.node("Reshape", {"g2", "shape"}, {"r2"}, "to_4d");
   b.int64_initializer("shape", {0, 3, 4, 4});
-  b.node("GlobalAveragePool", {"r2"}, {"gap"}, "gap");
-  b.node("Flatten", {"gap"}, {"flat"}, "flatten");
-  auto& fc = b.node("Gemm", {"flat", "fc", "fcb"}, {"logits"}, "fc");
-  test::set_int(fc, "transB", 1);
+  logits_head(b, "r2");
   check_gradients(b.write("gradcheck_gather"), 5, 2, labelled_data(5, 2 * 5 * 4, 3, 72));
 }
