@@ -29,6 +29,7 @@ struct TrainOptions {
   int threads = 1;
   bool intra_kernel = false;
   uint64_t seed = 0;  // dropout masks
+  int32_t ignore_label = -1;  // a label value that counts nowhere (-1: none)
 };
 
 // The batch-parallel trainer of this model on its generated kernels. Errors are
@@ -38,7 +39,8 @@ class Trainer {
   // Reads the initial weights (NAME.weights, generated beside this file).
   explicit Trainer(const std::string& weights_path, const TrainOptions& options = {});
   // One SGD step with momentum on `count` samples (1 <= count <= kBatch): pixels
-  // dense NCHW, labels in [0, kClasses); the loss is their mean cross-entropy.
+  // dense NCHW, labels in [0, kClasses) or ignore_label, one per sample (or H x W for
+  // a segmentation model's logits); the loss is their mean cross-entropy.
   convgen::model::StepStats train_step(const float* pixels, const int32_t* labels, int64_t count);
   // Forward only: loss and correct count, no state changes.
   convgen::model::StepStats evaluate(const float* pixels, const int32_t* labels, int64_t count);

@@ -154,6 +154,7 @@ Trainer::Trainer(const std::string& weights_path, const TrainOptions& options) {
   o.threads = options.threads;
   o.intra_kernel = options.intra_kernel;
   o.seed = options.seed;
+  o.ignore_label = options.ignore_label;
   engine_ = std::make_unique<convgen::model::Trainer>(training_graph(weights.data()), o,
                                                       convgen::target_info(kTarget),
                                                       make_aot_conv_factory(kernel_table(), kRegenerate));

@@ -193,8 +193,11 @@ void lower_resize(const NodeContext& c, int opset, Attributes& a) {
   const std::vector<int64_t>& out = c.output_value(0).shape;
   const size_t rank = x.shape.size();
   if (rank != 3 && rank != 4) c.unsupported(fmt::format("input of rank {} (resizing N, C, [H,] W tensors only)", rank));
+  // Models below opset 11 reach lowering upgraded by ONNX's converter: Upsample became
+  // Resize, which now has a roi input, but no coordinate_transformation_mode -- the old
+  // semantics come from the file's own opset.
   const bool upsample = c.op() == "Upsample";
-  const int scales_input = upsample || opset < 11 ? 1 : 2;
+  const int scales_input = upsample || c.proto().input_size() == 2 ? 1 : 2;
   std::vector<float> scales;
   if (upsample && !c.has_input(1)) scales = c.attr_floats("scales", {});
   // An empty scales tensor stands for "absent" when sizes are given.
@@ -206,7 +209,7 @@ void lower_resize(const NodeContext& c, int opset, Attributes& a) {
   else if (mode == "cubic" && !upsample) r.mode = ops::ResizeMode::Cubic;
   else c.bad_attr("mode", "'" + mode + "'", upsample ? "expected nearest or linear" : "expected nearest, linear or cubic");
   // Upsample and opset-10 Resize: asymmetric coordinates, nearest rounds down.
-  const bool old = upsample || opset < 11;
+  const bool old = upsample || opset < 11 || c.graph().opset < 11;
   const std::string coordinates = old ? "asymmetric" : c.attr_string("coordinate_transformation_mode", "half_pixel");
   static const std::map<std::string, ops::ResizeCoordinates> coordinate_modes = {
       {"half_pixel", ops::ResizeCoordinates::HalfPixel},

@@ -45,7 +45,9 @@ std::string strip_softmax(Graph& g) {
     if (n.op != Op::Softmax && n.op != Op::LogSoftmax) return out;
     const std::string logits = n.inputs[0];
     const size_t rank = g.value(logits).shape.size();
-    if ((rank != 2 && rank != 4) || n.attributes.axis != 1)
+    // Before opset 13 a Softmax flattens from its axis: on [N, K, H, W] that is one
+    // distribution over K*H*W, not one per pixel.
+    if ((rank != 2 && rank != 4) || n.attributes.axis != 1 || (rank == 4 && n.attributes.softmax_coerce_2d))
       throw unsupported(g, n, "the training loss needs a softmax over axis 1 of [N, classes] or [N, classes, H, W] logits");
     g.values.erase(out);
     g.outputs[0] = logits;

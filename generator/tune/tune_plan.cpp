@@ -43,17 +43,19 @@ class ItemList {
 void add_model(const std::string& path, const TuneSources& src, const TargetInfo& t, ItemList& items,
                std::vector<std::string>* why) {
   if (!src.train) {
-    // What `convgen compile` runs: forward kernels of the fused inference graph.
+    // What `convgen compile` runs: forward kernels of the fused inference graph, and the
+    // backward-data kernels of its ConvTranspose nodes.
     if (std::find(src.passes.begin(), src.passes.end(), "fwd") == src.passes.end())
-      throw Error(ExitCode::Usage, fmt::format("tune: {}: an inference model runs forward kernels only; add fwd to "
-                                               "--passes, or tune with --train",
+      throw Error(ExitCode::Usage, fmt::format("tune: {}: an inference model runs forward kernels only (its "
+                                               "ConvTranspose layers' are backward-data kernels, tuned with them); "
+                                               "add fwd to --passes, or tune with --train",
                                                path));
     model::ImportOptions import;
     if (src.batch > 0) import.batch = src.batch;
     model::Graph g = model::import_onnx(path, import);
     model::fuse_for_inference(g, why);
     for (const model::PlannedKernel& k : model::plan_kernels(g, t, "", nullptr))
-      for (const std::string& layer : k.layers) items.add(k.descriptor, "fwd", path + ":" + layer);
+      for (const std::string& layer : k.layers) items.add(k.descriptor, k.pass, path + ":" + layer);
     return;
   }
   model::TrainerOptions topt;

@@ -24,6 +24,33 @@ V rows(const V& v) {
   return {v.data, {v.elements() / last, last}, false};
 }
 
+// LayerNormalization and Gather work on dense rows; a value a convolution reads or
+// writes is channels-last. `v` itself when dense, else its dense copy in `scratch`.
+ConstView dense(const ConstView& v, std::vector<float>& scratch) {
+  if (!v.channels_last) return v;
+  scratch.resize(static_cast<size_t>(v.elements()));
+  copy_layout(v, View{scratch.data(), v.shape, false});
+  return {scratch.data(), v.shape, false};
+}
+
+// Runs `compute(out)` on a dense destination of to's shape -- `to` itself when it is dense
+// and written, else `scratch` -- then stores that into `to` in its layout, or adds it.
+template <typename F>
+void into(const View& to, bool accumulate, std::vector<float>& scratch, F compute) {
+  if (!to.channels_last && !accumulate) return compute(to);
+  scratch.resize(static_cast<size_t>(to.elements()));
+  const View out{scratch.data(), to.shape, false};
+  compute(out);
+  if (!accumulate) return copy_layout(out, to);
+  if (to.channels_last) {
+    std::vector<float> laid(scratch.size());
+    copy_layout(out, View{laid.data(), to.shape, true});
+    for (size_t i = 0; i < laid.size(); ++i) to.data[i] += laid[i];
+    return;
+  }
+  for (size_t i = 0; i < scratch.size(); ++i) to.data[i] += scratch[i];
+}
+
 }  // namespace
 
 void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
@@ -65,12 +92,19 @@ void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
     case Op::DepthToSpace: case Op::SpaceToDepth:
       ops::depth_space(x(0), y, a.blocksize, a.crd, n.op == Op::DepthToSpace, false);
       return;
-    case Op::Gather: ops::gather(x(0), a.axis, a.indices, y); return;
+    case Op::Gather: {
+      thread_local std::vector<float> in_scratch, out_scratch;
+      const ConstView in = dense(x(0), in_scratch);
+      return into(y, false, out_scratch, [&](const View& out) { ops::gather(in, a.axis, a.indices, out); });
+    }
     case Op::LayerNormalization: {
       const bool scale = n.inputs.size() > 1 && !n.inputs[1].empty(), bias = n.inputs.size() > 2 && !n.inputs[2].empty();
-      ops::layer_norm(x(0), scale ? x(1).data : nullptr, scale ? x(1).elements() : 0, bias ? x(2).data : nullptr,
-                      bias ? x(2).elements() : 0, a.axis, a.epsilon, y);
-      return;
+      thread_local std::vector<float> in_scratch, out_scratch;
+      const ConstView in = dense(x(0), in_scratch);
+      return into(y, false, out_scratch, [&](const View& out) {
+        ops::layer_norm(in, scale ? x(1).data : nullptr, scale ? x(1).elements() : 0, bias ? x(2).data : nullptr,
+                        bias ? x(2).elements() : 0, a.axis, a.epsilon, out);
+      });
     }
     case Op::Gemm: {
       const ConstView c = n.inputs.size() > 2 && !n.inputs[2].empty() ? x(2) : ConstView{};
@@ -233,16 +267,20 @@ void Trainer::Impl::backward(Slot& slot, size_t node_index) {
       return;
     }
     case Op::LayerNormalization: {
+      thread_local std::vector<float> x_scratch, dy_scratch, dx_scratch;
+      const ConstView in = dense(x(0), x_scratch), g = dense(dy, dy_scratch);
       if (wants_grad(in_id(0))) {
         const Target t = target_for(slot, in_id(0));
         const bool scale = n.inputs.size() > 1 && !n.inputs[1].empty();
-        ops::layer_norm_backward_input(x(0), scale ? x(1).data : nullptr, scale ? x(1).elements() : 0, dy, a.axis,
-                                       a.epsilon, t.view, t.accumulate);
+        into(t.view, t.accumulate, dx_scratch, [&](const View& out) {
+          ops::layer_norm_backward_input(in, scale ? x(1).data : nullptr, scale ? x(1).elements() : 0, g, a.axis,
+                                         a.epsilon, out, false);
+        });
       }
       for (int which : {1, 2}) {
         if (size_t(which) >= n.inputs.size() || n.inputs[size_t(which)].empty() || !wants_grad(in_id(which))) continue;
         const Target t = target_for(slot, in_id(which));
-        ops::layer_norm_backward_parameter(x(0), dy, a.axis, a.epsilon, which, t.view.data, t.view.elements(),
+        ops::layer_norm_backward_parameter(in, g, a.axis, a.epsilon, which, t.view.data, t.view.elements(),
                                            t.accumulate);
       }
       return;
@@ -250,7 +288,10 @@ void Trainer::Impl::backward(Slot& slot, size_t node_index) {
     case Op::Gather: {
       if (!wants_grad(in_id(0))) return;
       const Target t = target_for(slot, in_id(0));
-      return ops::gather_backward(dy, a.axis, a.indices, t.view, t.accumulate);
+      thread_local std::vector<float> dy_scratch, dx_scratch;
+      const ConstView g = dense(dy, dy_scratch);
+      return into(t.view, t.accumulate, dx_scratch,
+                  [&](const View& out) { ops::gather_backward(g, a.axis, a.indices, out, false); });
     }
     case Op::DepthToSpace: case Op::SpaceToDepth: {
       if (!wants_grad(in_id(0))) return;

@@ -135,7 +135,14 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
   // The mean is over the labelled positions of the whole mini-batch, so every
   // micro-batch's gradient is scaled by the same count (none labelled: no gradient).
   int64_t labelled = 0;
-  for (int64_t i = 0, n = count * tg.label_elements; i < n; ++i) labelled += labels[i] != options.ignore_label;
+  for (int64_t i = 0, n = count * tg.label_elements; i < n; ++i) {
+    if (labels[i] == options.ignore_label) continue;
+    if (labels[i] < 0 || labels[i] >= tg.classes)
+      throw Error(ExitCode::BadData, fmt::format("trainer: label {} at position {} of the batch is outside [0, {}) and "
+                                                 "is not the ignored label",
+                                                 labels[i], i, tg.classes));
+    ++labelled;
+  }
   const double scale = labelled > 0 ? 1.0 / double(labelled) : 0.0;
   const std::vector<Phase>& phases = train ? train_phases : eval_phases;
   auto run = [&](size_t phase, int64_t i) {

@@ -82,9 +82,10 @@ void Trainer::Impl::index_values() {
   }
   // A MatMul over the last axis of a tensor of rank 3 or 4 (ConvNeXt's Linear layers on
   // [N, H, W, C]) reads and writes it as rows of a dense matrix.
-  // LayerNormalization normalises dense rows too, and Gather picks dense blocks.
+  // (LayerNormalization and Gather convert to dense rows themselves: their inputs are
+  // often a convolution's, which must stay channels-last.)
   for (const Node& n : g.nodes)
-    if (n.op == Op::MatMul || n.op == Op::Gemm || n.op == Op::LayerNormalization || n.op == Op::Gather)
+    if (n.op == Op::MatMul || n.op == Op::Gemm)
       for (const std::string& name : {n.inputs[0], n.outputs[0]}) values[value_id.at(name)].channels_last = false;
   parameters.resize(tg.trainable.size());
   for (size_t i = 0; i < tg.trainable.size(); ++i) {

@@ -8,6 +8,8 @@
 #include <functional>
 #include <map>
 
+#include "generator/model/executor.h"
+#include "generator/onnx/import.h"
 #include "generator/train/trainer_from_model.h"
 #include "runtime/data/train_data.h"
 #include "runtime/train/train_ops.h"
@@ -316,4 +318,57 @@ TEST_CASE("Dropout masks: keyed by the node's output name, not its position in t
   CHECK(kept > 32);
   CHECK(kept < 96);
   CHECK(ops::dropout_stream("dropped") != ops::dropout_stream("dropped_"));
+}
+
+TEST_CASE("trainer: its forward equals the executor's where row ops meet convolutions' layouts", "[trainer]") {
+  // Conv -> InstanceNormalization -> Relu -> Conv -> LayerNormalization (axis 1) ->
+  // Gather (channels) -> Conv -> GlobalAveragePool -> Flatten -> Gemm: the row ops read
+  // and write values the convolutions hold channels-last. The trainer's forward (no
+  // BatchNorm, no Dropout: nothing differs from inference) must match the executor's,
+  // which plans layout conversions explicitly.
+  test::OnnxModelBuilder b(17);
+  b.input("x", {-1, 2, 6, 5}).output("logits", 2);
+  b.weights("w1", {4, 2, 3, 3}).weights("s1", {4}).weights("b1", {4}).weights("w2", {4, 4, 1, 1});
+  b.weights("s2", {4, 6, 5}).weights("w3", {3, 3, 3, 3}).weights("fc", {5, 3}).weights("fcb", {5});
+  for (auto& t : *b.model().mutable_graph()->mutable_initializer())
+    for (int i = 0; i < t.float_data_size(); ++i)
+      t.set_float_data(i, 0.3f * std::sin(1.3f * float(i) + float(t.name().size())));
+  b.int64_initializer("pick", {3, 0, 2});
+  auto& c1 = b.node("Conv", {"x", "w1"}, {"c1"}, "conv1");
+  test::set_ints(c1, "pads", {1, 1, 1, 1});
+  b.node("InstanceNormalization", {"c1", "s1", "b1"}, {"n1"}, "instance_norm");
+  b.node("Relu", {"n1"}, {"r1"}, "relu");
+  b.node("Conv", {"r1", "w2"}, {"c2"}, "conv2");
+  test::set_int(b.node("LayerNormalization", {"c2", "s2"}, {"n2"}, "layer_norm"), "axis", 1);
+  test::set_int(b.node("Gather", {"n2", "pick"}, {"g2"}, "pick_channels"), "axis", 1);
+  auto& c3 = b.node("Conv", {"g2", "w3"}, {"c3"}, "conv3");
+  test::set_ints(c3, "pads", {1, 1, 1, 1});
+  b.node("GlobalAveragePool", {"c3"}, {"gap"}, "gap");
+  b.node("Flatten", {"gap"}, {"flat"}, "flatten");
+  auto& fc = b.node("Gemm", {"flat", "fc", "fcb"}, {"logits"}, "fc");
+  test::set_int(fc, "transB", 1);
+  const std::string path = b.write("row_ops_layouts");
+
+  const int64_t batch = 4;
+  Tensor x({batch, 2, 6, 5}, false);
+  for (size_t i = 0; i < x.data.size(); ++i) x.data[i] = std::cos(0.37f * float(i));
+  model::ImportOptions options;
+  options.batch = batch;
+  model::ModelExecutor exec(model::import_onnx(path, options), default_target(), "", nullptr, 1);
+  const std::vector<Tensor> want = exec.run({{"x", x}});
+  model::TrainerOptions o;
+  o.batch = batch;
+  o.micro_batch = 2;
+  o.threads = 2;
+  auto trainer = model::make_trainer(path, o, default_target());
+  std::vector<float> got(static_cast<size_t>(batch * 5));
+  trainer->forward(x.data.data(), batch, got.data());
+  REQUIRE(want.at(0).data.size() == got.size());
+  double scale = 0.0, worst = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    scale = std::max(scale, double(std::fabs(want[0].data[i])));
+    worst = std::max(worst, double(std::fabs(got[i] - want[0].data[i])));
+  }
+  INFO("largest difference " << worst << " of max |logit| " << scale);
+  CHECK(worst <= 1e-5 * scale);
 }
