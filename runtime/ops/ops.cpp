@@ -383,24 +383,33 @@ void pad(const ConstView& x, const std::vector<int64_t>& pads, float value, cons
   });
 }
 
+RowStatistics layer_norm_row(const float* row, int64_t cols, float epsilon) {
+  double sum = 0.0;
+  for (int64_t j = 0; j < cols; ++j) sum += row[j];
+  const double mean = sum / double(cols);
+  double squares = 0.0;
+  for (int64_t j = 0; j < cols; ++j) squares += (row[j] - mean) * (row[j] - mean);
+  return {mean, 1.0 / std::sqrt(squares / double(cols) + double(epsilon))};
+}
+
+int64_t layer_norm_row_length(const std::vector<int64_t>& shape, int64_t axis) {
+  int64_t cols = 1;
+  for (size_t d = size_t(axis); d < shape.size(); ++d) cols *= shape[d];
+  return cols;
+}
+
 void layer_norm(const ConstView& x, const float* scale, int64_t scale_elements, const float* bias,
                 int64_t bias_elements, int64_t axis, float epsilon, const View& y) {
-  int64_t cols = 1;
-  for (size_t d = size_t(axis); d < x.shape.size(); ++d) cols *= x.shape[d];
+  const int64_t cols = layer_norm_row_length(x.shape, axis);
   const int64_t rows = cols > 0 ? x.elements() / cols : 0;
   const bool one_scale = scale_elements == 1, one_bias = bias_elements == 1;
 #pragma omp parallel for schedule(static) if (x.elements() > 65536)
   for (int64_t r = 0; r < rows; ++r) {
     const float* in = x.data + r * cols;
     float* out = y.data + r * cols;
-    double sum = 0.0;
-    for (int64_t j = 0; j < cols; ++j) sum += in[j];
-    const double mean = sum / double(cols);
-    double squares = 0.0;
-    for (int64_t j = 0; j < cols; ++j) squares += (in[j] - mean) * (in[j] - mean);
-    const double inv = 1.0 / std::sqrt(squares / double(cols) + double(epsilon));
+    const RowStatistics s = layer_norm_row(in, cols, epsilon);
     for (int64_t j = 0; j < cols; ++j) {
-      const double z = (in[j] - mean) * inv * (scale ? scale[one_scale ? 0 : j] : 1.0f);
+      const double z = (in[j] - s.mean) * s.inv * (scale ? scale[one_scale ? 0 : j] : 1.0f);
       out[j] = static_cast<float>(bias ? z + bias[one_bias ? 0 : j] : z);
     }
   }

@@ -64,6 +64,14 @@ void pad(const ConstView& x, const std::vector<int64_t>& pads, float value, cons
 // be null: one, zero) hold one value per row element, or one value for all; dense x and y.
 void layer_norm(const ConstView& x, const float* scale, int64_t scale_elements, const float* bias,
                 int64_t bias_elements, int64_t axis, float epsilon, const View& y);
+// One row's statistics as layer_norm computes them (its backward recomputes them so):
+// the mean and 1 / sqrt(biased variance + epsilon), in double, in order.
+struct RowStatistics {
+  double mean, inv;
+};
+RowStatistics layer_norm_row(const float* row, int64_t cols, float epsilon);
+// prod(shape[axis:]): the values layer_norm normalises together.
+int64_t layer_norm_row_length(const std::vector<int64_t>& shape, int64_t axis);
 // Gather along axis with indices (in range, non-negative) over dense x and y: y's block
 // o, k is x's block o, indices[k] (blocks of prod(shape[axis+1:]) values). Its backward
 // adds each of dy's blocks onto dx's (or writes dx, zeroed first), in y's order.

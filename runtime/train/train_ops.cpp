@@ -648,37 +648,14 @@ void dropout_backward(const ConstView& dy, const float* mask, const View& dx, bo
 
 // ---- LayerNormalization ------------------------------------------------------------
 
-namespace {
-
-struct RowStats {
-  double mean, inv;
-};
-
-RowStats row_stats(const float* in, int64_t cols, float epsilon) {
-  double sum = 0.0;
-  for (int64_t j = 0; j < cols; ++j) sum += in[j];
-  const double mean = sum / double(cols);
-  double squares = 0.0;
-  for (int64_t j = 0; j < cols; ++j) squares += (in[j] - mean) * (in[j] - mean);
-  return {mean, 1.0 / std::sqrt(squares / double(cols) + double(epsilon))};
-}
-
-int64_t normalised_elements(const std::vector<int64_t>& shape, int64_t axis) {
-  int64_t cols = 1;
-  for (size_t d = size_t(axis); d < shape.size(); ++d) cols *= shape[d];
-  return cols;
-}
-
-}  // namespace
-
 void layer_norm_backward_input(const ConstView& x, const float* scale, int64_t scale_elements, const ConstView& dy,
                                int64_t axis, float epsilon, const View& dx, bool accumulate) {
-  const int64_t cols = normalised_elements(x.shape, axis), rows = cols > 0 ? x.elements() / cols : 0;
+  const int64_t cols = layer_norm_row_length(x.shape, axis), rows = cols > 0 ? x.elements() / cols : 0;
   const bool one = scale_elements == 1;
   for (int64_t r = 0; r < rows; ++r) {
     const float* in = x.data + r * cols;
     const float* d = dy.data + r * cols;
-    const RowStats s = row_stats(in, cols, epsilon);
+    const RowStatistics s = layer_norm_row(in, cols, epsilon);
     double g_sum = 0.0, gx_sum = 0.0;
     for (int64_t j = 0; j < cols; ++j) {
       const double g = double(d[j]) * (scale ? scale[one ? 0 : j] : 1.0f);
@@ -696,12 +673,12 @@ void layer_norm_backward_input(const ConstView& x, const float* scale, int64_t s
 
 void layer_norm_backward_parameter(const ConstView& x, const ConstView& dy, int64_t axis, float epsilon, int which,
                                    float* param, int64_t param_elements, bool accumulate) {
-  const int64_t cols = normalised_elements(x.shape, axis), rows = cols > 0 ? x.elements() / cols : 0;
+  const int64_t cols = layer_norm_row_length(x.shape, axis), rows = cols > 0 ? x.elements() / cols : 0;
   std::vector<double> sums(static_cast<size_t>(param_elements == 1 ? 1 : cols), 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     const float* in = x.data + r * cols;
     const float* d = dy.data + r * cols;
-    const RowStats s = which == 1 ? row_stats(in, cols, epsilon) : RowStats{0.0, 0.0};
+    const RowStatistics s = which == 1 ? layer_norm_row(in, cols, epsilon) : RowStatistics{0.0, 0.0};
     for (int64_t j = 0; j < cols; ++j) {
       const double v = which == 1 ? double(d[j]) * ((in[j] - s.mean) * s.inv) : double(d[j]);
       sums[param_elements == 1 ? 0 : size_t(j)] += v;
