@@ -76,7 +76,8 @@ class Writer {
       case StepKind::Concat: {
         std::string xs;
         for (size_t i = 0; i < s.inputs.size(); ++i) xs += (i ? ", " : "") + x(i);
-        return fmt::format("convgen::ops::concat({{{}}}, {}, {});", xs, a.axis, y);
+        if (a.indices.empty()) return fmt::format("convgen::ops::concat({{{}}}, {}, {});", xs, a.axis, y);
+        return fmt::format("convgen::ops::concat({{{}}}, {}, {}, {});", xs, a.axis, y, ints(a.indices));
       }
       case StepKind::Copy: {
         const PlanBuffer& in = p_.buffers[s.inputs[0]];

@@ -96,7 +96,7 @@ void run_plan_step(const PlanStep& s, const Plan& p, float* arena, const float* 
     case StepKind::Concat: {
       std::vector<ConstView> xs;
       for (size_t i = 0; i < s.inputs.size(); ++i) xs.push_back(x(i));
-      ops::concat(xs, a.axis, y);
+      ops::concat(xs, a.axis, y, a.indices);
       return;
     }
     case StepKind::Copy: {

@@ -1,5 +1,7 @@
 #include "generator/model/fusion.h"
 
+#include "generator/model/channel_order_folding.h"
+
 #include <cmath>
 #include <map>
 
@@ -98,6 +100,7 @@ void fuse(Graph& g, const std::vector<Op>& followers, std::vector<std::string>* 
 }  // namespace
 
 void fuse_for_inference(Graph& g, std::vector<std::string>* why) {
+  fold_channel_permutations(g, why);
   fuse(g, {Op::BatchNormalization, Op::Relu}, why);
 }
 

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/ops/ops.h"
 #include "schedules/errors.h"
 
 namespace convgen::model {
@@ -194,9 +195,16 @@ class Planner {
       case Op::ReduceProd: case Op::ReduceSumSquare: case Op::ReduceL1: case Op::ReduceLogSum: case Op::ReduceLogSumExp:
         step(StepKind::Reduce, n, {in(0)}, define(n.outputs[0], out_shape, false));
         return;
-      case Op::Gather:
-        step(StepKind::Gather, n, {in_layout(in(0), false, n.name)}, define(n.outputs[0], out_shape, false));
+      case Op::Gather: {
+        // Channels of an activation (a shuffle) stay in its layout; other axes read dense.
+        const int x = in(0);
+        if (ops::gather_layouts_supported(plan_.buffers[x].shape, n.attributes.axis, out_shape)) {
+          step(StepKind::Gather, n, {x}, define(n.outputs[0], out_shape, layout_of(x)));
+          return;
+        }
+        step(StepKind::Gather, n, {in_layout(x, false, n.name)}, define(n.outputs[0], out_shape, false));
         return;
+      }
       case Op::DepthToSpace:
       case Op::SpaceToDepth: {
         const int x = in(0);
@@ -208,9 +216,13 @@ class Planner {
         step(StepKind::Resize, n, {x}, define(n.outputs[0], out_shape, layout_of(x)));
         return;
       }
-      case Op::Slice:
-        step(StepKind::Slice, n, {in(0)}, define(n.outputs[0], out_shape, false));
+      case Op::Slice: {
+        // Any window reads through strides: the output keeps the input's layout (Split's
+        // channel halves before a Conv need no conversion).
+        const int x = in(0);
+        step(StepKind::Slice, n, {x}, define(n.outputs[0], out_shape, layout_of(x)));
         return;
+      }
       case Op::LayerNormalization: {
         // Absent scale or bias: -1.
         std::vector<int> ins = {in_layout(in(0), false, n.name)};

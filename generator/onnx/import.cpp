@@ -15,6 +15,7 @@
 #include <onnx/shape_inference/implementation.h>
 #include <onnx/version_converter/convert.h>
 
+#include "generator/onnx/channel_shuffle.h"
 #include "generator/onnx/constant_folding.h"
 #include "generator/onnx/lowering.h"
 #include "schedules/errors.h"
@@ -414,6 +415,7 @@ Graph import_onnx(const std::string& path, const ImportOptions& options) {
     collect_values(model, g);
   }
   lower_nodes(model.graph(), std::max(opset, kLoweringOpset), g);
+  fold_channel_shuffles(g);
   return g;
 }
 

@@ -13,7 +13,9 @@
 //      any other dynamic dimension is an error); ONNX shape inference, strict;
 //   5. constant sub-graphs are folded (generator/onnx/constant_folding.h: Constant nodes,
 //      PyTorch's shape chains before Reshape and its F.pad chain) and every node is lowered to one Op with
-//      normalised attributes (generator/onnx/lowering.cpp); float32 only.
+//      normalised attributes (generator/onnx/lowering.cpp); float32 only;
+//   6. channel shuffles (Reshape-Transpose-Reshape) become one channel Gather
+//      (generator/onnx/channel_shuffle.h).
 #pragma once
 
 #include <cstdint>

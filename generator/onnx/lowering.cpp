@@ -568,6 +568,10 @@ Node lower_node(const NodeContext& c, int opset) {
     if (op == "Reshape") c.constant_input(1, "the target shape");
     if (op != "Reshape" && c.has_input(1)) c.constant_input(1, "the axes");
     a.shape = c.output_value(0).shape;
+    // ONNX's shape inference does not check this when the target shape is all explicit.
+    if (c.output_value(0).elements() != c.input(0).elements())
+      c.bad(fmt::format("{} to shape {}: {} elements into {}", op, list(a.shape), c.input(0).elements(),
+                        c.output_value(0).elements()));
     node.inputs.resize(1);
     return node;
   }

@@ -104,7 +104,9 @@ struct Attributes {
   float pad_value = 0.0f;
   // Resize: mode, coordinates, rounding and per-spatial-axis scales
   ops::ResizeSpec resize;
-  // Gather: the indices along `axis` (non-negative, flattened in their own shape's order)
+  // Gather: the indices along `axis` (non-negative, flattened in their own shape's order).
+  // Concat (inference graphs only, generator/model/fusion.h): empty, or the order of the
+  // joined axis's positions in the output (a channel shuffle folded in)
   std::vector<int64_t> indices;
   // DepthToSpace, SpaceToDepth: the block edge; DepthToSpace's mode (CRD: channel-major
   // blocks, else DCR: depth-major, SpaceToDepth's order)

@@ -292,19 +292,41 @@ void matmul(const ConstView& a_in, const ConstView& b_in, const View& y) {
   });
 }
 
-void concat(const std::vector<ConstView>& xs, int64_t axis, const View& y) {
+void concat(const std::vector<ConstView>& xs, int64_t axis, const View& y, const std::vector<int64_t>& order) {
+  // Per position along the axis of the concatenation: the input and its index there.
+  std::vector<std::pair<size_t, int64_t>> joined;
+  for (size_t i = 0; i < xs.size(); ++i)
+    for (int64_t j = 0; j < xs[i].shape[size_t(axis)]; ++j) joined.emplace_back(i, j);
+  std::vector<std::pair<size_t, int64_t>> source = joined;  // per output position
+  if (!order.empty())
+    for (size_t k = 0; k < order.size(); ++k) source[k] = joined[size_t(order[k])];
   bool channels_last = y.channels_last && axis == 1;
   for (const ConstView& t : xs) channels_last = channels_last && t.channels_last;
   if (channels_last) {
     // Channel concatenation in channels-last storage: per pixel, each input's channels.
     const int64_t pixels = y.elements() / y.shape[1], C = y.shape[1];
-    int64_t start = 0;
-    for (const ConstView& t : xs) {
-      const int64_t c = t.shape[1];
-      for (int64_t p = 0; p < pixels; ++p) std::copy(t.data + p * c, t.data + (p + 1) * c, y.data + p * C + start);
-      start += c;
+    if (order.empty()) {
+      int64_t start = 0;
+      for (const ConstView& t : xs) {
+        const int64_t c = t.shape[1];
+        for (int64_t p = 0; p < pixels; ++p) std::copy(t.data + p * c, t.data + (p + 1) * c, y.data + p * C + start);
+        start += c;
+      }
+      return;
     }
+    for (int64_t p = 0; p < pixels; ++p)
+      for (int64_t k = 0; k < C; ++k) {
+        const auto [i, c] = source[size_t(k)];
+        y.data[p * C + k] = xs[i].data[p * xs[i].shape[1] + c];
+      }
     return;
+  }
+  // Any layouts: per element of each input, its place in y.
+  std::vector<int64_t> place(joined.size());
+  for (size_t k = 0; k < source.size(); ++k) {
+    int64_t flat = source[k].second;
+    for (size_t i = 0; i < source[k].first; ++i) flat += xs[i].shape[size_t(axis)];
+    place[size_t(flat)] = int64_t(k);
   }
   const auto sy = y.strides();
   int64_t start = 0;
@@ -312,7 +334,7 @@ void concat(const std::vector<ConstView>& xs, int64_t axis, const View& y) {
     const auto st = t.strides();
     for_each_index(t.shape, [&](const std::vector<int64_t>& i) {
       std::vector<int64_t> o = i;
-      o[axis] += start;
+      o[axis] = place[size_t(start + i[axis])];
       y.data[offset(o, sy)] = t.data[offset(i, st)];
     });
     start += t.shape[axis];
@@ -428,8 +450,24 @@ std::array<int64_t, 3> gather_blocks(const std::vector<int64_t>& x_shape, int64_
 }  // namespace
 
 void gather(const ConstView& x, int64_t axis, const std::vector<int64_t>& indices, const View& y) {
-  const auto [outer, extent, inner] = gather_blocks(x.shape, axis);
   const int64_t k_end = static_cast<int64_t>(indices.size());
+  if (x.channels_last || y.channels_last) {
+    // Channels of a [N, C, spatial...] tensor (gather_layouts_supported).
+    const auto sx = x.strides(), sy = y.strides();
+    if (x.channels_last && y.channels_last) {
+      const int64_t pixels = y.elements() / k_end, C = x.shape[1];
+      for (int64_t p = 0; p < pixels; ++p)
+        for (int64_t k = 0; k < k_end; ++k) y.data[p * k_end + k] = x.data[p * C + indices[size_t(k)]];
+      return;
+    }
+    for_each_index(y.shape, [&](const std::vector<int64_t>& o) {
+      std::vector<int64_t> i = o;
+      i[1] = indices[size_t(o[1])];
+      y.data[offset(o, sy)] = x.data[offset(i, sx)];
+    });
+    return;
+  }
+  const auto [outer, extent, inner] = gather_blocks(x.shape, axis);
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t k = 0; k < k_end; ++k)
       std::copy_n(x.data + (o * extent + indices[size_t(k)]) * inner, inner, y.data + (o * k_end + k) * inner);
@@ -437,15 +475,34 @@ void gather(const ConstView& x, int64_t axis, const std::vector<int64_t>& indice
 
 void gather_backward(const ConstView& dy, int64_t axis, const std::vector<int64_t>& indices, const View& dx,
                      bool accumulate) {
-  const auto [outer, extent, inner] = gather_blocks(dx.shape, axis);
   if (!accumulate) std::fill(dx.data, dx.data + dx.elements(), 0.0f);
   const int64_t k_end = static_cast<int64_t>(indices.size());
+  if (dy.channels_last || dx.channels_last) {
+    const auto sdy = dy.strides(), sdx = dx.strides();
+    if (dy.channels_last && dx.channels_last) {
+      const int64_t pixels = dy.elements() / k_end, C = dx.shape[1];
+      for (int64_t p = 0; p < pixels; ++p)
+        for (int64_t k = 0; k < k_end; ++k) dx.data[p * C + indices[size_t(k)]] += dy.data[p * k_end + k];
+      return;
+    }
+    for_each_index(dy.shape, [&](const std::vector<int64_t>& o) {
+      std::vector<int64_t> i = o;
+      i[1] = indices[size_t(o[1])];
+      dx.data[offset(i, sdx)] += dy.data[offset(o, sdy)];
+    });
+    return;
+  }
+  const auto [outer, extent, inner] = gather_blocks(dx.shape, axis);
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t k = 0; k < k_end; ++k) {
       const float* from = dy.data + (o * k_end + k) * inner;
       float* to = dx.data + (o * extent + indices[size_t(k)]) * inner;
       for (int64_t e = 0; e < inner; ++e) to[e] += from[e];
     }
+}
+
+bool gather_layouts_supported(const std::vector<int64_t>& x_shape, int64_t axis, const std::vector<int64_t>& y_shape) {
+  return axis == 1 && x_shape.size() == y_shape.size() && (x_shape.size() == 3 || x_shape.size() == 4);
 }
 
 void depth_space(const ConstView& from, const View& to, int64_t block, bool crd, bool from_deep, bool accumulate) {

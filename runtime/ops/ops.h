@@ -48,7 +48,10 @@ void gemm(const ConstView& a, const ConstView& b, const ConstView* c, float alph
 // Numpy matmul (batch dimensions broadcast, 1-D operands promoted), dense operands.
 void matmul(const ConstView& a, const ConstView& b, const View& y);
 
-void concat(const std::vector<ConstView>& xs, int64_t axis, const View& y);
+// Concatenation along axis; with `order` (a permutation of the joined axis), y's
+// position k along the axis takes the joined position order[k] (a channel shuffle folded
+// into the concatenation, generator/model/fusion.h). Any layouts.
+void concat(const std::vector<ConstView>& xs, int64_t axis, const View& y, const std::vector<int64_t>& order = {});
 void transpose(const ConstView& x, const std::vector<int64_t>& perm, const View& y);
 // y[i] = x[first + i * step] per axis; y's shape is the window's.
 void slice(const ConstView& x, const std::vector<int64_t>& first, const std::vector<int64_t>& step, const View& y);
@@ -72,12 +75,15 @@ struct RowStatistics {
 RowStatistics layer_norm_row(const float* row, int64_t cols, float epsilon);
 // prod(shape[axis:]): the values layer_norm normalises together.
 int64_t layer_norm_row_length(const std::vector<int64_t>& shape, int64_t axis);
-// Gather along axis with indices (in range, non-negative) over dense x and y: y's block
-// o, k is x's block o, indices[k] (blocks of prod(shape[axis+1:]) values). Its backward
-// adds each of dy's blocks onto dx's (or writes dx, zeroed first), in y's order.
+// Gather along axis with indices (in range, non-negative): y's block o, k is x's block
+// o, indices[k] (blocks of prod(shape[axis+1:]) values). Its backward adds each of dy's
+// blocks onto dx's (or writes dx, zeroed first), in y's order. Dense x and y, or any
+// layouts where gather_layouts_supported (channels of [N, C, H, W] or [N, C, L] by a
+// 1-D index list: a channel shuffle or selection).
 void gather(const ConstView& x, int64_t axis, const std::vector<int64_t>& indices, const View& y);
 void gather_backward(const ConstView& dy, int64_t axis, const std::vector<int64_t>& indices, const View& dx,
                      bool accumulate);
+bool gather_layouts_supported(const std::vector<int64_t>& x_shape, int64_t axis, const std::vector<int64_t>& y_shape);
 // DepthToSpace and SpaceToDepth, and their backward passes: a permutation between a deep
 // tensor [N, C*b*b, H, W] and a wide one [N, C, H*b, W*b]; wide[n][c][h*b+i][w*b+j] =
 // deep[n][(i*b+j)*C + c][h][w] (DCR, SpaceToDepth's order) or deep[n][c*b*b + i*b+j][h][w]

@@ -93,6 +93,7 @@ void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
       ops::depth_space(x(0), y, a.blocksize, a.crd, n.op == Op::DepthToSpace, false);
       return;
     case Op::Gather: {
+      if (ops::gather_layouts_supported(x(0).shape, a.axis, y.shape)) return ops::gather(x(0), a.axis, a.indices, y);
       thread_local std::vector<float> in_scratch, out_scratch;
       const ConstView in = dense(x(0), in_scratch);
       return into(y, false, out_scratch, [&](const View& out) { ops::gather(in, a.axis, a.indices, out); });
@@ -288,6 +289,8 @@ void Trainer::Impl::backward(Slot& slot, size_t node_index) {
     case Op::Gather: {
       if (!wants_grad(in_id(0))) return;
       const Target t = target_for(slot, in_id(0));
+      if (ops::gather_layouts_supported(t.view.shape, a.axis, dy.shape))
+        return ops::gather_backward(dy, a.axis, a.indices, t.view, t.accumulate);
       thread_local std::vector<float> dy_scratch, dx_scratch;
       const ConstView g = dense(dy, dy_scratch);
       return into(t.view, t.accumulate, dx_scratch,

@@ -132,6 +132,17 @@ TEST_CASE("import: PyTorch's Shape/Gather/Unsqueeze/Concat flatten chain folds i
   CHECK(g.nodes[0].inputs == std::vector<std::string>{"x"});
 }
 
+TEST_CASE("import: a Reshape to a shape of another element count is a bad model", "[import]") {
+  OnnxModelBuilder b(13);
+  b.input("x", {2, 4, 5, 5}).output("y", 5);
+  b.int64_initializer("shape", {2, 2, 4, 5, 5});
+  b.node("Reshape", {"x", "shape"}, {"y"}, "regroup");
+  const Error e = import_error(b.write("reshape_count"));
+  CHECK(e.code() == ExitCode::BadModel);
+  CHECK_THAT(e.what(), Catch::Contains("node 'regroup' (Reshape)") &&
+                           Catch::Contains("Reshape to shape [2,2,4,5,5]: 200 elements into 400"));
+}
+
 TEST_CASE("import: Softmax keeps each opset's axis semantics", "[import]") {
   for (int64_t opset : {11, 13}) {
     OnnxModelBuilder b(opset);

@@ -1,0 +1,119 @@
+#include "generator/model/channel_order_folding.h"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+namespace convgen::model {
+
+namespace {
+
+bool is_channel_permutation(const Graph& g, const Node& n) {
+  if (n.op != Op::Gather || n.attributes.axis != 1) return false;
+  const std::vector<int64_t>& x = g.value(n.inputs[0]).shape;
+  const std::vector<int64_t>& order = n.attributes.indices;
+  if (x.size() < 3 || g.value(n.outputs[0]).shape != x || int64_t(order.size()) != x[1]) return false;
+  std::vector<bool> seen(order.size(), false);
+  for (int64_t c : order) {
+    if (c < 0 || c >= x[1] || seen[size_t(c)]) return false;
+    seen[size_t(c)] = true;
+  }
+  return true;
+}
+
+std::vector<int> readers_of(const Graph& g, const std::string& value) {
+  std::vector<int> readers;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const std::string& in : g.nodes[i].inputs)
+      if (in == value) {
+        readers.push_back(static_cast<int>(i));
+        break;
+      }
+  return readers;
+}
+
+bool is_output(const Graph& g, const std::string& value) {
+  return std::find(g.outputs.begin(), g.outputs.end(), value) != g.outputs.end();
+}
+
+int producer_of(const Graph& g, const std::string& value) {
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (!g.nodes[i].outputs.empty() && g.nodes[i].outputs[0] == value) return static_cast<int>(i);
+  return -1;
+}
+
+// Why the Convs reading the permuted tensor cannot take the permutation, or "".
+std::string convs_refuse(const Graph& g, const Node& gather, const std::vector<int>& readers) {
+  const std::string& value = gather.outputs[0];
+  for (int r : readers) {
+    const Node& n = g.nodes[size_t(r)];
+    if (n.op != Op::Conv) return fmt::format("'{}' reads it ({})", n.name, op_name(n.op));
+    if (n.inputs[0] != value || std::count(n.inputs.begin(), n.inputs.end(), value) != 1)
+      return fmt::format("'{}' reads it as more than its data input", n.name);
+    if (n.attributes.group != 1) return fmt::format("'{}' has groups", n.name);
+    if (!g.is_float_constant(n.inputs[1])) return fmt::format("'{}''s weights are not constants", n.name);
+  }
+  return "";
+}
+
+}  // namespace
+
+int fold_channel_permutations(Graph& g, std::vector<std::string>* why) {
+  auto say = [&](const std::string& line) {
+    if (why) why->push_back(line);
+  };
+  int folded = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node gather = g.nodes[i];
+    if (!is_channel_permutation(g, gather)) continue;
+    const std::vector<int64_t>& order = gather.attributes.indices;
+    const std::string& x = gather.inputs[0];
+    const std::string& y = gather.outputs[0];
+
+    const int p = producer_of(g, x);
+    if (p >= 0 && g.nodes[size_t(p)].op == Op::Concat && g.nodes[size_t(p)].attributes.axis == 1 &&
+        g.nodes[size_t(p)].attributes.indices.empty() && readers_of(g, x).size() == 1 && !is_output(g, x)) {
+      Node& concat = g.nodes[size_t(p)];
+      concat.attributes.indices = order;
+      concat.outputs[0] = y;
+      g.values.erase(x);
+      g.nodes.erase(g.nodes.begin() + static_cast<long>(i--));
+      say(fmt::format("{} (channel permutation) folded into {}: it writes its inputs' channels in that order", gather.name,
+                      concat.name));
+      ++folded;
+      continue;
+    }
+
+    const std::vector<int> readers = readers_of(g, y);
+    std::string refused = is_output(g, y) ? "its output is a graph output" : readers.empty() ? "nothing reads it" : "";
+    if (refused.empty()) refused = convs_refuse(g, gather, readers);
+    if (!refused.empty()) {
+      say(fmt::format("{} (channel permutation) kept as a pass: not after a Concat that feeds only it, and {}",
+                      gather.name, refused));
+      continue;
+    }
+    for (int r : readers) {
+      Node& conv = g.nodes[size_t(r)];
+      const Value& w = g.value(conv.inputs[1]);
+      Value permuted = w;
+      permuted.name = conv.name + ".channel_ordered_weights";
+      const int64_t K = w.shape[0], C = w.shape[1], taps = w.elements() / (K * C);
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t c = 0; c < C; ++c)
+          std::copy_n(w.data.begin() + (k * C + c) * taps, taps,
+                      permuted.data.begin() + (k * C + order[size_t(c)]) * taps);
+      g.values[permuted.name] = std::move(permuted);
+      conv.inputs[1] = conv.name + ".channel_ordered_weights";
+      conv.inputs[0] = x;
+    }
+    g.values.erase(y);
+    g.nodes.erase(g.nodes.begin() + static_cast<long>(i--));
+    say(fmt::format("{} (channel permutation) folded into the input-channel weights of {} Conv(s)", gather.name,
+                    readers.size()));
+    ++folded;
+  }
+  return folded;
+}
+
+}  // namespace convgen::model
