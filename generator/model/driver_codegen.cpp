@@ -124,6 +124,12 @@ class Writer {
       case StepKind::Reduce:
         return fmt::format("convgen::ops::reduce({}, {}, convgen::ops::Reduce::{}, {});", x(0), ints(a.axes),
                            op_name(s.op) + 6, y);  // "ReduceMean" -> Mean
+      case StepKind::NllLoss: {
+        static const char* reductions[] = {"None", "Sum", "Mean"};
+        return fmt::format("convgen::ops::nll_loss({}, {}, {}, {}, {}, convgen::ops::LossReduction::{}, {});", x(0),
+                           ints(a.indices), s.inputs[1] >= 0 ? pointer(s.inputs[1]) : "nullptr",
+                           bool_lit(a.has_ignore_index), a.ignore_index, reductions[int(a.loss_reduction)], y);
+      }
       case StepKind::Softmax:
         return fmt::format("convgen::ops::softmax({}, {}, {}, {}, {});", x(0), a.axis, bool_lit(a.softmax_coerce_2d),
                            bool_lit(s.op == Op::LogSoftmax), y);

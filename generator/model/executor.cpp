@@ -121,6 +121,10 @@ void run_plan_step(const PlanStep& s, const Plan& p, float* arena, const float* 
       return;
     }
     case StepKind::Reduce: ops::reduce(x(0), a.axes, reduce_of(s.op), y); return;
+    case StepKind::NllLoss:
+      ops::nll_loss(x(0), a.indices, s.inputs[1] >= 0 ? x(1).data : nullptr, a.has_ignore_index, a.ignore_index,
+                    a.loss_reduction, y);
+      return;
     case StepKind::Softmax: ops::softmax(x(0), a.axis, a.softmax_coerce_2d, s.op == Op::LogSoftmax, y); return;
   }
 }

@@ -125,7 +125,9 @@ class Planner {
       case Op::Mul:
       case Op::Div:
       case Op::Pow:
-      case Op::PRelu: {
+      case Op::PRelu:
+      case Op::Max:
+      case Op::Min: {
         const int a = in(0), b = in(1);
         step(StepKind::Binary, n, {a, b}, define(n.outputs[0], out_shape, binary_layout(a, b, out_shape)));
         return;
@@ -229,6 +231,11 @@ class Planner {
         for (size_t i = 1; i <= 2; ++i)
           ins.push_back(i < n.inputs.size() && !n.inputs[i].empty() ? in_layout(in(i), false, n.name) : -1);
         step(StepKind::LayerNorm, n, ins, define(n.outputs[0], out_shape, false));
+        return;
+      }
+      case Op::NegativeLogLikelihoodLoss: {
+        const int weight = n.inputs.size() > 1 && !n.inputs[1].empty() ? in_layout(in(1), false, n.name) : -1;
+        step(StepKind::NllLoss, n, {in_layout(in(0), false, n.name), weight}, define(n.outputs[0], out_shape, false));
         return;
       }
       case Op::Softmax:

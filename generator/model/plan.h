@@ -32,7 +32,8 @@ enum class StepKind {
   Copy,       // copy_layout: layout conversion, and Flatten/Reshape/Identity/Dropout
   Transpose, BatchNorm, LRN, Pad, Softmax, Reduce, Slice, Resize, LayerNorm,
   DepthSpace,  // DepthToSpace, SpaceToDepth
-  Gather
+  Gather,
+  NllLoss  // NegativeLogLikelihoodLoss: inputs x and the class weights (-1: none)
 };
 
 struct PlanStep {

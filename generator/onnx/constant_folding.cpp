@@ -73,20 +73,6 @@ Value pick(const NodeContext& c, const Value& source, const std::string& name, s
   return pick(c, {&source}, name, std::move(shape), from);
 }
 
-// Numpy (multidirectional) broadcasting of shapes.
-std::vector<int64_t> broadcast(const NodeContext& c, const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
-  const size_t rank = std::max(a.size(), b.size());
-  std::vector<int64_t> out(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    const int64_t x = i + a.size() >= rank ? a[i + a.size() - rank] : 1;
-    const int64_t y = i + b.size() >= rank ? b[i + b.size() - rank] : 1;
-    if (x != y && x != 1 && y != 1)
-      c.bad(fmt::format("shapes {} and {} do not broadcast", list(a), list(b)));
-    out[i] = x == 1 ? y : x;
-  }
-  return out;
-}
-
 // Linear index into a tensor of shape `in` for each element of `out` it broadcasts to.
 std::vector<int64_t> broadcast_indices(const std::vector<int64_t>& in, const std::vector<int64_t>& out) {
   const size_t rank = out.size(), offset = rank - in.size();
@@ -488,6 +474,19 @@ const std::map<std::string, Folder>& folders() {
 }
 
 }  // namespace
+
+std::vector<int64_t> broadcast(const NodeContext& c, const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  const size_t rank = std::max(a.size(), b.size());
+  std::vector<int64_t> out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t x = i + a.size() >= rank ? a[i + a.size() - rank] : 1;
+    const int64_t y = i + b.size() >= rank ? b[i + b.size() - rank] : 1;
+    if (x != y && x != 1 && y != 1)
+      c.bad(fmt::format("shapes {} and {} do not broadcast", list(a), list(b)));
+    out[i] = x == 1 ? y : x;
+  }
+  return out;
+}
 
 SliceWindow slice_window(const NodeContext& c, const std::vector<int64_t>& shape) {
   const int64_t rank = static_cast<int64_t>(shape.size());

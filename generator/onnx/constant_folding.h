@@ -44,4 +44,8 @@ SliceWindow slice_window(const NodeContext& c, const std::vector<int64_t>& shape
 // A constant's elements as integers (float constants truncated toward zero).
 std::vector<int64_t> integers_of(const Value& v);
 
+// Numpy (multidirectional) broadcasting of two shapes; BadModel naming the node when
+// they do not broadcast.
+std::vector<int64_t> broadcast(const NodeContext& c, const std::vector<int64_t>& a, const std::vector<int64_t>& b);
+
 }  // namespace convgen::model

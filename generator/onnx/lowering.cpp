@@ -321,6 +321,122 @@ std::vector<Node> lower_layer_norm(const NodeContext& c) {
   return out;
 }
 
+// Max, Min and Mean of any number of inputs (numpy broadcasting): a chain of binary
+// nodes in input order -- Max/Min, or Add then a division by the count for Mean, as
+// ONNX's reference sums -- its partial results named NODE:partialI; one input is a copy.
+std::vector<Node> lower_variadic(const NodeContext& c) {
+  const std::string& op = c.op();
+  const int n = c.inputs();
+  if (n < 1) c.bad(fmt::format("{} needs at least one input", op));
+  for (int i = 0; i < n; ++i)
+    if (!c.has_input(i)) c.bad(fmt::format("input {} of {} is empty", i, op));
+  Graph& g = c.graph();
+  const Op binary = op == "Max" ? Op::Max : op == "Min" ? Op::Min : Op::Add;
+  const bool mean = op == "Mean";
+  const std::string& out = c.proto().output(0);
+  std::vector<Node> nodes;
+  auto emit = [&](Op kind, std::vector<std::string> inputs, const std::string& output, const std::string& suffix) {
+    Node node;
+    node.name = c.name() + suffix;
+    node.op = kind;
+    node.inputs = std::move(inputs);
+    node.outputs = {output};
+    nodes.push_back(node);
+  };
+  std::string acc = c.proto().input(0);
+  std::vector<int64_t> shape = c.input(0).shape;
+  if (n == 1) {
+    emit(Op::Identity, {acc}, out, "");
+    return nodes;
+  }
+  for (int i = 1; i < n; ++i) {
+    shape = broadcast(c, shape, c.input(i).shape);
+    const bool last = i + 1 == n && !mean;
+    const std::string partial = last ? out : fmt::format("{}:partial{}", c.name(), i);
+    if (!last) {
+      Value v;
+      v.name = partial;
+      v.shape = shape;
+      g.values[partial] = v;
+    }
+    emit(binary, {acc, c.proto().input(i)}, partial, last ? "" : fmt::format(":partial{}", i));
+    acc = partial;
+  }
+  if (mean) {
+    Value count;
+    count.name = c.name() + ":count";
+    count.shape = {1};
+    count.is_constant = true;
+    count.data = {static_cast<float>(n)};
+    g.values[count.name] = count;
+    emit(Op::Div, {acc, count.name}, out, "");
+  }
+  return nodes;
+}
+
+// NegativeLogLikelihoodLoss with constant labels; SoftmaxCrossEntropyLoss as ONNX defines
+// it: LogSoftmax over the channels (into its optional log_prob output, else NODE:log_prob),
+// then NegativeLogLikelihoodLoss named after the node.
+std::vector<Node> lower_loss(const NodeContext& c) {
+  const bool softmax = c.op() == "SoftmaxCrossEntropyLoss";
+  const Value& x = c.input(0);
+  if (x.shape.size() < 2) c.bad(fmt::format("input of shape {}: needs [N, C, ...]", list(x.shape)));
+  const int64_t C = x.shape[1];
+  const Value& target = c.constant_input(1, softmax ? "the labels" : "the target");
+  std::vector<int64_t> want = x.shape;
+  want.erase(want.begin() + 1);
+  if (target.shape != want)
+    c.bad(fmt::format("labels of shape {} for an input of shape {} (want {})", list(target.shape), list(x.shape),
+                      list(want)));
+  Node loss;
+  loss.name = c.name();
+  loss.op = Op::NegativeLogLikelihoodLoss;
+  loss.outputs = {c.proto().output(0)};
+  Attributes& a = loss.attributes;
+  const std::string reduction = c.attr_string("reduction", "mean");
+  if (reduction == "none") a.loss_reduction = ops::LossReduction::None;
+  else if (reduction == "sum") a.loss_reduction = ops::LossReduction::Sum;
+  else if (reduction == "mean") a.loss_reduction = ops::LossReduction::Mean;
+  else c.bad_attr("reduction", reduction, "one of none, sum, mean");
+  a.has_ignore_index = c.attr("ignore_index") != nullptr;
+  a.ignore_index = c.attr_int("ignore_index", 0);
+  a.indices = integers_of(target);
+  for (size_t i = 0; i < a.indices.size(); ++i) {
+    const int64_t label = a.indices[i];
+    if ((label < 0 || label >= C) && !(a.has_ignore_index && label == a.ignore_index))
+      c.bad(fmt::format("label {} at position {} outside [0, {}){}", label, i, C,
+                        a.has_ignore_index ? fmt::format(" and not ignore_index {}", a.ignore_index) : ""));
+  }
+  if (c.has_input(2)) {
+    const Value& weight = c.input(2);
+    if (weight.shape != std::vector<int64_t>{C})
+      c.bad(fmt::format("class weights of shape {} for {} classes", list(weight.shape), C));
+  }
+  std::vector<Node> out;
+  std::string scores = c.proto().input(0);
+  if (softmax) {
+    Node log_softmax;
+    log_softmax.name = c.name() + ":log_prob";
+    log_softmax.op = Op::LogSoftmax;
+    log_softmax.inputs = {scores};
+    const bool kept = c.proto().output_size() > 1 && !c.proto().output(1).empty();
+    scores = kept ? c.proto().output(1) : c.name() + ":log_prob";
+    if (!kept) {
+      Value v;
+      v.name = scores;
+      v.shape = x.shape;
+      c.graph().values[scores] = v;
+    }
+    log_softmax.outputs = {scores};
+    log_softmax.attributes.axis = 1;
+    out.push_back(log_softmax);
+  }
+  loss.inputs = {scores};
+  if (c.has_input(2)) loss.inputs.push_back(c.proto().input(2));
+  out.push_back(loss);
+  return out;
+}
+
 // InstanceNormalization: each (image, channel) normalised over its pixels, then scaled
 // and shifted per channel -- a LayerNormalization over axes [2, rank) without scale,
 // then Mul and Add of the scale and bias viewed as [C, 1, ...] (so they train as any
@@ -642,7 +758,7 @@ bool is_lowered_op(const std::string& op) {
       "Squeeze", "Transpose", "BatchNormalization", "LRN", "Pad", "Dropout", "Identity", "Softmax", "LogSoftmax",
       "Constant", "HardSigmoid", "HardSwish", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Softplus", "Elu", "Erf", "ReduceMean",
       "ReduceSum", "ReduceMax", "ReduceL2", "Slice", "Split", "Reciprocal", "Selu", "Sin", "Cos", "Floor", "Ceil",
-      "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceLogSum", "ReduceLogSumExp"};
+      "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceLogSum", "ReduceLogSumExp", "Max", "Min", "Mean", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"};
   return ops.count(op) > 0;
 }
 
@@ -655,6 +771,9 @@ void lower_nodes(const onnx::GraphProto& graph, int64_t opset, Graph& g) {
     if (n.op_type() == "Split") lowered = lower_split(c, static_cast<int>(opset));
     else if (n.op_type() == "LayerNormalization") lowered = lower_layer_norm(c);
     else if (n.op_type() == "InstanceNormalization") lowered = lower_instance_norm(c);
+    else if (n.op_type() == "Max" || n.op_type() == "Min" || n.op_type() == "Mean") lowered = lower_variadic(c);
+    else if (n.op_type() == "NegativeLogLikelihoodLoss" || n.op_type() == "SoftmaxCrossEntropyLoss")
+      lowered = lower_loss(c);
     else lowered.push_back(lower_node(c, static_cast<int>(opset)));
     for (int i = 0; i < n.output_size(); ++i)
       if (!n.output(i).empty() && c.output_value(i).is_int64)

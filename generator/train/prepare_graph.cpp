@@ -19,7 +19,7 @@ bool op_trains(Op op) {
   if (is_reduction(op)) return op != Op::ReduceProd;  // no backward for a product
   switch (op) {
     case Op::Conv: case Op::ConvTranspose: case Op::Gemm: case Op::MatMul: case Op::MaxPool: case Op::AveragePool:
-    case Op::GlobalAveragePool: case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::PRelu: case Op::Concat:
+    case Op::GlobalAveragePool: case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::PRelu: case Op::Max: case Op::Min: case Op::Concat:
     case Op::Flatten: case Op::Reshape: case Op::Pad: case Op::LRN: case Op::Dropout: case Op::Identity:
     case Op::BatchNormalization: case Op::WithinChannelLRN: case Op::Slice: case Op::Transpose: case Op::Resize:
     case Op::LayerNormalization: case Op::DepthToSpace: case Op::SpaceToDepth: case Op::Gather:

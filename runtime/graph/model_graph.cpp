@@ -14,6 +14,7 @@ const char* op_name(Op op) {
     case Op::LayerNormalization: return "LayerNormalization";
     case Op::DepthToSpace: return "DepthToSpace";
     case Op::Gather: return "Gather";
+    case Op::NegativeLogLikelihoodLoss: return "NegativeLogLikelihoodLoss";
     case Op::SpaceToDepth: return "SpaceToDepth";
     case Op::Relu: return "Relu";
     case Op::LeakyRelu: return "LeakyRelu";
@@ -31,6 +32,8 @@ const char* op_name(Op op) {
     case Op::Div: return "Div";
     case Op::Pow: return "Pow";
     case Op::PRelu: return "PRelu";
+    case Op::Max: return "Max";
+    case Op::Min: return "Min";
     case Op::Sum: return "Sum";
     case Op::Concat: return "Concat";
     case Op::Flatten: return "Flatten";

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/ops/ops.h"
 #include "runtime/ops/resize.h"
 #include "schedules/conv_descriptor.h"
 
@@ -20,7 +21,7 @@ enum class Op {
   // convolution, plus its bias (Attributes: that convolution's window and groups)
   ConvTranspose,
   Relu, LeakyRelu, Clip, Sigmoid, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Gemm, MatMul,
-  Add, Sub, Mul, Div, Pow, PRelu, Sum, Concat, Flatten, Reshape, Transpose, BatchNormalization, LRN, Pad, Dropout,
+  Add, Sub, Mul, Div, Pow, PRelu, Max, Min, Sum, Concat, Flatten, Reshape, Transpose, BatchNormalization, LRN, Pad, Dropout,
   Identity, Softmax, LogSoftmax,
   // Element-wise functions of one input (runtime/graph/operators.h: is_unary)
   HardSigmoid, HardSwish, Tanh, Exp, Log, Sqrt, Neg, Abs, Softplus, Elu, Erf, Reciprocal, Selu, Sin, Cos, Floor, Ceil,
@@ -39,6 +40,10 @@ enum class Op {
   DepthToSpace, SpaceToDepth,
   // Blocks of an activation along `axis` picked by constant indices (ONNX Gather)
   Gather,
+  // ONNX NegativeLogLikelihoodLoss with constant labels (Attributes: indices = the labels,
+  // loss_reduction, ignore_index); inputs x, optionally the class weights.
+  // SoftmaxCrossEntropyLoss lowers to LogSoftmax over the channels, then this.
+  NegativeLogLikelihoodLoss,
   // Training only, never imported: Caffe's WITHIN_CHANNEL LRN written with standard ops
   // (x * (bias + alpha * AveragePool_k(x*x))^exponent), fused into one node by
   // prepare_training_graph (generator/train/prepare_graph.h). Attributes: size k, alpha, lrn_bias, beta =
@@ -108,6 +113,10 @@ struct Attributes {
   // Concat (inference graphs only, generator/model/fusion.h): empty, or the order of the
   // joined axis's positions in the output (a channel shuffle folded in)
   std::vector<int64_t> indices;
+  // NegativeLogLikelihoodLoss: the reduction, and the ignored label when has_ignore_index
+  ops::LossReduction loss_reduction = ops::LossReduction::Mean;
+  int64_t ignore_index = 0;
+  bool has_ignore_index = false;
   // DepthToSpace, SpaceToDepth: the block edge; DepthToSpace's mode (CRD: channel-major
   // blocks, else DCR: depth-major, SpaceToDepth's order)
   int64_t blocksize = 0;

@@ -73,6 +73,8 @@ inline ops::Binary binary_of(Op op) {
     case Op::Div: return ops::Binary::Div;
     case Op::Pow: return ops::Binary::Pow;
     case Op::PRelu: return ops::Binary::PRelu;
+    case Op::Max: return ops::Binary::Max;
+    case Op::Min: return ops::Binary::Min;
     default: return ops::Binary::Add;
   }
 }

@@ -128,6 +128,8 @@ void with_binary_op(Binary op, Run run) {
     case Binary::Div: return run([](float u, float v) { return u / v; });
     case Binary::Pow: return run([](float u, float v) { return std::pow(u, v); });
     case Binary::PRelu: return run([](float u, float v) { return u >= 0.0f ? u : v * u; });
+    case Binary::Max: return run([](float u, float v) { return u != u || u > v ? u : v; });
+    case Binary::Min: return run([](float u, float v) { return u != u || u < v ? u : v; });
   }
 }
 
@@ -448,6 +450,24 @@ std::array<int64_t, 3> gather_blocks(const std::vector<int64_t>& x_shape, int64_
 }
 
 }  // namespace
+
+void nll_loss(const ConstView& x, const std::vector<int64_t>& labels, const float* weight, bool has_ignore,
+              int64_t ignore, LossReduction reduction, const View& y) {
+  const int64_t N = x.shape[0], C = x.shape[1], D = x.elements() / std::max<int64_t>(1, N * C);
+  double total = 0.0, weights = 0.0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t d = 0; d < D; ++d) {
+      const int64_t label = labels[size_t(n * D + d)];
+      const bool ignored = has_ignore && label == ignore;
+      const float w = ignored ? 0.0f : weight ? weight[label] : 1.0f;
+      const float loss = ignored ? 0.0f : -x.data[(n * C + label) * D + d] * w;
+      if (reduction == LossReduction::None) y.data[n * D + d] = loss;
+      total += loss;
+      weights += w;
+    }
+  if (reduction == LossReduction::Sum) y.data[0] = float(total);
+  if (reduction == LossReduction::Mean) y.data[0] = float(total / weights);
+}
 
 void gather(const ConstView& x, int64_t axis, const std::vector<int64_t>& indices, const View& y) {
   const int64_t k_end = static_cast<int64_t>(indices.size());

@@ -23,9 +23,19 @@ void unary(const ConstView& x, const View& y, Unary op, float alpha = 0.0f, floa
            float beta = 0.0f);
 
 // PRelu: a if a >= 0, else b * a (b the slope).
-enum class Binary { Add, Sub, Mul, Div, Pow, PRelu };
-// Numpy broadcasting of a and b to y's shape.
+enum class Binary { Add, Sub, Mul, Div, Pow, PRelu, Max, Min };
+// Numpy broadcasting of a and b to y's shape. Max and Min propagate NaN (numpy's maximum).
 void binary(const ConstView& a, const ConstView& b, const View& y, Binary op);
+
+// NegativeLogLikelihoodLoss (SoftmaxCrossEntropyLoss is it after a LogSoftmax over the
+// channels), as ONNX defines it: x [N, C, d...] (dense), labels one per [N, d...]
+// position (in [0, C) or the ignored label), weight (null: all one) one per class;
+// loss = -x[n, label, d] * weight[label], 0 where ignored; y is that [N, d...] map
+// (None), its sum, or its sum over the sum of the weights taken (Mean; the count of
+// labelled positions without weights). Sums in double, in order.
+enum class LossReduction { None, Sum, Mean };
+void nll_loss(const ConstView& x, const std::vector<int64_t>& labels, const float* weight, bool has_ignore,
+              int64_t ignore, LossReduction reduction, const View& y);
 
 enum class Reduce { Mean, Sum, Max, L2, Min, Prod, SumSquare, L1, LogSum, LogSumExp };
 // Reduces x over `axes` (non-negative, sorted) into y, whose shape is x's with those axes

@@ -131,6 +131,12 @@ float partial(Binary op, int which, float a, float b, float y) {
       return (a == 0.0f && b >= 0.0f) ? 0.0f : y * std::log(a);
     case Binary::PRelu:  // PyTorch's: the slope's side where the input is not positive
       return which == 0 ? (a > 0.0f ? 1.0f : b) : (a > 0.0f ? 0.0f : a);
+    case Binary::Max:  // PyTorch's maximum / minimum: the larger (smaller) side, ties halved
+    case Binary::Min: {
+      if (a == b) return 0.5f;
+      const bool a_wins = op == Binary::Max ? a > b : a < b;
+      return (which == 0) == a_wins ? 1.0f : 0.0f;
+    }
   }
   return 0.0f;
 }
@@ -158,7 +164,9 @@ void binary_backward(const ConstView& a, const ConstView& b, const ConstView& y,
         if (which == 0) return run([=](int64_t i) { return g[i] * partial(Binary::Pow, 0, pa[i * ia], pb[i * ib], py[i]); });
         return run([=](int64_t i) { return g[i] * partial(Binary::Pow, 1, pa[i * ia], pb[i * ib], py[i]); });
       case Binary::PRelu:
-        return run([=](int64_t i) { return g[i] * partial(Binary::PRelu, which, pa[i * ia], pb[i * ib], py[i]); });
+      case Binary::Max:
+      case Binary::Min:
+        return run([=](int64_t i) { return g[i] * partial(op, which, pa[i * ia], pb[i * ib], py[i]); });
     }
     return;
   }

@@ -72,7 +72,7 @@ void Trainer::Impl::forward(Slot& slot, size_t node_index, bool train) {
                 bias, y.data);
       return;
     }
-    case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::PRelu:
+    case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::PRelu: case Op::Max: case Op::Min:
       ops::binary(x(0), x(1), y, binary_of(n.op));
       return;
     case Op::MaxPool:
@@ -248,7 +248,7 @@ void Trainer::Impl::backward(Slot& slot, size_t node_index) {
       const Target t = target_for(slot, in_id(0));
       return ops::relabel_backward(dy, t.view, t.accumulate);
     }
-    case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::PRelu:
+    case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::PRelu: case Op::Max: case Op::Min:
       for (int which = 0; which < 2; ++which) {
         if (!wants_grad(in_id(which))) continue;
         const Target t = target_for(slot, in_id(which));

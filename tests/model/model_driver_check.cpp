@@ -1,4 +1,4 @@
-// Runs the generated drivers of the bundled models (compiled at build time by
+// Runs the generated drivers of the bundled models and driver_ops (compiled at build time by
 // `convgen compile`, linked together into this one program with convgen::runtime):
 //   model_driver_check input MODEL OUT.pb            writes a random input for MODEL
 //   model_driver_check run MODEL WEIGHTS IN.pb OUT.pb  runs MODEL's driver
@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cifar10_full.h"
+#include "driver_ops.h"
 #include "lenet.h"
 #include "segmenter_tiny.h"
 #include "generator/onnx/tensor_io.h"
@@ -39,10 +40,10 @@ int main(int argc, char** argv) {
   try {
     const std::string mode = argc > 1 ? argv[1] : "";
     const std::string model = argc > 2 ? argv[2] : "";
-    const bool lenet = model == "lenet", segmenter = model == "segmenter_tiny";
+    const bool lenet = model == "lenet", segmenter = model == "segmenter_tiny", ops = model == "driver_ops";
     if (mode == "input" && argc == 4) {
       const std::vector<int64_t> shape =
-          lenet || segmenter ? std::vector<int64_t>{2, 1, 28, 28} : std::vector<int64_t>{2, 3, 32, 32};
+          lenet || segmenter || ops ? std::vector<int64_t>{2, 1, 28, 28} : std::vector<int64_t>{2, 3, 32, 32};
       convgen::Tensor x(shape, false);
       std::mt19937 rng(42);
       std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
     }
     if (mode == "run" && argc == 6) {
       if (lenet) return run<convgen_model_lenet::Model>(argv[3], argv[4], argv[5], "prob_out", {2, 10});
+      if (ops) return run<convgen_model_driver_ops::Model>(argv[3], argv[4], argv[5], "loss", {2, 28, 28});
       if (segmenter)
         return run<convgen_model_segmenter_tiny::Model>(argv[3], argv[4], argv[5], "logits", {2, 4, 28, 28});
       return run<convgen_model_cifar10_full::Model>(argv[3], argv[4], argv[5], "prob_out", {2, 10});

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The generated drivers of the bundled models (built into one program, so three compiled
 # models link and run together) must give the same bits as the in-process executor
-# (`convgen run`) -- segmenter_tiny runs ConvTranspose and bilinear Resize -- and refuse
+# (`convgen run`) -- segmenter_tiny runs ConvTranspose, bilinear Resize and folded channel
+# shuffles; driver_ops a channel Gather, Max, Min, Mean and SoftmaxCrossEntropyLoss -- and refuse
 # a weights file of another model with a clear message.
 set -u
 convgen="$1"
@@ -12,10 +13,12 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-for model in lenet cifar10_full segmenter_tiny; do
+for model in lenet cifar10_full segmenter_tiny driver_ops; do
   case_dir="$work/$model"
   mkdir -p "$case_dir/test_data_set_0"
-  cp "$root/models/$model.onnx" "$case_dir/model.onnx"
+  source_model="$root/models/$model.onnx"
+  [[ $model == driver_ops ]] && source_model="$built/driver_ops.onnx"
+  cp "$source_model" "$case_dir/model.onnx"
   "$check" input "$model" "$case_dir/test_data_set_0/input_0.pb" || { fail "$model: input"; continue; }
   "$check" run "$model" "$built/$model/$model.weights" "$case_dir/test_data_set_0/input_0.pb" \
     "$case_dir/test_data_set_0/output_0.pb" || { fail "$model: driver run"; continue; }

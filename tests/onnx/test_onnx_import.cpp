@@ -143,6 +143,46 @@ TEST_CASE("import: a Reshape to a shape of another element count is a bad model"
                            Catch::Contains("Reshape to shape [2,2,4,5,5]: 200 elements into 400"));
 }
 
+TEST_CASE("import: loss ops lower to LogSoftmax and NegativeLogLikelihoodLoss; bad labels and modes refused",
+          "[import]") {
+  auto model = [](const std::string& op, const std::vector<int64_t>& labels, const std::vector<int64_t>& label_dims,
+                  const std::string& reduction) {
+    OnnxModelBuilder b(13);
+    b.input("x", {2, 3, 4}).output("loss", reduction == "none" ? 2 : 0);
+    b.int64_initializer("labels", labels);
+    auto* initializers = b.model().mutable_graph()->mutable_initializer();
+    onnx::TensorProto* t = initializers->Mutable(initializers->size() - 1);
+    t->clear_dims();
+    for (int64_t d : label_dims) t->add_dims(d);
+    auto& n = b.node(op, {"x", "labels"}, {"loss"}, "loss_node");
+    convgen::test::set_string(n, "reduction", reduction);
+    convgen::test::set_int(n, "ignore_index", -1);
+    return b.write("loss");
+  };
+  const std::vector<int64_t> labels = {0, 2, -1, 1, 1, 0, 2, -1};
+  const Graph g = import_onnx(model("SoftmaxCrossEntropyLoss", labels, {2, 4}, "none"));
+  REQUIRE(g.nodes.size() == 2);
+  CHECK(g.nodes[0].op == Op::LogSoftmax);
+  CHECK(g.nodes[0].attributes.axis == 1);
+  const Node& nll = g.nodes[1];
+  CHECK(nll.op == Op::NegativeLogLikelihoodLoss);
+  CHECK(nll.attributes.indices == labels);
+  CHECK(nll.attributes.loss_reduction == ops::LossReduction::None);
+  CHECK(nll.attributes.has_ignore_index);
+  CHECK(nll.attributes.ignore_index == -1);
+
+  Error e = import_error(model("NegativeLogLikelihoodLoss", labels, {2, 4}, "average"));
+  CHECK(e.code() == ExitCode::Unsupported);
+  CHECK_THAT(e.what(), Catch::Contains("node 'loss_node' (NegativeLogLikelihoodLoss)") &&
+                           Catch::Contains("attribute 'reduction' = average"));
+  e = import_error(model("NegativeLogLikelihoodLoss", {0, 2, 3, 1, 1, 0, 2, 0}, {2, 4}, "mean"));
+  CHECK(e.code() == ExitCode::BadModel);
+  CHECK_THAT(e.what(), Catch::Contains("label 3 at position 2 outside [0, 3) and not ignore_index -1"));
+  e = import_error(model("SoftmaxCrossEntropyLoss", {0, 2, 1, 1, 1, 0, 2, 0}, {4, 2}, "sum"));
+  CHECK_THAT(e.what(), Catch::Contains("node 'loss_node' (SoftmaxCrossEntropyLoss)") &&
+                           Catch::Contains("labels of shape [4,2] for an input of shape [2,3,4] (want [2,4])"));
+}
+
 TEST_CASE("import: Softmax keeps each opset's axis semantics", "[import]") {
   for (int64_t opset : {11, 13}) {
     OnnxModelBuilder b(opset);

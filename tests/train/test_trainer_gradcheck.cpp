@@ -389,6 +389,23 @@ TEST_CASE("trainer gradients match finite differences: PRelu", "[trainer][gradch
   check_gradients(b.write("gradcheck_prelu"), 5, 2, labelled_data(5, 2 * 5 * 4, 3, 42));
 }
 
+TEST_CASE("trainer gradients match finite differences: Max, Min and Mean", "[trainer][gradcheck]") {
+  // Two Convs -> Max of both -> Min with a broadcast per-channel bound -> Mean of three
+  // (a chain of Adds and a division) -> GlobalAveragePool -> Flatten -> Gemm -> logits.
+  test::OnnxModelBuilder b;
+  b.input("x", {-1, 2, 5, 4}).output("logits", 2);
+  b.weights("w1", {3, 2, 3, 3}).weights("w2", {3, 2, 1, 1}).weights("fc", {3, 3}).weights("fcb", {3});
+  randomize(b, 45);
+  b.float_initializer("bound", {3, 1, 1}, {0.3f, -0.2f, 0.05f});
+  test::set_ints(b.node("Conv", {"x", "w1"}, {"c1"}, "conv1"), "pads", {1, 1, 1, 1});
+  b.node("Conv", {"x", "w2"}, {"c2"}, "conv2");
+  b.node("Max", {"c1", "c2"}, {"larger"}, "max");
+  b.node("Min", {"larger", "bound"}, {"bounded"}, "min");
+  b.node("Mean", {"bounded", "c1", "c2"}, {"mean"}, "mean");
+  logits_head(b, "mean");
+  check_gradients(b.write("gradcheck_max_min_mean"), 5, 2, labelled_data(5, 2 * 5 * 4, 3, 46));
+}
+
 TEST_CASE("trainer gradients match finite differences: DepthToSpace and SpaceToDepth", "[trainer][gradcheck]") {
   // Conv (2 -> 8) -> DepthToSpace (2, CRD: PixelShuffle) -> Sigmoid -> SpaceToDepth (2)
   // -> Conv (8 -> 4, 1x1) -> DepthToSpace (2, DCR) -> GlobalAveragePool -> Flatten -> Gemm

@@ -1,0 +1,44 @@
+// Writes driver_ops.onnx, a test model for the generated inference driver's operators
+// that the bundled models do not reach (tests/model/test_model_driver.sh):
+//   data [2, 1, 28, 28] -> Conv 8 3x3 -> channel Gather (a pass: Max reads it) ->
+//   Max with the Conv's output -> Min with a per-channel bound -> Mean with the Conv's
+//   output -> Conv 4 1x1 -> SoftmaxCrossEntropyLoss (constant labels, some ignored, class
+//   weights, no reduction) -> loss [2, 28, 28].
+//   usage: write_driver_ops_model OUT.onnx
+#include <cstdio>
+#include <fstream>
+
+#include "tests/common/onnx_test_models.h"
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: write_driver_ops_model OUT.onnx\n");
+    return 2;
+  }
+  using convgen::test::OnnxModelBuilder;
+  OnnxModelBuilder b(13);
+  b.input("data", {2, 1, 28, 28}).output("loss", 3);
+  b.weights("w1", {8, 1, 3, 3}).weights("w2", {4, 8, 1, 1});
+  b.float_initializer("bound", {8, 1, 1}, {0.5f, 0.25f, 1.0f, -0.25f, 0.75f, 0.1f, 2.0f, 0.0f});
+  b.float_initializer("class_weights", {4}, {1.0f, 0.5f, 2.0f, 0.25f});
+  b.int64_initializer("order", {3, 1, 7, 0, 2, 6, 4, 5});
+  std::vector<int64_t> labels(2 * 28 * 28);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>((i * 7 + i / 28) % 5);  // 4: ignored
+  b.int64_initializer("labels", labels);
+  auto* initializers = b.model().mutable_graph()->mutable_initializer();
+  onnx::TensorProto* l = initializers->Mutable(initializers->size() - 1);
+  l->clear_dims();
+  for (int64_t d : {2, 28, 28}) l->add_dims(d);
+  convgen::test::set_ints(b.node("Conv", {"data", "w1"}, {"c1"}, "conv1"), "pads", {1, 1, 1, 1});
+  convgen::test::set_int(b.node("Gather", {"c1", "order"}, {"permuted"}, "permute"), "axis", 1);
+  b.node("Max", {"permuted", "c1"}, {"larger"}, "max");
+  b.node("Min", {"larger", "bound"}, {"bounded"}, "min");
+  b.node("Mean", {"bounded", "c1"}, {"mean"}, "mean");
+  b.node("Conv", {"mean", "w2"}, {"scores"}, "conv2");
+  auto& sce = b.node("SoftmaxCrossEntropyLoss", {"scores", "labels", "class_weights"}, {"loss"}, "loss");
+  convgen::test::set_string(sce, "reduction", "none");
+  convgen::test::set_int(sce, "ignore_index", 4);
+  std::ofstream out(argv[1], std::ios::binary);
+  out << b.bytes();
+  return out.good() ? 0 : 1;
+}
