@@ -440,7 +440,8 @@ std::vector<Node> lower_loss(const NodeContext& c) {
 // InstanceNormalization: each (image, channel) normalised over its pixels, then scaled
 // and shifted per channel -- a LayerNormalization over axes [2, rank) without scale,
 // then Mul and Add of the scale and bias viewed as [C, 1, ...] (so they train as any
-// per-channel Mul / Add parameter does, under their own names).
+// per-channel Mul / Add parameter does, under their own names, even with one channel:
+// Graph::parameter_constants).
 std::vector<Node> lower_instance_norm(const NodeContext& c) {
   const Value& x = c.input(0);
   const size_t rank = x.shape.size();
@@ -453,6 +454,7 @@ std::vector<Node> lower_instance_norm(const NodeContext& c) {
       c.bad(fmt::format("input {} of {} values for {} channels", i, c.input(i).elements(), x.shape[1]));
     g.values.at(name).shape.assign(rank - 1, 1);
     g.values.at(name).shape[0] = x.shape[1];
+    g.parameter_constants.insert(name);
   }
   const std::string normalised = c.name() + ":normalised", scaled = c.name() + ":scaled";
   for (const std::string& name : {normalised, scaled}) {

@@ -285,9 +285,12 @@ TrainGraph prepare_training_graph(const std::string& model_path, int64_t micro_b
       train(n, 1);  // the slope, one value or one per channel
     } else if (n.op == Op::Mul || n.op == Op::Add || n.op == Op::Sub || n.op == Op::Div) {
       // A tensor (not a scalar) initializer here is a module's parameter in PyTorch's
-      // training exports: LayerNorm's scale and shift, ConvNeXt's layer scale.
+      // training exports: LayerNorm's scale and shift, ConvNeXt's layer scale; so are
+      // those lowering marked (InstanceNormalization's, whatever the channel count).
       for (size_t i = 0; i < 2; ++i)
-        if (i < n.inputs.size() && g.is_float_constant(n.inputs[i]) && g.value(n.inputs[i]).elements() > 1) train(n, i);
+        if (i < n.inputs.size() && g.is_float_constant(n.inputs[i]) &&
+            (g.value(n.inputs[i]).elements() > 1 || g.parameter_constants.count(n.inputs[i])))
+          train(n, i);
     }
   }
   if (why)

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -150,6 +151,10 @@ struct Graph {
   // the W they came from. Training reads MatMul(x, W') as a Gemm of W with transB, so
   // that W itself is the parameter (PyTorch exports nn.Linear on [N, ..., K] this way).
   std::map<std::string, std::string> transposed_constants;
+  // Float constants that are a module's parameters whatever their size, where an
+  // element-wise op reads them (InstanceNormalization's scale and bias: one value each
+  // with one channel). Training trains them; a one-element constant is otherwise frozen.
+  std::set<std::string> parameter_constants;
 
   const Value& value(const std::string& name) const;
   // A value of that name exists and is a float32 constant.

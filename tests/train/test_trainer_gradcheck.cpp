@@ -447,6 +447,22 @@ TEST_CASE("trainer gradients match finite differences: InstanceNormalization", "
   std::set<std::string> names;
   for (const auto& p : trainer->parameters()) names.insert(p.name);
   CHECK(names == std::set<std::string>{"w1", "scale", "bias", "fc", "fcb"});  // under the model's own names
+
+  // One channel: its scale and bias are one value each, and still train.
+  test::OnnxModelBuilder one;
+  one.input("x", {-1, 2, 5, 4}).output("logits", 2);
+  one.weights("w1", {1, 2, 3, 3}).weights("scale", {1}).weights("bias", {1}).weights("fc", {3, 1}).weights("fcb", {3});
+  randomize(one, 63);
+  test::set_ints(one.node("Conv", {"x", "w1"}, {"c1"}, "conv1"), "pads", {1, 1, 1, 1});
+  one.node("InstanceNormalization", {"c1", "scale", "bias"}, {"n1"}, "instance_norm");
+  one.node("Sigmoid", {"n1"}, {"r1"}, "sigmoid");
+  logits_head(one, "r1");
+  const std::string one_path = one.write("gradcheck_instance_norm_one_channel");
+  check_gradients(one_path, 5, 2, labelled_data(5, 2 * 5 * 4, 3, 64));
+  names.clear();
+  auto one_trainer = model::make_trainer(one_path, o, default_target());
+  for (const auto& p : one_trainer->parameters()) names.insert(p.name);
+  CHECK(names == std::set<std::string>{"w1", "scale", "bias", "fc", "fcb"});
 }
 
 TEST_CASE("trainer gradients match finite differences: Gather of an activation", "[trainer][gradcheck]") {
