@@ -26,6 +26,7 @@ install(TARGETS convgen ${CONVGEN_INSTALLED_LIBRARIES}
 set(CONVGEN_INSTALLED_HEADERS
   runtime/checkpoint/checkpoint.h
   runtime/data/train_data.h
+  runtime/driver/cpu_features.h
   runtime/driver/model_runtime.h
   runtime/graph/model_graph.h
   runtime/graph/train_graph.h

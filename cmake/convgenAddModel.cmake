@@ -20,7 +20,8 @@
 #
 # BATCH: inference batch (default 1) or, with TRAIN, the mini-batch (default 64).
 # SAMPLES: with TRAIN, data sizes whose last partial batch gets kernels (e.g. 60000 10000).
-# TARGET: a Halide target string (default convgen's, x86-64 AVX2 + FMA).
+# TARGET: a Halide target string (default host: the build machine's widest; pin one for
+# libraries deployed to other CPUs, docs/cmake.md).
 include_guard(GLOBAL)
 
 set(CONVGEN_CACHE_DIR "${CMAKE_BINARY_DIR}/convgen-cache" CACHE PATH "Kernel cache of convgen_add_model")

@@ -14,13 +14,17 @@ namespace convgen_model_cifar10_full {
 
 namespace {
 constexpr char kPlanKey[] = "4fb071b6db8e56ab237e80e187d5f27026a1d82351d79b6f90b5b305b6fb919b";
+constexpr char kTarget[] = "x86-64-linux-avx-avx2-f16c-fma-sse41";
 }  // namespace
 
 constexpr int64_t Model::kInputElements[];
 constexpr int64_t Model::kOutputElements[];
 
+// A CPU without the kernels' features is refused before anything else.
 Model::Model(const std::string& weights_path)
-    : weights_(convgen::read_weights_file(weights_path, 89680, kPlanKey)), arena_(47104 + 15) {
+    : weights_((convgen::require_cpu_features(kTarget, "model cifar10_full"),
+                convgen::read_weights_file(weights_path, 89680, kPlanKey))),
+      arena_(47104 + 15) {
   convgen::install_kernel_runtime();
 }
 

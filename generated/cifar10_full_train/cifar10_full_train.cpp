@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "runtime/driver/cpu_features.h"
 #include "runtime/ops/weights_file.h"
 #include "runtime/parallel/parallel_runtime.h"
 #include "runtime/train/train_conv_aot.h"
@@ -137,6 +138,7 @@ std::vector<AotConvKernels> kernel_table() {
 }  // namespace
 
 Trainer::Trainer(const std::string& weights_path, const TrainOptions& options) {
+  convgen::require_cpu_features("x86-64-linux-avx-avx2-f16c-fma-sse41", "training driver cifar10_full_train");  // before any kernel runs
   convgen::install_kernel_runtime();
   const std::vector<float> weights = convgen::read_weights_file(weights_path, kWeightFloats, kWeightsKey);
   TrainerOptions o;

@@ -14,13 +14,17 @@ namespace convgen_model_lenet {
 
 namespace {
 constexpr char kPlanKey[] = "e5ec7ee579dc0a92f4a53b7d2b7903121f594eba6fcf9d0d8815a7a0d358116c";
+constexpr char kTarget[] = "x86-64-linux-avx-avx2-f16c-fma-sse41";
 }  // namespace
 
 constexpr int64_t Model::kInputElements[];
 constexpr int64_t Model::kOutputElements[];
 
+// A CPU without the kernels' features is refused before anything else.
 Model::Model(const std::string& weights_path)
-    : weights_(convgen::read_weights_file(weights_path, 431152, kPlanKey)), arena_(15968 + 15) {
+    : weights_((convgen::require_cpu_features(kTarget, "model lenet"),
+                convgen::read_weights_file(weights_path, 431152, kPlanKey))),
+      arena_(15968 + 15) {
   convgen::install_kernel_runtime();
 }
 

@@ -65,8 +65,10 @@ convgen::runtime (runtime/driver/model_runtime.h, runtime/ops/ops.h); from CMake
   --namespace NS       the driver's C++ namespace, e.g. app::models (default:
                        convgen_model_NAME)
   --batch N            batch size bound to a dynamic batch dimension (default 1)
-  --target STRING      Halide target (default x86-64-linux-avx-avx2-f16c-fma-sse41), or
-                       host: the widest this CPU runs (AVX-512 where it has it)
+  --target STRING      Halide target (default host: the widest this CPU runs, AVX-512
+                       where it has it, resolved and written into the provenance); pin
+                       one, e.g. x86-64-linux-avx-avx2-f16c-fma-sse41, for other CPUs.
+                       The driver refuses a CPU without the target's features
   --schedules FILE     schedule records (JSON lines); a matching record wins over the
                        analytic default. With --train, a training record for the model
                        and batch (`convgen tune --train`) fixes the driver's micro-batch
@@ -444,9 +446,9 @@ int compile_model(const Args& args) {
     if (sep == std::string::npos) break;
     begin = sep + 2;
   }
-  // "host" is resolved here, so provenance, kernel keys and child processes see the
-  // actual feature set.
-  const TargetInfo t = o.target.empty() ? default_target() : target_info(o.target);
+  // "host" (the default) is resolved here, so provenance, kernel keys and child
+  // processes see the actual feature set.
+  const TargetInfo t = target_info(o.target.empty() ? "host" : o.target);
   const std::string target = t.target;
   if (o.train) return compile_training_driver(o, name, target, t);
   model::ImportOptions import;
@@ -467,7 +469,8 @@ int compile_model(const Args& args) {
         sha256_hex(fmt::format("{}|{}|{}|{}|{}", model_sha, g.batch, CONVGEN_GENERATOR_HASH, target, name));
     write_weights_file((stage / (name + ".weights")).string(), model::weights_blob(g, plan), plan_key);
     write_file((stage / (name + ".cpp")).string(),
-               model::driver_source(name, g, plan, plan_key, provenance_lines(o, name, target) + "\n", o.cpp_namespace));
+               model::driver_source(name, g, plan, plan_key, target, provenance_lines(o, name, target) + "\n",
+                                     o.cpp_namespace));
     write_file((stage / (name + ".h")).string(),
                model_header(kernels, o, name, target, model::driver_declaration(name, g, plan, o.cpp_namespace)));
     write_file((stage / (name + ".manifest.json")).string(), manifest(kernels, o, name, target, model_sha, g));

@@ -33,7 +33,7 @@ compile`); other layers the runtime's operators. Inputs are matched to the model
 inputs by the name stored in each file, else by position; int64 inputs (shapes, pads)
 are bound as constants. The batch is the first input's leading dimension.
 
-  --target STRING      Halide target (default x86-64-linux-avx-avx2-f16c-fma-sse41)
+  --target STRING      Halide target (default host: the widest this CPU runs)
   --schedules FILE     schedule records (JSON lines)
   --verbose            say per layer which kernel and schedule source were chosen
   --profile            per layer: ms, and for convolutions GF/s, % of the FMA peak
@@ -129,7 +129,7 @@ void print_profile(const model::ModelExecutor& exec, const TargetInfo& target) {
 }
 
 std::vector<Tensor> execute(Prepared p, const RunSetup& s, std::vector<std::string>* why) {
-  const TargetInfo target = target_info(s.target.empty() ? default_target().target : s.target);
+  const TargetInfo target = target_info(s.target.empty() ? "host" : s.target);
   model::ModelExecutor exec(std::move(p.graph), target, s.schedules, why);
   if (!s.profile) return exec.run(p.feeds);
   exec.run(p.feeds);  // warm-up: first touch

@@ -180,7 +180,7 @@ std::string driver_declaration(const std::string& name, const Graph& g, const Pl
 }
 
 std::string driver_source(const std::string& name, const Graph& g, const Plan& p, const std::string& plan_key,
-                          const std::string& provenance, const std::string& ns) {
+                          const std::string& target, const std::string& provenance, const std::string& ns) {
   Writer w(p);
   std::string body;
   for (size_t i = 0; i < p.inputs.size(); ++i)
@@ -202,10 +202,13 @@ std::string driver_source(const std::string& name, const Graph& g, const Plan& p
       "{0}"
       "#include \"{1}.h\"\n\n#include <algorithm>\n#include <cstdint>\n\n#include \"runtime/driver/model_runtime.h\"\n#include \"runtime/parallel/parallel_runtime.h\"\n\n"
       "namespace {ns} {{\n\n"
-      "namespace {{\nconstexpr char kPlanKey[] = \"{2}\";\n}}  // namespace\n\n"
+      "namespace {{\nconstexpr char kPlanKey[] = \"{2}\";\nconstexpr char kTarget[] = \"{target}\";\n}}  // namespace\n\n"
       "constexpr int64_t Model::kInputElements[];\nconstexpr int64_t Model::kOutputElements[];\n\n"
+      "// A CPU without the kernels' features is refused before anything else.\n"
       "Model::Model(const std::string& weights_path)\n"
-      "    : weights_(convgen::read_weights_file(weights_path, {3}, kPlanKey)), arena_({4} + 15) {{\n"
+      "    : weights_((convgen::require_cpu_features(kTarget, \"model {1}\"),\n"
+      "                convgen::read_weights_file(weights_path, {3}, kPlanKey))),\n"
+      "      arena_({4} + 15) {{\n"
       "  convgen::install_kernel_runtime();\n}}\n\n"
       "void Model::forward(const float* const* inputs, float* const* outputs) {{\n"
       "  // The plan places buffers at multiples of 64 bytes from A: A itself starts on a cache line.\n"
@@ -214,7 +217,7 @@ std::string driver_source(const std::string& name, const Graph& g, const Plan& p
       "  const float* const W = weights_.data();\n"
       "  (void)W;\n{5}}}\n\n"
       "}}  // namespace {ns}\n",
-      provenance, name, plan_key, p.weights_floats, p.arena_floats, body, fmt::arg("ns", ns));
+      provenance, name, plan_key, p.weights_floats, p.arena_floats, body, fmt::arg("ns", ns), fmt::arg("target", target));
 }
 
 }  // namespace convgen::model

@@ -16,7 +16,9 @@ namespace convgen::model {
 std::string driver_declaration(const std::string& name, const Graph& g, const Plan& p, const std::string& ns);
 
 // NAME.cpp: `provenance` (comment lines) first; `plan_key` ties it to its weights file.
+// The Model constructor first refuses a CPU without `target`'s features
+// (runtime/driver/cpu_features.h).
 std::string driver_source(const std::string& name, const Graph& g, const Plan& p, const std::string& plan_key,
-                          const std::string& provenance, const std::string& ns);
+                          const std::string& target, const std::string& provenance, const std::string& ns);
 
 }  // namespace convgen::model

@@ -268,7 +268,7 @@ std::string training_driver_source(const TrainGraph& tg, const TrainDriverSpec& 
   return fmt::format(
       "{0}"
       "#include \"{1}.h\"\n\n#include <limits>\n#include <vector>\n\n"
-      "#include \"runtime/ops/weights_file.h\"\n#include \"runtime/parallel/parallel_runtime.h\"\n#include \"runtime/train/train_conv_aot.h\"\n"
+      "#include \"runtime/driver/cpu_features.h\"\n#include \"runtime/ops/weights_file.h\"\n#include \"runtime/parallel/parallel_runtime.h\"\n#include \"runtime/train/train_conv_aot.h\"\n"
       "#include \"runtime/train/trainer_state.h\"\n#include \"schedules/conv_schedule.h\"\n{2}\n"
       "namespace {ns} {{\n\n"
       "namespace {{\n\n"
@@ -295,6 +295,7 @@ std::string training_driver_source(const TrainGraph& tg, const TrainDriverSpec& 
       "{8}\n"
       "}}  // namespace\n\n"
       "Trainer::Trainer(const std::string& weights_path, const TrainOptions& options) {{\n"
+      "  convgen::require_cpu_features({5}, \"training driver {1}\");  // before any kernel runs\n"
       "  convgen::install_kernel_runtime();\n"
       "  const std::vector<float> weights = convgen::read_weights_file(weights_path, kWeightFloats, kWeightsKey);\n"
       "  TrainerOptions o;\n"

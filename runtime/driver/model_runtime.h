@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/driver/cpu_features.h"
 #include "runtime/ops/ops.h"
 #include "runtime/ops/tensor.h"
 #include "runtime/ops/weights_file.h"

@@ -20,6 +20,15 @@ grep -q '"sha256": "'"$(sha256sum "$root/models/cifar10_full.onnx" | cut -c1-64)
   fail "manifest lacks the model's SHA-256"
 grep -q "+bias+relu" "$work/a/cifar10_full.manifest.json" || fail "manifest lacks the fused epilogue"
 if grep -rq "$work\|$root" "$work/a"/*.h "$work/a"/*.json "$work/a/kernels"; then fail "absolute path in generated files"; fi
+# The default target is host, resolved: the manifest, the regenerate command and the
+# driver's CPU check name one feature string, never "host".
+target=$(sed -n 's/.*"target": "\([^"]*\)".*/\1/p' "$work/a/cifar10_full.manifest.json" | head -n 1)
+[[ $target == x86-64-linux-* ]] || fail "manifest target: '$target'"
+grep -q "constexpr char kTarget\[\] = \"$target\";" "$work/a/cifar10_full.cpp" || fail "driver lacks kTarget $target"
+grep -q "require_cpu_features(kTarget, \"model cifar10_full\")" "$work/a/cifar10_full.cpp" ||
+  fail "driver constructor does not check the CPU"
+grep -q -- "--target $target" "$work/a/cifar10_full.h" || fail "regenerate command lacks --target $target"
+if grep -q -- "--target host" "$work/a/cifar10_full.h"; then fail "unresolved host target in provenance"; fi
 
 # A second compile comes from the cache and is byte-identical.
 "$convgen" compile "$root/models/cifar10_full.onnx" -o "$work/b" --cache-dir "$cache" --batch 4 --verbose \
@@ -48,6 +57,8 @@ for f in lenet.a lenet.h lenet.cpp lenet.weights lenet.manifest.json; do [[ -f "
 grep -q '"training": {"batch": 8, "micro_batch": 2, "sample_counts": \[20\]}' "$work/t/lenet.manifest.json" ||
   fail "--train manifest: $(grep training "$work/t/lenet.manifest.json")"
 grep -q "class Trainer" "$work/t/lenet.h" || fail "--train header lacks the Trainer class"
+grep -q 'require_cpu_features("x86-64-linux-[^"]*", "training driver lenet")' "$work/t/lenet.cpp" ||
+  fail "--train: the Trainer constructor does not check the CPU"
 grep -q "Regenerate with: convgen compile lenet.onnx --train --name lenet --batch 8 --samples 20" "$work/t/lenet.cpp" ||
   fail "--train provenance: $(head -3 "$work/t/lenet.cpp")"
 kernels=$(grep -c '^//   .* convgen_\(fwd\|bwd_data\|bwd_weights\)_' "$work/t/lenet.h")
