@@ -21,13 +21,15 @@
 
 namespace {
 
-const char* kUsage = R"(usage: convgen-model-bench MODEL.onnx [--batch N] [--runs R] [--threads T]
+const char* kUsage = R"(usage: convgen-model-bench MODEL.onnx [--batch N] [--runs R] [--threads T] [--target T]
 
 Times MODEL's forward pass at batch N (default 1) through convgen's in-process
 executor on T threads (default 1; convolutions run their intra-kernel parallel
-variant, the other layers one thread): the median of R timed runs (default 7, each at least 50 ms of
-repeated passes) after a warm-up; JIT compilation is not timed. Prints one JSON line:
-model, batch, ms per pass, images/s, peak RSS (MiB), arena and weights bytes.
+variant, the other layers one thread) for the kernel target T (default host, as
+`convgen run` and `compile` use: the widest this CPU runs): the median of R timed runs
+(default 7, each at least 50 ms of repeated passes) after a warm-up; JIT compilation is
+not timed. Prints one JSON line: model, batch, threads, target, ms per pass, images/s,
+peak RSS (MiB), arena and weights bytes.
 )";
 
 double peak_rss_mib() {
@@ -40,7 +42,7 @@ double peak_rss_mib() {
 
 int main(int argc, char** argv) {
   try {
-    std::string path;
+    std::string path, target = "host";
     int64_t batch = 1, runs = 7, threads = 1;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
@@ -51,6 +53,7 @@ int main(int argc, char** argv) {
       if (a == "--batch" && i + 1 < argc) batch = std::stoll(argv[++i]);
       else if (a == "--runs" && i + 1 < argc) runs = std::stoll(argv[++i]);
       else if (a == "--threads" && i + 1 < argc) threads = std::stoll(argv[++i]);
+      else if (a == "--target" && i + 1 < argc) target = argv[++i];
       else if (path.empty() && a[0] != '-') path = a;
       else throw convgen::Error(convgen::ExitCode::Usage, "unknown argument " + a + " (see --help)");
     }
@@ -59,7 +62,8 @@ int main(int argc, char** argv) {
     options.batch = batch;
     convgen::model::Graph g = convgen::model::import_onnx(path, options);
     convgen::model::fuse_for_inference(g);
-    convgen::model::ModelExecutor exec(std::move(g), convgen::default_target(), "", nullptr, static_cast<int>(threads));
+    const convgen::TargetInfo t = convgen::target_info(target);
+    convgen::model::ModelExecutor exec(std::move(g), t, "", nullptr, static_cast<int>(threads));
     std::map<std::string, convgen::Tensor> inputs;
     std::mt19937 rng(1);
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -83,9 +87,10 @@ int main(int argc, char** argv) {
     }
     std::sort(ms.begin(), ms.end());
     const double median = ms[ms.size() / 2];
-    fmt::print("{{\"model\": \"{}\", \"engine\": \"convgen\", \"batch\": {}, \"threads\": {}, \"ms\": {:.3f}, "
-               "\"images_per_s\": {:.1f}, \"peak_rss_mib\": {:.1f}, \"arena_bytes\": {}, \"weights_bytes\": {}}}\n",
-               path, batch, threads, median, 1000.0 * batch / median, peak_rss_mib(), exec.plan().arena_floats * 4,
+    fmt::print("{{\"model\": \"{}\", \"engine\": \"convgen\", \"batch\": {}, \"threads\": {}, \"target\": \"{}\", "
+               "\"ms\": {:.3f}, \"images_per_s\": {:.1f}, \"peak_rss_mib\": {:.1f}, \"arena_bytes\": {}, "
+               "\"weights_bytes\": {}}}\n",
+               path, batch, threads, t.target, median, 1000.0 * batch / median, peak_rss_mib(), exec.plan().arena_floats * 4,
                exec.plan().weights_floats * 4);
     return 0;
   } catch (const convgen::Error& e) {
