@@ -1,7 +1,6 @@
 #include "generator/model/channel_order_folding.h"
 
 #include <algorithm>
-#include <map>
 
 #include <fmt/format.h>
 
@@ -71,6 +70,9 @@ int fold_channel_permutations(Graph& g, std::vector<std::string>* why) {
     const std::string& x = gather.inputs[0];
     const std::string& y = gather.outputs[0];
 
+    // The Concat first: it copies anyway, so the permutation costs nothing there, and the
+    // readers may be anything. A Concat that already has an order keeps it: a second
+    // permutation stays a pass (composing them is not worth a case).
     const int p = producer_of(g, x);
     if (p >= 0 && g.nodes[size_t(p)].op == Op::Concat && g.nodes[size_t(p)].attributes.axis == 1 &&
         g.nodes[size_t(p)].attributes.indices.empty() && readers_of(g, x).size() == 1 && !is_output(g, x)) {

@@ -77,7 +77,9 @@ class Writer {
         std::string xs;
         for (size_t i = 0; i < s.inputs.size(); ++i) xs += (i ? ", " : "") + x(i);
         if (a.indices.empty()) return fmt::format("convgen::ops::concat({{{}}}, {}, {});", xs, a.axis, y);
-        return fmt::format("convgen::ops::concat({{{}}}, {}, {}, {});", xs, a.axis, y, ints(a.indices));
+        // The order built once (a function-local static), not per forward call.
+        return fmt::format("{{ static const std::vector<int64_t> order{}; convgen::ops::concat({{{}}}, {}, {}, order); }}",
+                           ints(a.indices), xs, a.axis, y);
       }
       case StepKind::Copy: {
         const PlanBuffer& in = p_.buffers[s.inputs[0]];
@@ -126,8 +128,10 @@ class Writer {
                            op_name(s.op) + 6, y);  // "ReduceMean" -> Mean
       case StepKind::NllLoss: {
         static const char* reductions[] = {"None", "Sum", "Mean"};
-        return fmt::format("convgen::ops::nll_loss({}, {}, {}, {}, {}, convgen::ops::LossReduction::{}, {});", x(0),
-                           ints(a.indices), s.inputs[1] >= 0 ? pointer(s.inputs[1]) : "nullptr",
+        // The labels built once (a function-local static), not per forward call.
+        return fmt::format("{{ static const std::vector<int64_t> labels{}; convgen::ops::nll_loss({}, labels, {}, {}, {}, "
+                           "convgen::ops::LossReduction::{}, {}); }}",
+                           ints(a.indices), x(0), s.inputs[1] >= 0 ? pointer(s.inputs[1]) : "nullptr",
                            bool_lit(a.has_ignore_index), a.ignore_index, reductions[int(a.loss_reduction)], y);
       }
       case StepKind::Softmax:

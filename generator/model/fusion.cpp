@@ -1,11 +1,11 @@
 #include "generator/model/fusion.h"
 
-#include "generator/model/channel_order_folding.h"
-
 #include <cmath>
 #include <map>
 
 #include <fmt/format.h>
+
+#include "generator/model/channel_order_folding.h"
 
 namespace convgen::model {
 

@@ -56,11 +56,15 @@ int fold_channel_shuffles(Graph& g) {
     const std::string& grouped = split.outputs[0];
     const std::vector<int64_t>& shape = g.value(split.inputs[0]).shape;
     const int64_t groups = split_groups(shape, g.value(grouped).shape);
-    if (groups == 0 || readers.at(grouped) != 1) continue;
+    auto read_once = [&](const std::string& v) {
+      auto it = readers.find(v);  // absent: nothing reads it (import keeps unused nodes)
+      return it != readers.end() && it->second == 1;
+    };
+    if (groups == 0 || !read_once(grouped)) continue;
     const int t = sole_reader_index(g, grouped);
     if (t < 0 || g.nodes[t].op != Op::Transpose || !swaps_axes_1_and_2(g.nodes[t].attributes.perm)) continue;
     const std::string& swapped = g.nodes[t].outputs[0];
-    if (readers.at(swapped) != 1) continue;
+    if (!read_once(swapped)) continue;
     const int merge = sole_reader_index(g, swapped);
     if (merge < 0 || g.nodes[merge].op != Op::Reshape || g.value(g.nodes[merge].outputs[0]).shape != shape) continue;
 

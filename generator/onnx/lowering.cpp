@@ -365,7 +365,7 @@ std::vector<Node> lower_variadic(const NodeContext& c) {
   if (mean) {
     Value count;
     count.name = c.name() + ":count";
-    count.shape = {1};
+    count.shape = {};  // 0-D: broadcasts to any output, scalars' included
     count.is_constant = true;
     count.data = {static_cast<float>(n)};
     g.values[count.name] = count;

@@ -111,7 +111,7 @@ struct Attributes {
   // Resize: mode, coordinates, rounding and per-spatial-axis scales
   ops::ResizeSpec resize;
   // Gather: the indices along `axis` (non-negative, flattened in their own shape's order).
-  // Concat (inference graphs only, generator/model/fusion.h): empty, or the order of the
+  // Concat (inference graphs only, generator/model/channel_order_folding.h): empty, or the order of the
   // joined axis's positions in the output (a channel shuffle folded in)
   std::vector<int64_t> indices;
   // NegativeLogLikelihoodLoss: the reduction, and the ignored label when has_ignore_index

@@ -472,7 +472,8 @@ void nll_loss(const ConstView& x, const std::vector<int64_t>& labels, const floa
 void gather(const ConstView& x, int64_t axis, const std::vector<int64_t>& indices, const View& y) {
   const int64_t k_end = static_cast<int64_t>(indices.size());
   if (x.channels_last || y.channels_last) {
-    // Channels of a [N, C, spatial...] tensor (gather_layouts_supported).
+    // Channels of a [N, C, spatial...] tensor by a 1-D index list, nothing else.
+    if (!gather_layouts_supported(x.shape, axis, y.shape)) throw std::logic_error("gather: layout needs channels, 1-D indices");
     const auto sx = x.strides(), sy = y.strides();
     if (x.channels_last && y.channels_last) {
       const int64_t pixels = y.elements() / k_end, C = x.shape[1];
@@ -498,6 +499,8 @@ void gather_backward(const ConstView& dy, int64_t axis, const std::vector<int64_
   if (!accumulate) std::fill(dx.data, dx.data + dx.elements(), 0.0f);
   const int64_t k_end = static_cast<int64_t>(indices.size());
   if (dy.channels_last || dx.channels_last) {
+    if (!gather_layouts_supported(dx.shape, axis, dy.shape))
+      throw std::logic_error("gather_backward: layout needs channels, 1-D indices");
     const auto sdy = dy.strides(), sdx = dx.strides();
     if (dy.channels_last && dx.channels_last) {
       const int64_t pixels = dy.elements() / k_end, C = dx.shape[1];

@@ -60,7 +60,7 @@ void matmul(const ConstView& a, const ConstView& b, const View& y);
 
 // Concatenation along axis; with `order` (a permutation of the joined axis), y's
 // position k along the axis takes the joined position order[k] (a channel shuffle folded
-// into the concatenation, generator/model/fusion.h). Any layouts.
+// into the concatenation, generator/model/channel_order_folding.h). Any layouts.
 void concat(const std::vector<ConstView>& xs, int64_t axis, const View& y, const std::vector<int64_t>& order = {});
 void transpose(const ConstView& x, const std::vector<int64_t>& perm, const View& y);
 // y[i] = x[first + i * step] per axis; y's shape is the window's.

@@ -24,8 +24,8 @@ V rows(const V& v) {
   return {v.data, {v.elements() / last, last}, false};
 }
 
-// LayerNormalization and Gather work on dense rows; a value a convolution reads or
-// writes is channels-last. `v` itself when dense, else its dense copy in `scratch`.
+// LayerNormalization and Gather (but along the channels) work on dense rows; a value a
+// convolution reads or writes is channels-last. `v` itself when dense, else its dense copy in `scratch`.
 ConstView dense(const ConstView& v, std::vector<float>& scratch) {
   if (!v.channels_last) return v;
   scratch.resize(static_cast<size_t>(v.elements()));

@@ -82,8 +82,8 @@ void Trainer::Impl::index_values() {
   }
   // A MatMul over the last axis of a tensor of rank 3 or 4 (ConvNeXt's Linear layers on
   // [N, H, W, C]) reads and writes it as rows of a dense matrix.
-  // (LayerNormalization and Gather convert to dense rows themselves: their inputs are
-  // often a convolution's, which must stay channels-last.)
+  // (LayerNormalization and Gather convert to dense rows themselves -- a channel Gather
+  // runs channels-last -- since their inputs are often a convolution's.)
   for (const Node& n : g.nodes)
     if (n.op == Op::MatMul || n.op == Op::Gemm)
       for (const std::string& name : {n.inputs[0], n.outputs[0]}) values[value_id.at(name)].channels_last = false;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The generated drivers of the bundled models (built into one program, so three compiled
+# The generated drivers of the bundled models and driver_ops (built into one program, so four compiled
 # models link and run together) must give the same bits as the in-process executor
 # (`convgen run`) -- segmenter_tiny runs ConvTranspose, bilinear Resize and folded channel
 # shuffles; driver_ops a channel Gather, Max, Min, Mean and SoftmaxCrossEntropyLoss -- and refuse

@@ -7,6 +7,7 @@
 #include "generator/model/executor.h"
 #include "generator/model/fusion.h"
 #include "generator/onnx/import.h"
+#include "tests/common/onnx_test_models.h"
 
 using namespace convgen;
 
@@ -46,4 +47,28 @@ TEST_CASE("executor: bundled models give the same bits on 1 and 2 threads", "[ex
       CHECK(one.size() == static_cast<size_t>(batch * 10));
     }
   }
+}
+
+TEST_CASE("executor: Max, Min and Mean of scalars and broadcast tensors", "[executor]") {
+  // 0-D inputs give a 0-D output (Mean's count is 0-D too); a [2, 3] and a [3] broadcast.
+  test::OnnxModelBuilder b(13);
+  b.input("a", {}).input("b", {}).input("c", {2, 3}).input("d", {3});
+  b.output("mean", 0).output("max", 2).output("min", 2);
+  b.node("Mean", {"a", "b", "a"}, {"mean"}, "mean");
+  b.node("Max", {"c", "d"}, {"max"}, "max");
+  b.node("Min", {"c", "d", "c"}, {"min"}, "min");
+  model::Graph g = model::import_onnx(b.write("variadic"));
+  model::ModelExecutor exec(std::move(g), default_target(), "", nullptr, 1);
+  auto tensor = [](std::vector<int64_t> shape, std::vector<float> v) {
+    Tensor t(shape, false);
+    std::copy(v.begin(), v.end(), t.data.begin());
+    return t;
+  };
+  const std::vector<Tensor> y = exec.run({{"a", tensor({}, {1.0f})}, {"b", tensor({}, {4.0f})},
+                                          {"c", tensor({2, 3}, {1, 5, -2, 0, 7, 3})}, {"d", tensor({3}, {2, 2, 2})}});
+  REQUIRE(y.size() == 3);
+  CHECK(y[0].shape.empty());
+  CHECK(y[0].data[0] == 2.0f);
+  CHECK(std::vector<float>(y[1].data.begin(), y[1].data.end()) == std::vector<float>{2, 5, 2, 2, 7, 3});
+  CHECK(std::vector<float>(y[2].data.begin(), y[2].data.end()) == std::vector<float>{1, 2, -2, 0, 2, 2});
 }
