@@ -21,21 +21,6 @@ bool is_channel_permutation(const Graph& g, const Node& n) {
   return true;
 }
 
-std::vector<int> readers_of(const Graph& g, const std::string& value) {
-  std::vector<int> readers;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (const std::string& in : g.nodes[i].inputs)
-      if (in == value) {
-        readers.push_back(static_cast<int>(i));
-        break;
-      }
-  return readers;
-}
-
-bool is_output(const Graph& g, const std::string& value) {
-  return std::find(g.outputs.begin(), g.outputs.end(), value) != g.outputs.end();
-}
-
 int producer_of(const Graph& g, const std::string& value) {
   for (size_t i = 0; i < g.nodes.size(); ++i)
     if (!g.nodes[i].outputs.empty() && g.nodes[i].outputs[0] == value) return static_cast<int>(i);
@@ -43,10 +28,10 @@ int producer_of(const Graph& g, const std::string& value) {
 }
 
 // Why the Convs reading the permuted tensor cannot take the permutation, or "".
-std::string convs_refuse(const Graph& g, const Node& gather, const std::vector<int>& readers) {
+std::string convs_refuse(const Graph& g, const Node& gather, const std::vector<size_t>& readers) {
   const std::string& value = gather.outputs[0];
-  for (int r : readers) {
-    const Node& n = g.nodes[size_t(r)];
+  for (size_t r : readers) {
+    const Node& n = g.nodes[r];
     if (n.op != Op::Conv) return fmt::format("'{}' reads it ({})", n.name, op_name(n.op));
     if (n.inputs[0] != value || std::count(n.inputs.begin(), n.inputs.end(), value) != 1)
       return fmt::format("'{}' reads it as more than its data input", n.name);
@@ -75,7 +60,7 @@ int fold_channel_permutations(Graph& g, std::vector<std::string>* why) {
     // permutation stays a pass (composing them is not worth a case).
     const int p = producer_of(g, x);
     if (p >= 0 && g.nodes[size_t(p)].op == Op::Concat && g.nodes[size_t(p)].attributes.axis == 1 &&
-        g.nodes[size_t(p)].attributes.indices.empty() && readers_of(g, x).size() == 1 && !is_output(g, x)) {
+        g.nodes[size_t(p)].attributes.indices.empty() && g.readers_of(x).size() == 1 && !g.is_output(x)) {
       Node& concat = g.nodes[size_t(p)];
       concat.attributes.indices = order;
       concat.outputs[0] = y;
@@ -87,16 +72,16 @@ int fold_channel_permutations(Graph& g, std::vector<std::string>* why) {
       continue;
     }
 
-    const std::vector<int> readers = readers_of(g, y);
-    std::string refused = is_output(g, y) ? "its output is a graph output" : readers.empty() ? "nothing reads it" : "";
+    const std::vector<size_t> readers = g.readers_of(y);
+    std::string refused = g.is_output(y) ? "its output is a graph output" : readers.empty() ? "nothing reads it" : "";
     if (refused.empty()) refused = convs_refuse(g, gather, readers);
     if (!refused.empty()) {
       say(fmt::format("{} (channel permutation) kept as a pass: not after a Concat that feeds only it, and {}",
                       gather.name, refused));
       continue;
     }
-    for (int r : readers) {
-      Node& conv = g.nodes[size_t(r)];
+    for (size_t r : readers) {
+      Node& conv = g.nodes[r];
       const Value& w = g.value(conv.inputs[1]);
       Value permuted = w;
       permuted.name = conv.name + ".channel_ordered_weights";

@@ -1,7 +1,5 @@
 #include "generator/onnx/channel_shuffle.h"
 
-#include <map>
-
 namespace convgen::model {
 
 std::vector<int64_t> channel_shuffle_order(int64_t channels, int64_t groups) {
@@ -12,22 +10,6 @@ std::vector<int64_t> channel_shuffle_order(int64_t channels, int64_t groups) {
 }
 
 namespace {
-
-std::map<std::string, int> reader_counts(const Graph& g) {
-  std::map<std::string, int> readers;
-  for (const Node& n : g.nodes)
-    for (const std::string& in : n.inputs)
-      if (!in.empty()) ++readers[in];
-  for (const std::string& out : g.outputs) readers[out] += 2;  // never a private intermediate
-  return readers;
-}
-
-int sole_reader_index(const Graph& g, const std::string& value) {
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (const std::string& in : g.nodes[i].inputs)
-      if (in == value) return static_cast<int>(i);
-  return -1;
-}
 
 // [N, C, rest...] -> [N, g, C / g, rest...] with 1 < g < C: the groups, else 0.
 int64_t split_groups(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
@@ -51,21 +33,21 @@ int fold_channel_shuffles(Graph& g) {
   int folded = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (g.nodes[i].op != Op::Reshape) continue;
-    const std::map<std::string, int> readers = reader_counts(g);
     const Node& split = g.nodes[i];
     const std::string& grouped = split.outputs[0];
     const std::vector<int64_t>& shape = g.value(split.inputs[0]).shape;
     const int64_t groups = split_groups(shape, g.value(grouped).shape);
-    auto read_once = [&](const std::string& v) {
-      auto it = readers.find(v);  // absent: nothing reads it (import keeps unused nodes)
-      return it != readers.end() && it->second == 1;
+    // The one node reading v (a Transpose or Reshape: one input each), or -1; none when v
+    // is a graph output or unused (import keeps unused nodes).
+    auto only_reader = [&](const std::string& v) {
+      const std::vector<size_t> r = g.readers_of(v);
+      return r.size() == 1 && !g.is_output(v) ? static_cast<long>(r[0]) : -1L;
     };
-    if (groups == 0 || !read_once(grouped)) continue;
-    const int t = sole_reader_index(g, grouped);
+    if (groups == 0) continue;
+    const long t = only_reader(grouped);
     if (t < 0 || g.nodes[t].op != Op::Transpose || !swaps_axes_1_and_2(g.nodes[t].attributes.perm)) continue;
     const std::string& swapped = g.nodes[t].outputs[0];
-    if (!read_once(swapped)) continue;
-    const int merge = sole_reader_index(g, swapped);
+    const long merge = only_reader(swapped);
     if (merge < 0 || g.nodes[merge].op != Op::Reshape || g.value(g.nodes[merge].outputs[0]).shape != shape) continue;
 
     Node gather;

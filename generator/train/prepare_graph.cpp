@@ -57,17 +57,6 @@ std::string strip_softmax(Graph& g) {
   return out;
 }
 
-// The node indices reading `value`.
-std::vector<size_t> readers_of(const Graph& g, const std::string& value) {
-  std::vector<size_t> r;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (const std::string& in : g.nodes[i].inputs)
-      if (in == value) {
-        r.push_back(i);
-        break;
-      }
-  return r;
-}
 
 // The value of a one-element float constant, if `name` is one.
 bool scalar_constant(const Graph& g, const std::string& name, float* v) {
@@ -90,7 +79,7 @@ int fuse_within_channel_lrn(Graph& g, std::vector<std::string>* why) {
     if (g.value(x).shape.size() != 4) continue;
     std::vector<size_t> chain = {i};
     auto next = [&](Op op) -> const Node* {
-      const auto r = readers_of(g, g.nodes[chain.back()].outputs[0]);
+      const auto r = g.readers_of(g.nodes[chain.back()].outputs[0]);
       if (r.size() != 1 || g.nodes[r[0]].op != op) return nullptr;
       chain.push_back(r[0]);
       return &g.nodes[r[0]];
@@ -143,8 +132,8 @@ int fuse_within_channel_lrn(Graph& g, std::vector<std::string>* why) {
 // the removed node.
 std::optional<Node> absorb_only_reader(Graph& g, size_t& i, Op op) {
   const std::string out = g.nodes[i].outputs[0];
-  const auto r = readers_of(g, out);
-  if (r.size() != 1 || g.nodes[r[0]].op != op || std::find(g.outputs.begin(), g.outputs.end(), out) != g.outputs.end())
+  const auto r = g.readers_of(out);
+  if (r.size() != 1 || g.nodes[r[0]].op != op || g.is_output(out))
     return std::nullopt;
   const size_t reader = r[0];
   Node absorbed = g.nodes[reader];

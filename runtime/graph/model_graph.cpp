@@ -1,5 +1,7 @@
 #include "runtime/graph/model_graph.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "schedules/errors.h"
@@ -89,6 +91,17 @@ const Value& Graph::value(const std::string& name) const {
   auto it = values.find(name);
   if (it == values.end()) throw Error(ExitCode::Internal, fmt::format("{}: no value named '{}'", source, name));
   return it->second;
+}
+
+std::vector<size_t> Graph::readers_of(const std::string& value) const {
+  std::vector<size_t> r;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (std::find(nodes[i].inputs.begin(), nodes[i].inputs.end(), value) != nodes[i].inputs.end()) r.push_back(i);
+  return r;
+}
+
+bool Graph::is_output(const std::string& value) const {
+  return std::find(outputs.begin(), outputs.end(), value) != outputs.end();
 }
 
 bool Graph::is_float_constant(const std::string& name) const {

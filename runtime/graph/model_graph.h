@@ -159,6 +159,10 @@ struct Graph {
   const Value& value(const std::string& name) const;
   // A value of that name exists and is a float32 constant.
   bool is_float_constant(const std::string& name) const;
+  // The indices of the nodes reading `value`, in order, each once however many of its
+  // inputs it is.
+  std::vector<size_t> readers_of(const std::string& value) const;
+  bool is_output(const std::string& value) const;
 };
 
 // The convolution descriptor of a Conv node (forward pass): N, C, H, W from its input,
