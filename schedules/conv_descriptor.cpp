@@ -7,6 +7,8 @@
 
 #include <array>
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <charconv>
 #include <fstream>
 #include <initializer_list>
@@ -94,12 +96,14 @@ void check_tensor(const char* tensor, std::initializer_list<int64_t> dims) {
 constexpr std::array<std::string_view, 20> kKeys = {
     "g",  "mb", "ic", "ih", "iw", "oc", "oh", "ow", "kh", "kw",
     "sh", "sw", "ph", "pw", "pt", "pb", "pl", "pr", "dh", "dw"};
-constexpr std::array<std::string_view, 2> kFlags = {"bias", "relu"};
+constexpr std::array<std::string_view, 6> kFlags = {"bias", "relu", "clip", "leakyrelu", "hardswish", "silu"};
 
 struct Tokens {
   std::map<std::string_view, int64_t> values;  // key -> number as written
   bool bias = false;
   bool relu = false;
+  Activation activation = Activation::None;
+  float clip_lo = 0.0f, clip_hi = 0.0f, leaky_alpha = 0.0f;
   std::optional<std::string> name;
 
   bool has(std::string_view key) const { return values.count(key) != 0; }
@@ -158,11 +162,53 @@ class Lexer {
   void read_flag(Tokens& t) {
     const size_t at = pos_++;
     const std::string_view flag = longest_match(rest(), kFlags.begin(), kFlags.end());
-    if (flag.empty()) fail_at(at, "flag", "unknown flag, expected +bias or +relu");
-    bool& slot = flag == "bias" ? t.bias : t.relu;
-    if (slot) fail_at(at, flag, "given twice");
-    slot = true;
+    if (flag.empty())
+      fail_at(at, "flag", "unknown flag, expected +bias, +relu, +clip(LO,HI), +leakyrelu(ALPHA), +hardswish or +silu");
     pos_ += flag.size();
+    if (flag == "bias") {
+      if (t.bias) fail_at(at, flag, "given twice");
+      t.bias = true;
+      return;
+    }
+    if (t.relu || t.activation != Activation::None) fail_at(at, flag, "a second activation (one at most)");
+    if (flag == "relu") {
+      t.relu = true;
+    } else if (flag == "clip") {
+      t.activation = Activation::Clip;
+      const std::vector<float> args = read_float_args(flag, 2);
+      t.clip_lo = args[0];
+      t.clip_hi = args[1];
+      if (!(t.clip_lo <= t.clip_hi)) fail_at(at, flag, "needs LO <= HI");
+    } else if (flag == "leakyrelu") {
+      t.activation = Activation::LeakyRelu;
+      t.leaky_alpha = read_float_args(flag, 1)[0];
+    } else {
+      t.activation = flag == "hardswish" ? Activation::HardSwish : Activation::Silu;
+    }
+  }
+
+  // "(a,b,...)": exactly `count` finite floats.
+  std::vector<float> read_float_args(std::string_view flag, size_t count) {
+    const size_t at = pos_;
+    if (pos_ >= end_ || text_[pos_] != '(') fail_at(at, flag, fmt::format("expected ({} number{})", count, count > 1 ? "s" : ""));
+    const size_t close = text_.find(')', pos_);
+    if (close == std::string_view::npos || close >= end_) fail_at(at, flag, "missing ')'");
+    std::vector<float> args;
+    std::string_view inside = text_.substr(pos_ + 1, close - pos_ - 1);
+    for (size_t start = 0; start <= inside.size();) {
+      size_t comma = inside.find(',', start);
+      if (comma == std::string_view::npos) comma = inside.size();
+      const std::string field(inside.substr(start, comma - start));
+      char* parsed_end = nullptr;
+      const float v = field.empty() ? 0.0f : std::strtof(field.c_str(), &parsed_end);
+      if (field.empty() || parsed_end != field.c_str() + field.size() || !std::isfinite(v))
+        fail_at(at, flag, fmt::format("\"{}\" is not a finite number", field));
+      args.push_back(v);
+      start = comma + 1;
+    }
+    if (args.size() != count) fail_at(at, flag, fmt::format("expected {} number{}, got {}", count, count > 1 ? "s" : "", args.size()));
+    pos_ = close + 1;
+    return args;
   }
 
   void read_name(Tokens& t) {
@@ -209,6 +255,10 @@ ConvDescriptor from_tokens(const Tokens& t) {
   d.name = t.name.value_or("");
   d.bias = t.bias;
   d.relu = t.relu;
+  d.activation = t.activation;
+  d.clip_lo = t.clip_lo;
+  d.clip_hi = t.clip_hi;
+  d.leaky_alpha = t.leaky_alpha;
   d.g = t.get("g", 1);
   d.mb = t.get("mb", 1);
   d.ic = t.get("ic", 0);
@@ -318,7 +368,24 @@ std::string ConvDescriptor::normalised() const {
       iw, oc, oh(), ow(), kh, kw, sh, sw, pt, pb, pl, pr, dh - 1, dw - 1);
   if (bias) s += "+bias";
   if (relu) s += "+relu";
+  const std::string act = activation_flag(*this);
+  if (!act.empty()) s += "+" + act;
   return s;
+}
+
+bool activation_is_exact(const ConvDescriptor& d) {
+  return d.activation != Activation::HardSwish && d.activation != Activation::Silu;
+}
+
+std::string activation_flag(const ConvDescriptor& d) {
+  switch (d.activation) {
+    case Activation::None: return "";
+    case Activation::Clip: return fmt::format("clip({},{})", d.clip_lo, d.clip_hi);
+    case Activation::LeakyRelu: return fmt::format("leakyrelu({})", d.leaky_alpha);
+    case Activation::HardSwish: return "hardswish";
+    case Activation::Silu: return "silu";
+  }
+  return "";
 }
 
 std::string ConvDescriptor::to_string() const {
@@ -328,6 +395,8 @@ std::string ConvDescriptor::to_string() const {
 
 void validate(const ConvDescriptor& d) {
   if (d.name.find('"') != std::string::npos) fail("name", "must not contain '\"'");
+  if (d.relu && d.activation != Activation::None) fail("relu", "a second activation (one at most)");
+  if (d.activation == Activation::Clip && !(d.clip_lo <= d.clip_hi)) fail("clip", "needs LO <= HI");
   check_sizes(d);
   check_paddings(d);
   check_groups(d);

@@ -9,6 +9,12 @@
 
 namespace convgen {
 
+// An activation of the forward epilogue other than ReLU, after the bias (ONNX semantics:
+// Clip(lo, hi), LeakyRelu(alpha), HardSwish = x * clamp(x / 6 + 1/2, 0, 1), Silu = x *
+// Sigmoid(x)). Inference only: the backward kernels know ReLU's mask alone (`relu`), so
+// the backward passes refuse a layer with one of these.
+enum class Activation { None, Clip, LeakyRelu, HardSwish, Silu };
+
 struct ConvDescriptor {
   std::string name;  // free-form label ("res2a"); not part of the normalised key
   int64_t mb = 1;    // minibatch N
@@ -23,6 +29,9 @@ struct ConvDescriptor {
   // Fused epilogue of the forward pass.
   bool bias = false;
   bool relu = false;
+  Activation activation = Activation::None;  // exclusive with relu
+  float clip_lo = 0.0f, clip_hi = 0.0f;      // Activation::Clip's bounds
+  float leaky_alpha = 0.0f;                  // Activation::LeakyRelu's slope
 
   int64_t oh() const { return (ih + pt + pb - dh * (kh - 1) - 1) / sh + 1; }
   int64_t ow() const { return (iw + pl + pr - dw * (kw - 1) - 1) / sw + 1; }
@@ -43,7 +52,17 @@ struct ConvDescriptor {
   bool operator==(const ConvDescriptor& o) const { return normalised() == o.normalised(); }
 };
 
-// Parses the benchdnn-style grammar (plus pt/pb/pl/pr, bias, relu keys). Throws
+// The activation's flag as the grammar writes it, without the '+': "clip(0,6)",
+// "leakyrelu(0.01)", "hardswish", "silu"; "" for none. Numbers in the shortest form that
+// reads back to the same float.
+std::string activation_flag(const ConvDescriptor& d);
+
+// The activation gives the bits of its runtime operator applied to the same value (none,
+// ReLU, Clip, LeakyRelu); HardSwish and Silu agree only within rounding
+// (generator/conv/epilogue.h states the bound).
+bool activation_is_exact(const ConvDescriptor& d);
+
+// Parses the benchdnn-style grammar (plus pt/pb/pl/pr, bias, relu, activation flags). Throws
 // convgen::Error(ExitCode::BadDescriptor) with a message naming the offending field.
 ConvDescriptor parse_descriptor(const std::string& text);
 

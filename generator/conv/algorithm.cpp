@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "generator/conv/epilogue.h"
+
 namespace convgen {
 
 using namespace Halide;
@@ -92,7 +94,7 @@ ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr,
     Expr value = a.accum(a.g * cg, a.kg, a.pix, a.n);
     for (int j = 1; j < cg; ++j) value += a.accum(a.g * cg + j, a.kg, a.pix, a.n);
     if (d.bias) value += bias(a.g * kgn + a.kg);
-    if (d.relu) value = max(value, 0.0f);
+    value = apply_activation(d, value);
     a.output(a.kg, a.g, a.pix, a.n) = value;
     return a;
   }
@@ -138,7 +140,7 @@ ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr,
     a.accum(a.kk, a.kb, a.pix, a.n, a.g) += product;
     Expr value = a.accum(a.kg % mr, a.kg / mr, a.pix, a.n, a.g);
     if (d.bias) value += bias(a.g * kgn + a.kg);
-    if (d.relu) value = max(value, 0.0f);
+    value = apply_activation(d, value);
     a.output(a.kg, a.g, a.pix, a.n) = value;
   } else {
     // Channel vectors across groups: output channel k reads input group k / (K/g).
@@ -149,7 +151,7 @@ ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr,
     Expr k = a.g * kgn + a.kg;
     Expr value = a.accum(k, a.pix, a.n);
     if (d.bias) value += bias(k);
-    if (d.relu) value = max(value, 0.0f);
+    value = apply_activation(d, value);
     a.output(a.kg, a.g, a.pix, a.n) = value;
   }
   return a;

@@ -4,6 +4,7 @@
 #include "generator/conv/backward.h"
 #include "generator/conv/schedule_pieces.h"
 #include "schedules/backward_data_classes.h"
+#include "schedules/errors.h"
 #include "schedules/kernel_plan.h"
 
 namespace convgen {
@@ -27,6 +28,9 @@ void pin_buffers(BackwardDataPipeline& p, const ConvDescriptor& d, const WeightP
 BackwardDataPipeline build_backward_data(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
                                          std::vector<std::string>* why, const ForwardBuildOptions& options) {
   validate(d);
+  if (d.activation != Activation::None)
+    throw Error(ExitCode::Usage, fmt::format("{}: the backward passes know ReLU alone, not +{}", d.normalised(),
+                                             activation_flag(d)));
   validate(s, t);
   BackwardDataPipeline p;
   p.dy = ImageParam(Float(32), 4, "dy");

@@ -32,6 +32,7 @@
 
 #include "generator/conv/backward.h"
 #include "generator/conv/schedule_pieces.h"
+#include "schedules/errors.h"
 #include "schedules/kernel_plan.h"
 
 namespace convgen {
@@ -211,6 +212,9 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
                                                const TargetInfo& t, std::vector<std::string>* why,
                                                const ForwardBuildOptions& options) {
   validate(d);
+  if (d.activation != Activation::None)
+    throw Error(ExitCode::Usage, fmt::format("{}: the backward passes know ReLU alone, not +{}", d.normalised(),
+                                             activation_flag(d)));
   validate(schedule, t);
   const ConvSchedule& s = schedule;
   BackwardWeightsPipeline p;

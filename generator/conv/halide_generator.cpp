@@ -17,6 +17,9 @@ class ConvForwardGenerator : public Halide::Generator<ConvForwardGenerator> {
   GeneratorParam<int> pt{"pt", 0}, pb{"pb", 0}, pl{"pl", 0}, pr{"pr", 0};
   GeneratorParam<int> dh{"dh", 1}, dw{"dw", 1}, groups{"groups", 1};
   GeneratorParam<bool> bias{"bias", false}, relu{"relu", false};
+  // Another activation, as the descriptor grammar writes its flag: "clip(0,6)",
+  // "leakyrelu(0.01)", "hardswish", "silu" (docs/descriptor.md); empty for none.
+  GeneratorParam<std::string> activation{"activation", ""};
   // Empty: the analytic default. Otherwise one schedule record line (docs/schedules.md).
   GeneratorParam<std::string> schedule_record{"schedule_record", ""};
 
@@ -31,6 +34,15 @@ class ConvForwardGenerator : public Halide::Generator<ConvForwardGenerator> {
     d.mb = mb; d.ic = ic; d.ih = ih; d.iw = iw; d.oc = oc; d.kh = kh; d.kw = kw; d.sh = sh; d.sw = sw;
     d.pt = pt; d.pb = pb; d.pl = pl; d.pr = pr; d.dh = dh; d.dw = dw; d.g = groups;
     d.bias = bias; d.relu = relu;
+    const std::string act = activation;
+    if (!act.empty()) {
+      // The grammar's own parser, on a placeholder layer carrying just the flag.
+      const ConvDescriptor flag = parse_descriptor("ic1ih1oc1kh1+" + act);
+      d.activation = flag.activation;
+      d.clip_lo = flag.clip_lo;
+      d.clip_hi = flag.clip_hi;
+      d.leaky_alpha = flag.leaky_alpha;
+    }
     validate(d);
     const TargetInfo t = target_info(get_target().to_string());
     const std::string record = schedule_record;

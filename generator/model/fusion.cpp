@@ -1,5 +1,6 @@
 #include "generator/model/fusion.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -97,11 +98,83 @@ void fuse(Graph& g, const std::vector<Op>& followers, std::vector<std::string>* 
   }
 }
 
+// The node reading `value` if it is the only reader and `value` is no graph output, else -1.
+int only_reader(const Graph& g, const std::string& value) {
+  const std::vector<size_t> readers = g.readers_of(value);
+  return readers.size() == 1 && !g.is_output(value) ? static_cast<int>(readers[0]) : -1;
+}
+
+// Removes node `index` and the value `gone`; keeps `c` pointing at the same Conv.
+void erase_node(Graph& g, size_t index, const std::string& gone, size_t& c) {
+  g.values.erase(gone);
+  g.nodes.erase(g.nodes.begin() + static_cast<std::ptrdiff_t>(index));
+  if (index < c) --c;
+}
+
+// Clip, LeakyRelu, HardSwish, and Mul(x, Sigmoid(x)) (SiLU, written so by PyTorch's export)
+// after a Conv whose epilogue has no activation yet.
+void fuse_activations(Graph& g, std::vector<std::string>* why) {
+  auto say = [&](const std::string& line) {
+    if (why) why->push_back(line);
+  };
+  for (size_t c = 0; c < g.nodes.size(); ++c) {
+    if (g.nodes[c].op != Op::Conv || g.nodes[c].attributes.fused_relu ||
+        g.nodes[c].attributes.fused_activation != Activation::None)
+      continue;
+    const std::string out = g.nodes[c].outputs[0];
+    if (g.is_output(out)) continue;
+    const std::vector<size_t> readers = g.readers_of(out);
+    if (readers.size() == 1) {
+      const Node& n = g.nodes[readers[0]];
+      Attributes& a = g.nodes[c].attributes;
+      if (n.op == Op::Clip) {
+        if (!(n.attributes.clip_min <= n.attributes.clip_max)) {
+          say(fmt::format("{} not fused into {}: its min is above its max", n.name, g.nodes[c].name));
+          continue;
+        }
+        a.fused_activation = Activation::Clip;
+        a.clip_min = n.attributes.clip_min;
+        a.clip_max = n.attributes.clip_max;
+      } else if (n.op == Op::LeakyRelu) {
+        a.fused_activation = Activation::LeakyRelu;
+        a.alpha = n.attributes.alpha;
+      } else if (n.op == Op::HardSwish) {
+        a.fused_activation = Activation::HardSwish;
+      } else {
+        continue;
+      }
+      g.nodes[c].outputs[0] = n.outputs[0];
+      say(fmt::format("{} fused into {}'s epilogue", n.name, g.nodes[c].name));
+      erase_node(g, readers[0], out, c);
+      continue;
+    }
+    // SiLU: the Conv's output read by exactly a Sigmoid and a Mul of it with the Sigmoid.
+    if (readers.size() != 2) continue;
+    size_t sigmoid = readers[0], mul = readers[1];
+    if (g.nodes[sigmoid].op != Op::Sigmoid) std::swap(sigmoid, mul);
+    if (g.nodes[sigmoid].op != Op::Sigmoid || g.nodes[mul].op != Op::Mul) continue;
+    const std::string gate = g.nodes[sigmoid].outputs[0];
+    const std::vector<std::string>& product = g.nodes[mul].inputs;
+    const bool silu = product.size() == 2 && ((product[0] == out && product[1] == gate) ||
+                                              (product[0] == gate && product[1] == out));
+    if (!silu || only_reader(g, gate) != static_cast<int>(mul)) continue;
+    g.nodes[c].attributes.fused_activation = Activation::Silu;
+    g.nodes[c].outputs[0] = g.nodes[mul].outputs[0];
+    say(fmt::format("{} and {} (x * Sigmoid(x)) fused into {}'s epilogue", g.nodes[sigmoid].name, g.nodes[mul].name,
+                    g.nodes[c].name));
+    // Erase the later node first so the other index stays valid.
+    const size_t first = std::min(sigmoid, mul), second = std::max(sigmoid, mul);
+    erase_node(g, second, second == mul ? out : gate, c);
+    erase_node(g, first, first == mul ? out : gate, c);
+  }
+}
+
 }  // namespace
 
 void fuse_for_inference(Graph& g, std::vector<std::string>* why) {
   fold_channel_permutations(g, why);
   fuse(g, {Op::BatchNormalization, Op::Relu}, why);
+  fuse_activations(g, why);
 }
 
 void fuse_for_training(Graph& g, std::vector<std::string>* why) { fuse(g, {Op::Relu}, why); }

@@ -3,8 +3,11 @@
 //    Convs after it (generator/model/channel_order_folding.h);
 //  - BatchNormalization after a Conv folds into the Conv's weights and bias (constant
 //    folding in double: w' = w * s / sqrt(v + eps), b' = (b - m) * s / sqrt(v + eps) + B);
-//  - Relu after a Conv becomes the Conv kernel's fused epilogue.
-// Each applies only when the Conv's output feeds nothing else and is not a graph output.
+//  - Relu after a Conv becomes the Conv kernel's fused epilogue, and so do Clip (ReLU6),
+//    LeakyRelu, HardSwish and x * Sigmoid(x) (SiLU) (generator/conv/epilogue.h: Clip and
+//    LeakyRelu give the unfused bits, HardSwish and SiLU agree within rounding).
+// Each applies only when the Conv's output feeds nothing else (SiLU: its Sigmoid and
+// Mul) and is not a graph output.
 #pragma once
 
 #include <string>

@@ -1,6 +1,7 @@
 #include "generator/tune/sampled_reference.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace convgen {
 namespace {
@@ -9,6 +10,18 @@ namespace {
 double masked_dy(const ConvDescriptor& d, const PassTensors& in, int64_t i) {
   if (d.relu && !(in.y[static_cast<size_t>(i)] > 0)) return 0.0;
   return in.dy[static_cast<size_t>(i)];
+}
+
+// The fused activation of an exact sum: in float where the kernel's result is exact (ReLU,
+// Clip, LeakyRelu), by definition in double for HardSwish and Silu.
+double activated(const ConvDescriptor& d, double acc) {
+  const float f = static_cast<float>(acc);
+  if (d.relu) return std::max(acc, 0.0);
+  if (d.activation == Activation::Clip) return std::min(std::max(f, d.clip_lo), d.clip_hi);
+  if (d.activation == Activation::LeakyRelu) return f >= 0.0f ? f : d.leaky_alpha * f;
+  if (d.activation == Activation::HardSwish) return acc * std::clamp(acc / 6.0 + 0.5, 0.0, 1.0);
+  if (d.activation == Activation::Silu) return acc / (1.0 + std::exp(-acc));
+  return acc;
 }
 
 }  // namespace
@@ -31,7 +44,7 @@ double reference_forward_at(const ConvDescriptor& d, const PassTensors& in, int6
       }
     }
   }
-  return d.relu ? std::max(acc, 0.0) : acc;
+  return activated(d, acc);
 }
 
 double reference_backward_data_at(const ConvDescriptor& d, const PassTensors& in, int64_t index) {

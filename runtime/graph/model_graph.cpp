@@ -142,6 +142,12 @@ ConvDescriptor conv_descriptor(const Graph& g, const Node& conv) {
   ConvDescriptor d = window_descriptor(g.value(conv.inputs.at(0)), g.value(conv.inputs.at(1)).shape[0], conv);
   d.bias = conv.inputs.size() > 2 && !conv.inputs[2].empty();
   d.relu = conv.attributes.fused_relu;
+  d.activation = conv.attributes.fused_activation;
+  if (d.activation == Activation::Clip) {
+    d.clip_lo = conv.attributes.clip_min;
+    d.clip_hi = conv.attributes.clip_max;
+  }
+  if (d.activation == Activation::LeakyRelu) d.leaky_alpha = conv.attributes.alpha;
   return d;
 }
 

@@ -127,6 +127,10 @@ struct Attributes {
   // Conv: a following Relu fused into the kernel's epilogue (generator/model/fusion.h); MaxPool
   // (training graphs only, generator/train/prepare_graph.h): a following Relu fused into the pooling
   bool fused_relu = false;
+  // Conv (inference graphs only): an activation other than ReLU fused into the kernel's
+  // epilogue (generator/model/fusion.h), with a Clip's bounds in clip_min and clip_max and
+  // a LeakyRelu's slope in alpha
+  Activation fused_activation = Activation::None;
   // BatchNormalization (training graphs only): a following Clip fused into the normalisation,
   // its bounds in clip_min and clip_max (MobileNet's ReLU6)
   bool fused_clip = false;

@@ -4,6 +4,19 @@
 
 namespace convgen::test {
 
+double reference_activation(const ConvDescriptor& d, double v) {
+  if (d.relu) return v < 0 ? 0.0 : v;
+  const float f = static_cast<float>(v);
+  switch (d.activation) {
+    case Activation::None: return v;
+    case Activation::Clip: return std::fmin(std::fmax(f, d.clip_lo), d.clip_hi);
+    case Activation::LeakyRelu: return f >= 0.0f ? f : d.leaky_alpha * f;
+    case Activation::HardSwish: return v * std::fmin(std::fmax(v / 6.0 + 0.5, 0.0), 1.0);
+    case Activation::Silu: return v / (1.0 + std::exp(-v));
+  }
+  return v;
+}
+
 ReferenceResult reference_forward(const ConvDescriptor& d, const std::vector<float>& x, const std::vector<float>& w,
                                   const std::vector<float>& b) {
   const long P = d.oh(), Q = d.ow(), Cg = d.ic / d.g, Kg = d.oc / d.g;
@@ -28,7 +41,7 @@ ReferenceResult reference_forward(const ConvDescriptor& d, const std::vector<flo
                 acc += xv * wv;
                 mag += std::fabs(xv * wv);
               }
-          if (d.relu && acc < 0) acc = 0;
+          acc = reference_activation(d, acc);
           const long o = ((n * P + p) * Q + q) * d.oc + k;
           r.y[o] = acc;
           r.abs_sum[o] = mag;

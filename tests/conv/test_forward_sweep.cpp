@@ -3,6 +3,7 @@
 // zones around the output. Kernels are JIT-compiled from the generator's own code.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -63,11 +64,16 @@ Outcome run_and_compare(JitForwardKernel& kernel, const ConvDescriptor& d, bool 
   const double terms = double(d.icg() * d.kh * d.kw + 1);
   for (size_t i = 0; i < ref.y.size(); ++i) {
     const float got = out[i];
+    // HardSwish and Silu round differently from their definition (generator/conv/epilogue.h):
+    // 8 float ulps of the result on top; their slopes stay below 1.2, so twice the sum's
+    // bound covers its rounding after them.
+    const double activation_bound = activation_is_exact(d) ? 0.0 : 8.0 * 0x1p-23 * std::fabs(ref.y[i]) + 1e-30;
     bool ok;
     if (integer_valued) {
-      ok = double(got) == ref.y[i];
+      ok = activation_is_exact(d) ? double(got) == ref.y[i] : std::fabs(double(got) - ref.y[i]) <= activation_bound;
     } else {
-      const double bound = 2.0 * terms * 6e-8 * ref.abs_sum[i] + 1e-30;
+      const double slope = d.activation == Activation::LeakyRelu ? std::max(1.0, double(std::fabs(d.leaky_alpha))) : 2.0;
+      const double bound = slope * 2.0 * terms * 6e-8 * ref.abs_sum[i] + activation_bound + 1e-30;
       ok = std::fabs(double(got) - ref.y[i]) <= bound;
     }
     if (!ok && o.mismatches++ == 0)
@@ -100,11 +106,34 @@ void check_kernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetIn
   CHECK(real.guard_damage == 0);
 }
 
+// The forward epilogue's other activations take turns on the cases without a ReLU (the
+// shared cases stay ReLU-or-none for the backward sweep, which knows ReLU alone).
+std::vector<ConvDescriptor> with_activations(const std::vector<SweepCase>& cases) {
+  std::vector<ConvDescriptor> out;
+  size_t turn = 0;
+  for (const SweepCase& c : cases) {
+    ConvDescriptor d = c.descriptor;
+    if (!d.relu) {
+      switch (turn++ % 5) {
+        case 1: d.activation = Activation::Clip, d.clip_lo = -3.5f, d.clip_hi = 6.0f; break;
+        case 2: d.activation = Activation::LeakyRelu, d.leaky_alpha = 0.01f; break;
+        case 3: d.activation = Activation::HardSwish; break;
+        case 4: d.activation = Activation::Silu; break;
+        default: break;
+      }
+    }
+    out.push_back(d);
+  }
+  return out;
+}
+
 void run_class(const std::string& cls) {
   const TargetInfo t = sweep_target();
-  for (const SweepCase& c : sweep_cases(cls)) {
-    INFO(c.descriptor.to_string() << "  schedule: " << describe(c.schedule));
-    check_kernel(c.descriptor, c.schedule, t);
+  const std::vector<SweepCase> cases = sweep_cases(cls);
+  const std::vector<ConvDescriptor> layers = with_activations(cases);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    INFO(layers[i].to_string() << "  schedule: " << describe(cases[i].schedule));
+    check_kernel(layers[i], cases[i].schedule, t);
   }
 }
 
@@ -164,6 +193,15 @@ TEST_CASE("sweep plan: every edge class has a test case and every schedule value
     CHECK(seen["partitions"].size() == space.partitions.size());
   }
   CHECK(total >= 200);
+}
+
+TEST_CASE("sweep plan: every fused activation runs in every edge class", "[plan]") {
+  for (const auto& cls : edge_classes()) {
+    std::set<std::string> seen;
+    for (const ConvDescriptor& d : with_activations(sweep_cases(cls))) seen.insert(d.relu ? "relu" : activation_flag(d));
+    INFO("edge class " << cls);
+    CHECK(seen.size() == 6);  // none, relu, clip, leakyrelu, hardswish, silu
+  }
 }
 
 TEST_CASE("sweep plan: the grouped strategy really runs, not only its refusal", "[plan]") {

@@ -13,6 +13,9 @@
 #include "schedules/errors.h"
 #include "schedules/tap_window.h"
 
+using convgen::Activation;
+using convgen::activation_flag;
+using convgen::activation_is_exact;
 using convgen::ConvDescriptor;
 using convgen::Error;
 using convgen::ExitCode;
@@ -237,6 +240,33 @@ TEST_CASE("normalised and to_string round-trip through the parser", "[descriptor
   }
 }
 
+TEST_CASE("activation flags parse, print and round-trip", "[descriptor]") {
+  const ConvDescriptor clip = parse_descriptor("ic8ih4oc8kh1+bias+clip(0,6)");
+  CHECK(clip.bias);
+  CHECK(clip.activation == Activation::Clip);
+  CHECK(clip.clip_lo == 0.0f);
+  CHECK(clip.clip_hi == 6.0f);
+  CHECK(clip.normalised() == "g1mb1ic8ih4iw4oc8oh4ow4kh1kw1sh1sw1pt0pb0pl0pr0dh0dw0+bias+clip(0,6)");
+  const ConvDescriptor leaky = parse_descriptor("ic8ih4oc8kh1+leakyrelu(0.01)");
+  CHECK(leaky.activation == Activation::LeakyRelu);
+  CHECK(leaky.leaky_alpha == 0.01f);
+  CHECK(activation_flag(leaky) == "leakyrelu(0.01)");
+  CHECK(parse_descriptor("ic8ih4oc8kh1+hardswish").activation == Activation::HardSwish);
+  CHECK(parse_descriptor("ic8ih4oc8kh1+silu").activation == Activation::Silu);
+  CHECK_FALSE(activation_is_exact(parse_descriptor("ic8ih4oc8kh1+silu")));
+  CHECK(activation_is_exact(leaky));
+  // ONNX Clip's default bounds are the float limits; any float reads back to itself.
+  ConvDescriptor wide = clip;
+  wide.clip_lo = -3.4028235e38f;
+  wide.clip_hi = 0.1f;
+  const ConvDescriptor back = parse_descriptor(wide.normalised());
+  CHECK(back.clip_lo == wide.clip_lo);
+  CHECK(back.clip_hi == wide.clip_hi);
+  CHECK(back == wide);
+  CHECK_FALSE(parse_descriptor("ic8ih4oc8kh1+clip(0,6)") == parse_descriptor("ic8ih4oc8kh1+clip(0,6.5)"));
+  CHECK_FALSE(parse_descriptor("ic8ih4oc8kh1+silu") == parse_descriptor("ic8ih4oc8kh1+hardswish"));
+}
+
 TEST_CASE("grammar errors name the field or position", "[descriptor][errors]") {
   struct Case {
     const char* text;
@@ -279,6 +309,15 @@ TEST_CASE("grammar errors name the field or position", "[descriptor][errors]") {
       {"ic3ih5oc4kh3dh3", "oh: output would be empty"},
       {"ic3ih5oc4kh3ph1048576", "pt: must be < 2^20"},
       {"ic3ih5oc4kh3pr1048576", "pr: must be < 2^20"},
+      {"ic3ih5oc4kh3+relu+silu", "silu: a second activation"},
+      {"ic3ih5oc4kh3+clip(0,6)+relu", "relu: a second activation"},
+      {"ic3ih5oc4kh3+clip", "clip: expected (2 numbers)"},
+      {"ic3ih5oc4kh3+clip(0,6", "clip: missing ')'"},
+      {"ic3ih5oc4kh3+clip(0)", "clip: expected 2 numbers, got 1"},
+      {"ic3ih5oc4kh3+clip(6,0)", "clip: needs LO <= HI"},
+      {"ic3ih5oc4kh3+clip(0,x)", "clip: \"x\" is not a finite number"},
+      {"ic3ih5oc4kh3+leakyrelu(inf)", "leakyrelu: \"inf\" is not a finite number"},
+      {"ic3ih5oc4kh3+leakyrelu()", "leakyrelu: \"\" is not a finite number"},
   };
   for (const Case& c : cases) {
     INFO(c.text);

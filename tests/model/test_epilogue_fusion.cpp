@@ -1,0 +1,139 @@
+// Activations after a Conv fold into its kernel's epilogue (generator/model/fusion.h):
+// Clip and LeakyRelu give the unfused graph's bits, HardSwish and SiLU (x * Sigmoid(x))
+// agree within the bound generator/conv/epilogue.h states; a Conv whose output is read
+// elsewhere too keeps its activation as a separate op. Integer data, 1 and 2 threads.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "generator/model/executor.h"
+#include "generator/model/fusion.h"
+#include "generator/onnx/import.h"
+#include "tests/common/onnx_test_models.h"
+
+using namespace convgen;
+using namespace convgen::model;
+
+namespace {
+
+std::vector<float> integers(size_t n, int lo, int hi, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> pick(lo, hi);
+  std::vector<float> v(n);
+  for (float& f : v) f = static_cast<float>(pick(rng));
+  return v;
+}
+
+// x [2, 8, 6, 6] -> conv_clip (3x3 pad 1) -> Clip(0, 6) -> y_clip;
+//   conv_leaky (1x1) -> LeakyRelu(0.1) -> y_leaky;  conv_hardswish (3x3) -> HardSwish -> y_hardswish;
+//   conv_silu (1x1, bias) -> Sigmoid, Mul(conv, sigmoid) -> y_silu;
+//   conv_shared (1x1) -> Clip(-2, 2) -> y_shared_clip, and conv_shared's output is y_shared too.
+std::string activations_model() {
+  test::OnnxModelBuilder b(14);
+  b.input("x", {2, 8, 6, 6});
+  for (const char* y : {"y_clip", "y_leaky", "y_hardswish", "y_silu", "y_shared_clip", "y_shared"}) b.output(y, 4);
+  auto weights = [&](const std::string& name, const std::vector<int64_t>& shape, unsigned seed) {
+    int64_t n = 1;
+    for (int64_t e : shape) n *= e;
+    b.float_initializer(name, shape, integers(size_t(n), -2, 2, seed));
+  };
+  weights("w_clip", {8, 8, 3, 3}, 1);
+  weights("w_leaky", {4, 8, 1, 1}, 2);
+  weights("w_hardswish", {4, 8, 3, 3}, 3);
+  weights("w_silu", {6, 8, 1, 1}, 4);
+  weights("b_silu", {6}, 5);
+  weights("w_shared", {4, 8, 1, 1}, 6);
+  b.float_initializer("zero", {}, {0.0f});
+  b.float_initializer("six", {}, {6.0f});
+  b.float_initializer("minus_two", {}, {-2.0f});
+  b.float_initializer("two", {}, {2.0f});
+  test::set_ints(b.node("Conv", {"x", "w_clip"}, {"c_clip"}, "conv_clip"), "pads", {1, 1, 1, 1});
+  b.node("Clip", {"c_clip", "zero", "six"}, {"y_clip"}, "clip");
+  b.node("Conv", {"x", "w_leaky"}, {"c_leaky"}, "conv_leaky");
+  test::set_float(b.node("LeakyRelu", {"c_leaky"}, {"y_leaky"}, "leaky"), "alpha", 0.1f);
+  b.node("Conv", {"x", "w_hardswish"}, {"c_hardswish"}, "conv_hardswish");
+  b.node("HardSwish", {"c_hardswish"}, {"y_hardswish"}, "hardswish");
+  b.node("Conv", {"x", "w_silu", "b_silu"}, {"c_silu"}, "conv_silu");
+  b.node("Sigmoid", {"c_silu"}, {"gate"}, "sigmoid");
+  b.node("Mul", {"gate", "c_silu"}, {"y_silu"}, "mul");
+  b.node("Conv", {"x", "w_shared"}, {"y_shared"}, "conv_shared");
+  b.node("Clip", {"y_shared", "minus_two", "two"}, {"y_shared_clip"}, "shared_clip");
+  return b.write("activations");
+}
+
+std::vector<Tensor> run(Graph g, bool fuse, int threads, std::vector<std::string>* why = nullptr) {
+  if (fuse) fuse_for_inference(g, why);
+  ModelExecutor exec(std::move(g), default_target(), "", nullptr, threads);
+  Tensor x({2, 8, 6, 6}, false);
+  const std::vector<float> data = integers(x.data.size(), -3, 3, 7);
+  std::copy(data.begin(), data.end(), x.data.begin());
+  return exec.run({{"x", x}});
+}
+
+}  // namespace
+
+TEST_CASE("epilogue fusion: Clip, LeakyRelu, HardSwish and SiLU fold into their Conv", "[executor][fusion]") {
+  const Graph g = import_onnx(activations_model());
+  Graph fused = g;
+  std::vector<std::string> why;
+  fuse_for_inference(fused, &why);
+  auto said = [&](const std::string& text) {
+    return std::any_of(why.begin(), why.end(), [&](const std::string& w) { return w.find(text) != std::string::npos; });
+  };
+  CHECK(said("clip fused into conv_clip's epilogue"));
+  CHECK(said("leaky fused into conv_leaky's epilogue"));
+  CHECK(said("hardswish fused into conv_hardswish's epilogue"));
+  CHECK(said("sigmoid and mul (x * Sigmoid(x)) fused into conv_silu's epilogue"));
+  CHECK_FALSE(said("shared_clip fused"));
+  std::map<Op, int> ops;
+  for (const Node& n : fused.nodes) ++ops[n.op];
+  CHECK(ops[Op::Conv] == 5);
+  CHECK(ops[Op::Clip] == 1);  // the shared Conv's
+  CHECK(ops[Op::LeakyRelu] + ops[Op::HardSwish] + ops[Op::Sigmoid] + ops[Op::Mul] == 0);
+  for (const Node& n : fused.nodes) {
+    if (n.op != Op::Conv) continue;
+    INFO(n.name);
+    const ConvDescriptor d = conv_descriptor(fused, n);
+    const std::string flag = activation_flag(d);
+    if (n.name == "conv_clip") CHECK(flag == "clip(0,6)");
+    if (n.name == "conv_leaky") CHECK(flag == "leakyrelu(0.1)");
+    if (n.name == "conv_hardswish") CHECK(flag == "hardswish");
+    if (n.name == "conv_silu") CHECK(flag == "silu");
+    if (n.name == "conv_shared") CHECK(flag.empty());
+  }
+}
+
+TEST_CASE("epilogue fusion: same bits as the separate ops, HardSwish and SiLU within 8 ulps", "[executor][fusion]") {
+  const Graph g = import_onnx(activations_model());
+  const std::vector<std::string> names = {"y_clip", "y_leaky", "y_hardswish", "y_silu", "y_shared_clip", "y_shared"};
+  for (int threads : {1, 2}) {
+    INFO("threads " << threads);
+    const std::vector<Tensor> want = run(g, false, threads);
+    const std::vector<Tensor> got = run(g, true, threads);
+    REQUIRE(got.size() == names.size());
+    for (size_t o = 0; o < names.size(); ++o) {
+      INFO(names[o]);
+      REQUIRE(got[o].shape == want[o].shape);
+      const bool exact = names[o] != "y_hardswish" && names[o] != "y_silu";
+      size_t off = 0, inexact = 0;
+      for (size_t i = 0; i < got[o].data.size(); ++i) {
+        const double a = got[o].data[i], b = want[o].data[i];
+        inexact += a != b;
+        off += std::fabs(a - b) > 8.0 * 0x1p-23 * std::fabs(b) + 1e-30;
+      }
+      CHECK(off == 0);
+      if (exact) CHECK(inexact == 0);
+    }
+    // The activations bite: Clip caps at 6, LeakyRelu scales negatives, SiLU is not x.
+    const auto& clip = got[0].data;
+    CHECK(*std::max_element(clip.begin(), clip.end()) == 6.0f);
+    CHECK(*std::min_element(clip.begin(), clip.end()) == 0.0f);
+    const auto& silu = got[3].data;
+    CHECK(std::any_of(silu.begin(), silu.end(), [](float v) { return v < 0.0f && v > -0.3f; }));
+  }
+  // And the fused outputs are the same bits on 1 and 2 threads.
+  const std::vector<Tensor> one = run(g, true, 1), two = run(g, true, 2);
+  for (size_t o = 0; o < one.size(); ++o) CHECK(one[o].data == two[o].data);
+}
