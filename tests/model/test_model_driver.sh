@@ -2,7 +2,8 @@
 # The generated drivers of the bundled models and driver_ops (built into one program, so four compiled
 # models link and run together) must give the same bits as the in-process executor
 # (`convgen run`) -- segmenter_tiny runs ConvTranspose, bilinear Resize and folded channel
-# shuffles; driver_ops a channel Gather, Max, Min, Mean and SoftmaxCrossEntropyLoss -- and refuse
+# shuffles; driver_ops a channel Gather, Max, Min, Mean, Convs with fused Clip, SiLU, HardSwish and
+# LeakyRelu epilogues and SoftmaxCrossEntropyLoss -- and refuse
 # a weights file of another model with a clear message.
 set -u
 convgen="$1"

@@ -2,8 +2,10 @@
 // that the bundled models do not reach (tests/model/test_model_driver.sh):
 //   data [2, 1, 28, 28] -> Conv 8 3x3 -> channel Gather (a pass: Max reads it) ->
 //   Max with the Conv's output -> Min with a per-channel bound -> Mean with the Conv's
-//   output -> Conv 4 1x1 -> SoftmaxCrossEntropyLoss (constant labels, some ignored, class
-//   weights, no reduction) -> loss [2, 28, 28].
+//   output -> four Convs whose epilogues fuse an activation (1x1 + Clip(0, 6), 3x3 +
+//   x * Sigmoid(x), 1x1 + HardSwish, 1x1 + LeakyRelu) -> Conv 4 1x1 ->
+//   SoftmaxCrossEntropyLoss (constant labels, some ignored, class weights, no reduction)
+//   -> loss [2, 28, 28].
 //   usage: write_driver_ops_model OUT.onnx
 #include <cstdio>
 #include <fstream>
@@ -16,9 +18,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   using convgen::test::OnnxModelBuilder;
-  OnnxModelBuilder b(13);
+  OnnxModelBuilder b(14);  // HardSwish
   b.input("data", {2, 1, 28, 28}).output("loss", 3);
   b.weights("w1", {8, 1, 3, 3}).weights("w2", {4, 8, 1, 1});
+  b.weights("w_clip", {8, 8, 1, 1}).weights("w_silu", {8, 8, 3, 3}).weights("w_hardswish", {8, 8, 1, 1});
+  b.weights("w_leaky", {8, 8, 1, 1});
+  b.float_initializer("zero", {}, {0.0f}).float_initializer("six", {}, {6.0f});
   b.float_initializer("bound", {8, 1, 1}, {0.5f, 0.25f, 1.0f, -0.25f, 0.75f, 0.1f, 2.0f, 0.0f});
   b.float_initializer("class_weights", {4}, {1.0f, 0.5f, 2.0f, 0.25f});
   b.int64_initializer("order", {3, 1, 7, 0, 2, 6, 4, 5});
@@ -34,7 +39,16 @@ int main(int argc, char** argv) {
   b.node("Max", {"permuted", "c1"}, {"larger"}, "max");
   b.node("Min", {"larger", "bound"}, {"bounded"}, "min");
   b.node("Mean", {"bounded", "c1"}, {"mean"}, "mean");
-  b.node("Conv", {"mean", "w2"}, {"scores"}, "conv2");
+  b.node("Conv", {"mean", "w_clip"}, {"c_clip"}, "conv_clip");
+  b.node("Clip", {"c_clip", "zero", "six"}, {"clipped"}, "clip");
+  convgen::test::set_ints(b.node("Conv", {"clipped", "w_silu"}, {"c_silu"}, "conv_silu"), "pads", {1, 1, 1, 1});
+  b.node("Sigmoid", {"c_silu"}, {"gate"}, "sigmoid");
+  b.node("Mul", {"c_silu", "gate"}, {"silu"}, "silu");
+  b.node("Conv", {"silu", "w_hardswish"}, {"c_hardswish"}, "conv_hardswish");
+  b.node("HardSwish", {"c_hardswish"}, {"hardswish"}, "hardswish");
+  b.node("Conv", {"hardswish", "w_leaky"}, {"c_leaky"}, "conv_leaky");
+  convgen::test::set_float(b.node("LeakyRelu", {"c_leaky"}, {"leaky"}, "leaky_relu"), "alpha", 0.1f);
+  b.node("Conv", {"leaky", "w2"}, {"scores"}, "conv2");
   auto& sce = b.node("SoftmaxCrossEntropyLoss", {"scores", "labels", "class_weights"}, {"loss"}, "loss");
   convgen::test::set_string(sce, "reduction", "none");
   convgen::test::set_int(sce, "ignore_index", 4);
