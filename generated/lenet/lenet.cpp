@@ -13,7 +13,7 @@
 namespace convgen_model_lenet {
 
 namespace {
-constexpr char kPlanKey[] = "a88fc94e303f28a2bae3d4dd5e9ff651f2ce6985ffefd1359e6f81a6e3cc5169";
+constexpr char kPlanKey[] = "898ed38439b46a1b32b0e9203516329adca1861ffe4f70940cd0bcf8fd9f456e";
 constexpr char kTarget[] = "x86-64-linux-avx-avx2-f16c-fma-sse41";
 }  // namespace
 
@@ -23,9 +23,9 @@ constexpr int64_t Model::kOutputElements[];
 // A CPU without the kernels' features is refused before anything else.
 Model::Model(const std::string& weights_path)
     : weights_((convgen::require_cpu_features(kTarget, "model lenet"),
-                convgen::read_weights_file(weights_path, 431152, kPlanKey))),
+                convgen::read_weights_file(weights_path, 442240, kPlanKey))),
       arena_(15968 + 15) {
-  convgen::install_kernel_runtime();
+  convgen::install_model_runtime();
 }
 
 void Model::forward(const float* const* inputs, float* const* outputs) {
@@ -38,21 +38,21 @@ void Model::forward(const float* const* inputs, float* const* outputs) {
   // conv1 (Identity)
   convgen::copy_layout(convgen::ConstView{A + 0, {1, 1, 28, 28}, false}, convgen::View{A + 784, {1, 1, 28, 28}, true});
   // conv1 (Conv): g1mb1ic1ih28iw28oc20oh24ow24kh5kw5sh1sw1pt0pb0pl0pr0dh0dw0+bias
-  convgen::run_forward_kernel(convgen_fwd_2ba946df8f4899ba, convgen::ConvShape{1, 1, 28, 28, 20, 5, 5, 24, 24, 1}, A + 784, W + 0, W + 512, A + 1568);
+  convgen::run_forward_kernel(convgen_fwd_f34fcaddddbf5340, convgen::ConvShape{1, 1, 28, 28, 20, 5, 5, 24, 24, 1, 600}, A + 784, W + 0, W + 608, A + 1568);
   // pool1 (MaxPool)
   convgen::ops::max_pool(convgen::ConstView{A + 1568, {1, 20, 24, 24}, true}, convgen::ops::Window{{2, 2}, {2, 2}, {1, 1}, {0, 0}, {0, 0}}, convgen::View{A + 13088, {1, 20, 12, 12}, true});
   // conv2 (Conv): g1mb1ic20ih12iw12oc50oh8ow8kh5kw5sh1sw1pt0pb0pl0pr0dh0dw0+bias
-  convgen::run_forward_kernel(convgen_fwd_8402a5a86e3c2d60, convgen::ConvShape{1, 20, 12, 12, 50, 5, 5, 8, 8, 1}, A + 13088, W + 544, W + 25552, A + 0);
+  convgen::run_forward_kernel(convgen_fwd_2990cf2e906319d9, convgen::ConvShape{1, 20, 12, 12, 50, 5, 5, 8, 8, 1, 36000}, A + 13088, W + 640, W + 36640, A + 0);
   // pool2 (MaxPool)
   convgen::ops::max_pool(convgen::ConstView{A + 0, {1, 50, 8, 8}, true}, convgen::ops::Window{{2, 2}, {2, 2}, {1, 1}, {0, 0}, {0, 0}}, convgen::View{A + 3200, {1, 50, 4, 4}, true});
   // ip1_flatten (Flatten)
   convgen::copy_layout(convgen::ConstView{A + 3200, {1, 50, 4, 4}, true}, convgen::View{A + 0, {1, 50, 4, 4}, false});
   // ip1 (Gemm)
-  { const convgen::ConstView c = convgen::ConstView{W + 425616, {500}, false}; convgen::ops::gemm(convgen::ConstView{A + 0, {1, 800}, false}, convgen::ConstView{W + 25616, {500, 800}, false}, &c, 0x1p+0f, 0x1p+0f, false, true, convgen::View{A + 800, {1, 500}, false}); }
+  { const convgen::ConstView c = convgen::ConstView{W + 436704, {500}, false}; convgen::ops::gemm(convgen::ConstView{A + 0, {1, 800}, false}, convgen::ConstView{W + 36704, {500, 800}, false}, &c, 0x1p+0f, 0x1p+0f, false, true, convgen::View{A + 800, {1, 500}, false}); }
   // relu1 (Relu)
   convgen::ops::unary(convgen::ConstView{A + 800, {1, 500}, false}, convgen::View{A + 0, {1, 500}, false}, convgen::ops::Unary::Relu, 0x1p+0f, -0x1.fffffep+127f, 0x1.fffffep+127f);
   // ip2 (Gemm)
-  { const convgen::ConstView c = convgen::ConstView{W + 431136, {10}, false}; convgen::ops::gemm(convgen::ConstView{A + 0, {1, 500}, false}, convgen::ConstView{W + 426128, {10, 500}, false}, &c, 0x1p+0f, 0x1p+0f, false, true, convgen::View{A + 512, {1, 10}, false}); }
+  { const convgen::ConstView c = convgen::ConstView{W + 442224, {10}, false}; convgen::ops::gemm(convgen::ConstView{A + 0, {1, 500}, false}, convgen::ConstView{W + 437216, {10, 500}, false}, &c, 0x1p+0f, 0x1p+0f, false, true, convgen::View{A + 512, {1, 10}, false}); }
   // prob (Softmax)
   convgen::ops::softmax(convgen::ConstView{A + 512, {1, 10}, false}, 1, false, false, convgen::View{A + 0, {1, 10}, false});
   std::copy(A + 0, A + 0 + 10, outputs[0]);

@@ -11,7 +11,7 @@
 namespace convgen_model_lenet {
 
 // The model's forward pass over a static plan: 10 steps, an arena of 15968 floats and
-// 431152 floats of weights (read from the weights file `convgen compile` wrote beside
+// 442240 floats of weights (read from the weights file `convgen compile` wrote beside
 // this header). Data is dense float32 in ONNX order:
 //   inputs[0]  'data' {1, 1, 28, 28}
 //   outputs[0] 'prob_out' {1, 10}
@@ -32,11 +32,11 @@ class Model {
 
 }  // namespace convgen_model_lenet
 
-#include "kernels/convgen_fwd_2ba946df8f4899ba.h"
-#include "kernels/convgen_fwd_8402a5a86e3c2d60.h"
+#include "kernels/convgen_fwd_f34fcaddddbf5340.h"
+#include "kernels/convgen_fwd_2990cf2e906319d9.h"
 
 // Layers and the kernel each runs (forward pass):
-//   conv1                        convgen_fwd_2ba946df8f4899ba  g1mb1ic1ih28iw28oc20oh24ow24kh5kw5sh1sw1pt0pb0pl0pr0dh0dw0+bias
-//   conv2                        convgen_fwd_8402a5a86e3c2d60  g1mb1ic20ih12iw12oc50oh8ow8kh5kw5sh1sw1pt0pb0pl0pr0dh0dw0+bias
+//   conv1                        convgen_fwd_f34fcaddddbf5340  g1mb1ic1ih28iw28oc20oh24ow24kh5kw5sh1sw1pt0pb0pl0pr0dh0dw0+bias
+//   conv2                        convgen_fwd_2990cf2e906319d9  g1mb1ic20ih12iw12oc50oh8ow8kh5kw5sh1sw1pt0pb0pl0pr0dh0dw0+bias
 
 #endif  // CONVGEN_MODEL_lenet_H

@@ -465,8 +465,11 @@ int compile_model(const Args& args) {
     stage_kernels(kernels, o, target, name, stage, &why);
     // The driver: the static plan as C++, its weights blob beside it.
     const model::Plan plan = model::make_plan(g, kernels);
-    const std::string plan_key =
-        sha256_hex(fmt::format("{}|{}|{}|{}|{}", model_sha, g.batch, CONVGEN_GENERATOR_HASH, target, name));
+    // The kernels' keys too: their schedules (records) decide how packed weights are laid out.
+    std::string kernel_keys;
+    for (const auto& k : kernels) kernel_keys += k.key + ";";
+    const std::string plan_key = sha256_hex(
+        fmt::format("{}|{}|{}|{}|{}|{}", model_sha, g.batch, CONVGEN_GENERATOR_HASH, target, name, kernel_keys));
     write_weights_file((stage / (name + ".weights")).string(), model::weights_blob(g, plan), plan_key);
     write_file((stage / (name + ".cpp")).string(),
                model::driver_source(name, g, plan, plan_key, target, provenance_lines(o, name, target) + "\n",

@@ -45,9 +45,11 @@ class Writer {
       case StepKind::Conv:
       case StepKind::ConvTranspose: {
         const ConvDescriptor& d = s.descriptor;
-        return fmt::format("convgen::{}({}, convgen::ConvShape{{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}}}, "
+        const int64_t packed = p_.buffers[s.inputs[1]].panels.floats;  // 0: ONNX weights
+        return fmt::format("convgen::{}({}, convgen::ConvShape{{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}}}, "
                            "{}, {}, {}, {});",
-                           s.kind == StepKind::Conv ? "run_forward_kernel" : "run_conv_transpose_kernel", s.kernel, d.mb, d.ic, d.ih, d.iw, d.oc, d.kh, d.kw, d.oh(), d.ow(), d.g, pointer(s.inputs[0]),
+                           s.kind == StepKind::Conv ? "run_forward_kernel" : "run_conv_transpose_kernel", s.kernel, d.mb, d.ic, d.ih, d.iw, d.oc, d.kh, d.kw, d.oh(), d.ow(), d.g,
+                           packed > 0 ? fmt::format(", {}", packed) : std::string(), pointer(s.inputs[0]),
                            pointer(s.inputs[1]), s.inputs.size() > 2 ? pointer(s.inputs[2]) : "nullptr",
                            pointer(s.output));
       }
@@ -213,7 +215,7 @@ std::string driver_source(const std::string& name, const Graph& g, const Plan& p
       "    : weights_((convgen::require_cpu_features(kTarget, \"model {1}\"),\n"
       "                convgen::read_weights_file(weights_path, {3}, kPlanKey))),\n"
       "      arena_({4} + 15) {{\n"
-      "  convgen::install_kernel_runtime();\n}}\n\n"
+      "  convgen::install_model_runtime();\n}}\n\n"
       "void Model::forward(const float* const* inputs, float* const* outputs) {{\n"
       "  // The plan places buffers at multiples of 64 bytes from A: A itself starts on a cache line.\n"
       "  float* const A = reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(arena_.data()) + 63) &\n"

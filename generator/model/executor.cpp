@@ -4,6 +4,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 
@@ -40,7 +41,9 @@ ModelExecutor::ModelExecutor(Graph graph, const TargetInfo& t, const std::string
                              std::vector<std::string>* why, int threads)
     : g_(std::move(graph)), kernels_(std::make_unique<Kernels>()) {
   const std::vector<PlannedKernel> planned = plan_kernels(g_, t, records, why);
-  if (threads > 1) omp_set_num_threads(threads);
+  // Every OpenMP region of the run (kernels' parallel variants, element-wise ops, pooling)
+  // takes exactly `threads`, 1 included: the bench's one-thread figures mean one thread.
+  omp_set_num_threads(std::max(1, threads));
   for (const PlannedKernel& k : planned) {
     ConvSchedule s = k.selection.schedule;
     if (threads > 1)
@@ -51,6 +54,9 @@ ModelExecutor::ModelExecutor(Graph graph, const TargetInfo& t, const std::string
       continue;
     }
     kernels_->owned.push_back(std::make_unique<JitForwardKernel>(k.descriptor, s, t));
+    // The plan packs the weights into the planned panels; the parallel variant must read the same.
+    if (kernels_->owned.back()->weight_panels().floats != k.weight_panels.floats)
+      throw Error(ExitCode::Internal, fmt::format("kernel {}: its weight panels differ from the plan's", k.name));
     for (const auto& layer : k.layers) kernels_->by_layer[layer] = kernels_->owned.back().get();
   }
   plan_ = make_plan(g_, planned);

@@ -21,6 +21,9 @@ std::vector<PlannedKernel> plan_kernels(const Graph& g, const TargetInfo& t, con
     validate(d);
     std::vector<std::string> lines;
     SelectedSchedule sel = select_schedule(d, pass, t, records, &lines);
+    // Constant weights need packing only once: the plan packs them at load.
+    const bool prepack = pass == "fwd" && sel.schedule.strategy == Strategy::Gemm && g.is_float_constant(n.inputs.at(1));
+    if (prepack) sel.schedule.pack_weights = PackWeights::Prepacked;
     const std::string key = kernel_cache_key(d, pass, sel.schedule, t.target);
     auto it = by_key.find(key);
     if (it != by_key.end()) {
@@ -35,6 +38,10 @@ std::vector<PlannedKernel> plan_kernels(const Graph& g, const TargetInfo& t, con
     k.selection = sel;
     k.key = key;
     k.layers.push_back(n.name);
+    if (prepack) {
+      k.schedule_overrides = "pack_weights=prepacked";  // what compile-layer children apply
+      k.weight_panels = forward_weight_panels(d, sel.schedule, t);
+    }
     if (why) {
       why->push_back(fmt::format("{}: kernel {} for {}{} (schedule: {})", n.name, k.name, d.normalised(),
                                  pass == "fwd" ? "" : ", backward-data", sel.source));

@@ -2,7 +2,8 @@
 // among its Conv nodes (forward) and ConvTranspose nodes (the backward-data pass of
 // conv_transpose_descriptor's convolution) -- identical layer shapes share one kernel. Each kernel's
 // function name is derived from a content hash of that key, so the same kernel has the
-// same name (and bytes) in every model and in the kernel cache.
+// same name (and bytes) in every model and in the kernel cache. Forward GEMM kernels of
+// constant weights read them as panels packed once at load (no packing per call).
 #pragma once
 
 #include <string>
@@ -12,6 +13,7 @@
 #include "schedules/conv_descriptor.h"
 #include "schedules/conv_schedule.h"
 #include "schedules/schedule_selection.h"
+#include "schedules/weight_panels.h"
 
 namespace convgen::model {
 
@@ -25,6 +27,10 @@ struct PlannedKernel {
   // compile-layer --schedule words applied after selection (training kernels: the
   // parallel variant, runtime/train/train_conv.h's training_schedule); part of the key.
   std::string schedule_overrides;
+  // A forward GEMM kernel of constant weights reads them packed once, at load
+  // (pack_weights=prepacked, schedules/weight_panels.h): the panels the plan packs them
+  // into. Empty: the kernel takes ONNX OIHW weights.
+  WeightPanels weight_panels;
 };
 
 // `records` may be empty (analytic defaults). `why` gets the schedule decisions.

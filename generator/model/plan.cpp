@@ -61,6 +61,19 @@ class Planner {
     return id;
   }
 
+  // The constant `weights` packed into kernel k's panels: one buffer per (weights, kernel).
+  int packed_weights(const std::string& weights, const PlannedKernel& k) {
+    const std::string name = weights + ".panels." + k.name;
+    auto it = by_value_.find(name);
+    if (it != by_value_.end()) return it->second;
+    const int id = define(name, {k.weight_panels.floats}, false);
+    PlanBuffer& b = plan_.buffers[id];
+    b.constant = true;
+    b.packed_from = weights;
+    b.panels = k.weight_panels;
+    return id;
+  }
+
   int step(StepKind kind, const Node& n, std::vector<int> inputs, int output) {
     PlanStep s;
     s.kind = kind;
@@ -97,11 +110,12 @@ class Planner {
       case Op::Conv:
       case Op::ConvTranspose: {
         const int x = in_layout(in(0), true, n.name);
-        std::vector<int> ins = {x, in_layout(in(1), false, n.name)};
+        const PlannedKernel* k = kernel_of_.at(n.name);
+        const int w = k->weight_panels.empty() ? in_layout(in(1), false, n.name) : packed_weights(n.inputs[1], *k);
+        std::vector<int> ins = {x, w};
         if (n.inputs.size() > 2 && !n.inputs[2].empty()) ins.push_back(in(2));
         step(n.op == Op::Conv ? StepKind::Conv : StepKind::ConvTranspose, n, ins, define(n.outputs[0], out_shape, true));
         PlanStep& s = plan_.steps.back();
-        const PlannedKernel* k = kernel_of_.at(n.name);
         s.kernel = k->name;
         s.descriptor = k->descriptor;
         return;
@@ -310,6 +324,10 @@ std::vector<float> weights_blob(const Graph& g, const Plan& p) {
   std::vector<float> blob(static_cast<size_t>(p.weights_floats), 0.0f);
   for (const PlanBuffer& b : p.buffers) {
     if (!b.constant) continue;
+    if (!b.panels.empty()) {
+      pack_weight_panels(b.panels, g.value(b.packed_from).data.data(), blob.data() + b.offset);
+      continue;
+    }
     const Value& v = g.value(b.value);
     if (v.is_int64) {
       for (size_t i = 0; i < v.int64_data.size(); ++i) blob[b.offset + i] = static_cast<float>(v.int64_data[i]);

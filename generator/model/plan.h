@@ -22,6 +22,10 @@ struct PlanBuffer {
   bool channels_last = false;
   bool constant = false;          // in the weights blob, else in the arena
   int64_t offset = 0;             // floats from the start of its region (64-byte aligned)
+  // A constant holding the weights `packed_from` packed into a kernel's panels
+  // (PlannedKernel::weight_panels); its shape is {panels.floats}.
+  std::string packed_from;
+  WeightPanels panels;
   int64_t elements() const;
 };
 
@@ -57,7 +61,8 @@ struct Plan {
 // Plans the graph; `kernels` is plan_kernels' result for it.
 Plan make_plan(const Graph& g, const std::vector<PlannedKernel>& kernels);
 
-// The weights blob of a plan: every constant buffer's data at its offset.
+// The weights blob of a plan: every constant buffer's data at its offset, packed weights
+// packed.
 std::vector<float> weights_blob(const Graph& g, const Plan& p);
 
 }  // namespace convgen::model

@@ -4,7 +4,15 @@
 
 #include <HalideBuffer.h>
 
+#include "runtime/parallel/parallel_runtime.h"
+
 namespace convgen {
+
+void install_model_runtime() {
+  volatile auto runtime_reference = &halide_set_custom_malloc;  // keeps the reference
+  (void)runtime_reference;
+  install_kernel_runtime();
+}
 
 void run_forward_kernel(ForwardKernelFn kernel, const ConvShape& s, const float* x, const float* w, const float* bias,
                         float* y) {
@@ -12,7 +20,9 @@ void run_forward_kernel(ForwardKernelFn kernel, const ConvShape& s, const float*
   std::vector<float> no_bias;
   if (!bias) no_bias.assign(static_cast<size_t>(s.oc), 0.0f);
   Halide::Runtime::Buffer<float> in(const_cast<float*>(x), {cg, g, int(s.iw), int(s.ih), int(s.mb)});
-  Halide::Runtime::Buffer<float> wt(const_cast<float*>(w), {int(s.kw), int(s.kh), cg, kg, g});
+  Halide::Runtime::Buffer<float> wt =
+      s.packed_weights > 0 ? Halide::Runtime::Buffer<float>(const_cast<float*>(w), {int(s.packed_weights)})
+                           : Halide::Runtime::Buffer<float>(const_cast<float*>(w), {int(s.kw), int(s.kh), cg, kg, g});
   Halide::Runtime::Buffer<float> bs(bias ? const_cast<float*>(bias) : no_bias.data(), {int(s.oc)});
   Halide::Runtime::Buffer<float> out(y, {kg, g, int(s.oh * s.ow), int(s.mb)});
   const int status = kernel(in, wt, bs, out);

@@ -21,9 +21,19 @@ using ForwardKernelFn = int (*)(halide_buffer_t*, halide_buffer_t*, halide_buffe
 // The layer extents a forward kernel was generated for (schedules/conv_descriptor.h's fields).
 struct ConvShape {
   int64_t mb, ic, ih, iw, oc, kh, kw, oh, ow, g;
+  // > 0: the kernel reads its weights packed (schedules/weight_panels.h), this many floats.
+  int64_t packed_weights = 0;
 };
 
-// Runs a generated forward kernel: x channels-last [mb][ih][iw][ic], w ONNX OIHW, bias
+// Installs the kernels' hooks (runtime/parallel: OpenMP tasks, aligned memory) into the
+// process's one Halide runtime, which this library carries. A generated driver calls it
+// first: it references that runtime itself, so a static link always takes it from this
+// archive, even when no kernel references it (kernels of prepacked weights allocate
+// nothing) and only the hooks in convgen_parallel, linked later, call into it.
+void install_model_runtime();
+
+// Runs a generated forward kernel: x channels-last [mb][ih][iw][ic], w ONNX OIHW (or its
+// panels when s.packed_weights > 0; the weights file holds them packed), bias
 // [oc] or null (the kernel then does not read it), y channels-last [mb][oh][ow][oc].
 // Throws std::runtime_error if the kernel reports an error.
 void run_forward_kernel(ForwardKernelFn kernel, const ConvShape& s, const float* x, const float* w, const float* bias,

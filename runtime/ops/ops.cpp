@@ -133,6 +133,20 @@ void with_binary_op(Binary op, Run run) {
   }
 }
 
+// For channels-last y [N, C, spatial...]: the stride between images of an operand holding
+// one value per (n, c) -- shape [N or 1, C, 1, ...] once broadcast (squeeze-excitation's
+// scale) -- or -1 when it is not one.
+int64_t per_channel_image_stride(const ConstView& v, const View& y) {
+  const size_t rank = y.shape.size();
+  if (!y.channels_last || rank < 3 || v.shape.size() > rank) return -1;
+  std::vector<int64_t> s(rank - v.shape.size(), 1);
+  s.insert(s.end(), v.shape.begin(), v.shape.end());
+  if (s[1] != y.shape[1] || (s[0] != 1 && s[0] != y.shape[0])) return -1;
+  for (size_t d = 2; d < rank; ++d)
+    if (s[d] != 1) return -1;
+  return s[0] == 1 ? 0 : y.shape[1];
+}
+
 }  // namespace
 
 void binary(const ConstView& a, const ConstView& b, const View& y, Binary op) {
@@ -148,7 +162,31 @@ void binary(const ConstView& a, const ConstView& b, const View& y, Binary op) {
     };
     return with_binary_op(op, run);
   }
-  // Broadcasting (e.g. squeeze-excitation's x * s[N, C, 1, 1]): row by row over y.
+  // Channels-last y times one value per channel (squeeze-excitation's x * s[N, C, 1, 1]):
+  // pixels outer, channels contiguous inside; the same f per element as below.
+  const int64_t b_image = a_flat ? per_channel_image_stride(b, y) : -1;
+  const int64_t a_image = b_flat ? per_channel_image_stride(a, y) : -1;
+  if (b_image >= 0 || a_image >= 0) {
+    const int64_t N = y.shape[0], C = y.shape[1], pixels = n / (N * C);
+    const bool full_first = b_image >= 0;
+    const float* full = full_first ? a.data : b.data;
+    const float* per_channel = full_first ? b.data : a.data;
+    const int64_t image = full_first ? b_image : a_image;
+    auto run = [&](auto f) {
+#pragma omp parallel for collapse(2) schedule(static) if (n > 65536)
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t px = 0; px < pixels; ++px) {
+          const int64_t at = (i * pixels + px) * C;
+          const float* v = per_channel + i * image;
+          if (full_first)
+            for (int64_t c = 0; c < C; ++c) y.data[at + c] = f(full[at + c], v[c]);
+          else
+            for (int64_t c = 0; c < C; ++c) y.data[at + c] = f(v[c], full[at + c]);
+        }
+    };
+    return with_binary_op(op, run);
+  }
+  // Other broadcasting: row by row over y.
   const auto sa = broadcast_strides(a, y.shape.size()), sb = broadcast_strides(b, y.shape.size());
   const auto sy = y.strides();
   const int64_t ty = sy.empty() ? 0 : sy.back(), ta = sa.empty() ? 0 : sa.back(), tb = sb.empty() ? 0 : sb.back();
@@ -224,6 +262,29 @@ void global_pool(const ConstView& x, bool max, const View& y) {
   int64_t spatial = 1;
   for (size_t d = 2; d < x.shape.size(); ++d) spatial *= x.shape[d];
   const int64_t step = x.channels_last ? x.shape[1] : 1;
+  if (x.channels_last) {
+    // Pixels outer, a block of channels contiguous inside: the same per-channel order of
+    // additions as the stride loop below, without walking the image once per channel.
+    constexpr int64_t kBlock = 64;
+    const int64_t N = x.shape[0], C = x.shape[1], blocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for collapse(2) schedule(static) if (N * C * spatial > 65536)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        const int64_t c0 = blk * kBlock, width = std::min(kBlock, C - c0);
+        double acc[kBlock];
+        std::fill(acc, acc + width, max ? -std::numeric_limits<double>::infinity() : 0.0);
+        const float* p = x.data + n * sx[0] + c0;
+        for (int64_t s = 0; s < spatial; ++s, p += C) {
+          if (max)
+            for (int64_t c = 0; c < width; ++c) acc[c] = std::max(acc[c], double(p[c]));
+          else
+            for (int64_t c = 0; c < width; ++c) acc[c] += p[c];
+        }
+        for (int64_t c = 0; c < width; ++c)
+          y.data[n * sy[0] + (c0 + c) * sy[1]] = static_cast<float>(max ? acc[c] : acc[c] / static_cast<double>(spatial));
+      }
+    return;
+  }
   for (int64_t n = 0; n < x.shape[0]; ++n) {
     for (int64_t c = 0; c < x.shape[1]; ++c) {
       const float* p = x.data + n * sx[0] + c * sx[1];
