@@ -13,7 +13,7 @@
 namespace convgen_model_cifar10_full {
 
 namespace {
-constexpr char kPlanKey[] = "610652526e221f1a1f3a8ce80673418b1ac2c9f62f69b42a03219d0a9d44a71f";
+constexpr char kPlanKey[] = "74171ceb03a25fa353b447c8c8763de3cb9bd46f3401e36ea10719891b02161b";
 constexpr char kTarget[] = "x86-64-linux-avx-avx2-f16c-fma-sse41";
 }  // namespace
 
@@ -38,7 +38,7 @@ void Model::forward(const float* const* inputs, float* const* outputs) {
   // conv1 (Identity)
   convgen::copy_layout(convgen::ConstView{A + 0, {1, 3, 32, 32}, false}, convgen::View{A + 3072, {1, 3, 32, 32}, true});
   // conv1 (Conv): g1mb1ic3ih32iw32oc32oh32ow32kh5kw5sh1sw1pt2pb2pl2pr2dh0dw0+bias
-  convgen::run_forward_kernel(convgen_fwd_3424aed45613e375, convgen::ConvShape{1, 3, 32, 32, 32, 5, 5, 32, 32, 1, 2400}, A + 3072, W + 0, W + 2400, A + 6144);
+  convgen::run_forward_kernel(convgen_fwd_4443cea16c783dc5, convgen::ConvShape{1, 3, 32, 32, 32, 5, 5, 32, 32, 1, 2400}, A + 3072, W + 0, W + 2400, A + 6144);
   // pool1 (MaxPool)
   convgen::ops::max_pool(convgen::ConstView{A + 6144, {1, 32, 32, 32}, true}, convgen::ops::Window{{3, 3}, {2, 2}, {1, 1}, {0, 0}, {0, 0}}, convgen::View{A + 38912, {1, 32, 16, 16}, true});
   // relu1 (Relu)
@@ -56,7 +56,7 @@ void Model::forward(const float* const* inputs, float* const* outputs) {
   // norm1 (Mul)
   convgen::ops::binary(convgen::ConstView{A + 0, {1, 32, 16, 16}, true}, convgen::ConstView{A + 8192, {1, 32, 16, 16}, true}, convgen::View{A + 16384, {1, 32, 16, 16}, true}, convgen::ops::Binary::Mul);
   // conv2 (Conv): g1mb1ic32ih16iw16oc32oh16ow16kh5kw5sh1sw1pt2pb2pl2pr2dh0dw0+bias+relu
-  convgen::run_forward_kernel(convgen_fwd_b47fbeeed2dfd752, convgen::ConvShape{1, 32, 16, 16, 32, 5, 5, 16, 16, 1, 25600}, A + 16384, W + 2480, W + 28080, A + 0);
+  convgen::run_forward_kernel(convgen_fwd_f52ff294da218cfd, convgen::ConvShape{1, 32, 16, 16, 32, 5, 5, 16, 16, 1, 25600}, A + 16384, W + 2480, W + 28080, A + 0);
   // pool2 (AveragePool)
   convgen::ops::average_pool(convgen::ConstView{A + 0, {1, 32, 16, 16}, true}, convgen::ops::Window{{3, 3}, {2, 2}, {1, 1}, {0, 0}, {0, 0}}, false, convgen::View{A + 8192, {1, 32, 8, 8}, true});
   // norm2_square (Mul)
@@ -72,7 +72,7 @@ void Model::forward(const float* const* inputs, float* const* outputs) {
   // norm2 (Mul)
   convgen::ops::binary(convgen::ConstView{A + 8192, {1, 32, 8, 8}, true}, convgen::ConstView{A + 0, {1, 32, 8, 8}, true}, convgen::View{A + 2048, {1, 32, 8, 8}, true}, convgen::ops::Binary::Mul);
   // conv3 (Conv): g1mb1ic32ih8iw8oc64oh8ow8kh5kw5sh1sw1pt2pb2pl2pr2dh0dw0+bias+relu
-  convgen::run_forward_kernel(convgen_fwd_b03f3354d11b8007, convgen::ConvShape{1, 32, 8, 8, 64, 5, 5, 8, 8, 1, 51200}, A + 2048, W + 28160, W + 79360, A + 4096);
+  convgen::run_forward_kernel(convgen_fwd_62c78f92252b7f51, convgen::ConvShape{1, 32, 8, 8, 64, 5, 5, 8, 8, 1, 51200}, A + 2048, W + 28160, W + 79360, A + 4096);
   // pool3 (AveragePool)
   convgen::ops::average_pool(convgen::ConstView{A + 4096, {1, 64, 8, 8}, true}, convgen::ops::Window{{3, 3}, {2, 2}, {1, 1}, {0, 0}, {0, 0}}, false, convgen::View{A + 0, {1, 64, 4, 4}, true});
   // ip1_flatten (Flatten)

@@ -32,13 +32,13 @@ class Model {
 
 }  // namespace convgen_model_cifar10_full
 
-#include "kernels/convgen_fwd_3424aed45613e375.h"
-#include "kernels/convgen_fwd_b47fbeeed2dfd752.h"
-#include "kernels/convgen_fwd_b03f3354d11b8007.h"
+#include "kernels/convgen_fwd_4443cea16c783dc5.h"
+#include "kernels/convgen_fwd_f52ff294da218cfd.h"
+#include "kernels/convgen_fwd_62c78f92252b7f51.h"
 
 // Layers and the kernel each runs (forward pass):
-//   conv1                        convgen_fwd_3424aed45613e375  g1mb1ic3ih32iw32oc32oh32ow32kh5kw5sh1sw1pt2pb2pl2pr2dh0dw0+bias
-//   conv2                        convgen_fwd_b47fbeeed2dfd752  g1mb1ic32ih16iw16oc32oh16ow16kh5kw5sh1sw1pt2pb2pl2pr2dh0dw0+bias+relu
-//   conv3                        convgen_fwd_b03f3354d11b8007  g1mb1ic32ih8iw8oc64oh8ow8kh5kw5sh1sw1pt2pb2pl2pr2dh0dw0+bias+relu
+//   conv1                        convgen_fwd_4443cea16c783dc5  g1mb1ic3ih32iw32oc32oh32ow32kh5kw5sh1sw1pt2pb2pl2pr2dh0dw0+bias
+//   conv2                        convgen_fwd_f52ff294da218cfd  g1mb1ic32ih16iw16oc32oh16ow16kh5kw5sh1sw1pt2pb2pl2pr2dh0dw0+bias+relu
+//   conv3                        convgen_fwd_62c78f92252b7f51  g1mb1ic32ih8iw8oc64oh8ow8kh5kw5sh1sw1pt2pb2pl2pr2dh0dw0+bias+relu
 
 #endif  // CONVGEN_MODEL_cifar10_full_H

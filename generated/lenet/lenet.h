@@ -32,11 +32,11 @@ class Model {
 
 }  // namespace convgen_model_lenet
 
-#include "kernels/convgen_fwd_f34fcaddddbf5340.h"
-#include "kernels/convgen_fwd_2990cf2e906319d9.h"
+#include "kernels/convgen_fwd_da5ff907bd281bbf.h"
+#include "kernels/convgen_fwd_7ff1d109d0dda1df.h"
 
 // Layers and the kernel each runs (forward pass):
-//   conv1                        convgen_fwd_f34fcaddddbf5340  g1mb1ic1ih28iw28oc20oh24ow24kh5kw5sh1sw1pt0pb0pl0pr0dh0dw0+bias
-//   conv2                        convgen_fwd_2990cf2e906319d9  g1mb1ic20ih12iw12oc50oh8ow8kh5kw5sh1sw1pt0pb0pl0pr0dh0dw0+bias
+//   conv1                        convgen_fwd_da5ff907bd281bbf  g1mb1ic1ih28iw28oc20oh24ow24kh5kw5sh1sw1pt0pb0pl0pr0dh0dw0+bias
+//   conv2                        convgen_fwd_7ff1d109d0dda1df  g1mb1ic20ih12iw12oc50oh8ow8kh5kw5sh1sw1pt0pb0pl0pr0dh0dw0+bias
 
 #endif  // CONVGEN_MODEL_lenet_H

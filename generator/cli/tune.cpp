@@ -116,22 +116,20 @@ std::string duration_text(double seconds) {
 }
 
 // What tuning and comparing a layer's pass share: the parallel field its consumer
-// records, the intra-kernel variant candidates are timed with, the space, and the
-// analytic default in its normal form (with the consumer's parallel field).
+// records (candidates are timed with it), the space, and the analytic default in its
+// normal form (with the consumer's parallel field).
 struct KeySetup {
-  Parallel variant, timing;
+  Parallel variant;
   TuningSpace space;
   ConvSchedule def;
-  KeySetup(const TuneItem& item, const TargetInfo& t, bool train, int threads)
-      : variant(recorded_parallel(item.descriptor, train)),
-        timing(intra_kernel_timing(item.descriptor, train, threads)),
+  KeySetup(const TuneItem& item, const TargetInfo& t)
+      : variant(recorded_parallel(item.descriptor)),
         space(item.descriptor, item.pass, t, variant),
         def(space.normalise(analytic_schedule_for_pass(item.descriptor, item.pass, t))) {}
   EvaluatorOptions evaluator_options(int threads, int jobs) const {
     EvaluatorOptions eo;
     eo.threads = threads;
     eo.jobs = jobs;
-    eo.intra_kernel = timing;
     return eo;
   }
 };
@@ -149,7 +147,7 @@ int compare(const Options& o, const std::vector<TuneItem>& items, const TargetIn
   const std::unique_ptr<std::ofstream> log = open_log(o.log);
   for (const TuneItem& item : items) {
     const ConvDescriptor& d = item.descriptor;
-    const KeySetup key(item, t, o.train, threads);
+    const KeySetup key(item, t);
     const ConvSchedule& def = key.def;
     std::vector<ConvSchedule> schedules;
     for (const std::string& words : o.compare) {
@@ -308,12 +306,12 @@ int tune(const Args& args) {
     const ConvDescriptor& d = item.descriptor;
     TuneKeyRequest rq;
     rq.key = {d.normalised(), item.pass, t.target, CONVGEN_GENERATOR_HASH};
-    const KeySetup key(item, t, o.train, threads);
+    const KeySetup key(item, t);
     const TuningSpace& space = key.space;
     const ConvSchedule& def = key.def;
     rq.default_schedule = def;
     rq.provenance = base;
-    rq.provenance.variant = to_string(key.timing != Parallel::None ? key.timing : key.variant);
+    rq.provenance.variant = to_string(key.variant);
     rq.provenance.micro_batch = o.train ? d.mb : 0;
     rq.search.method = o.search;
     rq.search.seed = seed;

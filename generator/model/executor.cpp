@@ -45,9 +45,8 @@ ModelExecutor::ModelExecutor(Graph graph, const TargetInfo& t, const std::string
   // takes exactly `threads`, 1 included: the bench's one-thread figures mean one thread.
   omp_set_num_threads(std::max(1, threads));
   for (const PlannedKernel& k : planned) {
-    ConvSchedule s = k.selection.schedule;
-    if (threads > 1)
-      s = parallel_variant(k.descriptor, k.pass, s, k.descriptor.mb >= 2 * threads ? Parallel::Images : Parallel::Pixels);
+    // The planned schedule, already its parallel variant: the same on every thread count.
+    const ConvSchedule& s = k.selection.schedule;
     if (k.pass == "bwd_data") {
       kernels_->owned_transposed.push_back(std::make_unique<JitBackwardDataKernel>(k.descriptor, s, t));
       for (const auto& layer : k.layers) kernels_->transposed_by_layer[layer] = kernels_->owned_transposed.back().get();

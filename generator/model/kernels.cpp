@@ -21,9 +21,17 @@ std::vector<PlannedKernel> plan_kernels(const Graph& g, const TargetInfo& t, con
     validate(d);
     std::vector<std::string> lines;
     SelectedSchedule sel = select_schedule(d, pass, t, records, &lines);
+    // The intra-kernel parallel variant, chosen by the layer alone (images across threads
+    // from a batch of 8, else pixels): one schedule -- and so the same bits -- on every
+    // thread count, one thread running its parallel loops serially.
+    sel.schedule = parallel_variant(d, pass, sel.schedule, d.mb >= 8 ? Parallel::Images : Parallel::Pixels);
+    std::string overrides = "parallel=" + to_string(sel.schedule.parallel);
     // Constant weights need packing only once: the plan packs them at load.
     const bool prepack = pass == "fwd" && sel.schedule.strategy == Strategy::Gemm && g.is_float_constant(n.inputs.at(1));
-    if (prepack) sel.schedule.pack_weights = PackWeights::Prepacked;
+    if (prepack) {
+      sel.schedule.pack_weights = PackWeights::Prepacked;
+      overrides += " pack_weights=prepacked";
+    }
     const std::string key = kernel_cache_key(d, pass, sel.schedule, t.target);
     auto it = by_key.find(key);
     if (it != by_key.end()) {
@@ -38,10 +46,8 @@ std::vector<PlannedKernel> plan_kernels(const Graph& g, const TargetInfo& t, con
     k.selection = sel;
     k.key = key;
     k.layers.push_back(n.name);
-    if (prepack) {
-      k.schedule_overrides = "pack_weights=prepacked";  // what compile-layer children apply
-      k.weight_panels = forward_weight_panels(d, sel.schedule, t);
-    }
+    k.schedule_overrides = overrides;  // what compile-layer children apply after selection
+    if (prepack) k.weight_panels = forward_weight_panels(d, sel.schedule, t);
     if (why) {
       why->push_back(fmt::format("{}: kernel {} for {}{} (schedule: {})", n.name, k.name, d.normalised(),
                                  pass == "fwd" ? "" : ", backward-data", sel.source));

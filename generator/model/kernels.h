@@ -2,8 +2,10 @@
 // among its Conv nodes (forward) and ConvTranspose nodes (the backward-data pass of
 // conv_transpose_descriptor's convolution) -- identical layer shapes share one kernel. Each kernel's
 // function name is derived from a content hash of that key, so the same kernel has the
-// same name (and bytes) in every model and in the kernel cache. Forward GEMM kernels of
-// constant weights read them as panels packed once at load (no packing per call).
+// same name (and bytes) in every model and in the kernel cache. Every kernel is its
+// schedule's intra-kernel parallel variant, chosen by the layer alone, so a model gives
+// the same bits on any thread count. Forward GEMM kernels of constant weights read them as
+// panels packed once at load (no packing per call).
 #pragma once
 
 #include <string>

@@ -108,14 +108,9 @@ std::vector<TuneItem> tune_items(const TuneSources& src, const TargetInfo& t, st
   return items.take();
 }
 
-Parallel recorded_parallel(const ConvDescriptor& d, bool train) {
-  if (train) return d.mb >= 8 ? Parallel::Images : Parallel::Pixels;  // generator/train: training_schedule
-  return Parallel::None;
-}
-
-Parallel intra_kernel_timing(const ConvDescriptor& d, bool train, int threads) {
-  if (train || threads <= 1) return Parallel::None;
-  return d.mb >= 2 * threads ? Parallel::Images : Parallel::Pixels;  // bench/layer_bench.cpp
+Parallel recorded_parallel(const ConvDescriptor& d) {
+  // generator/train's training_schedule and generator/model's plan_kernels alike.
+  return d.mb >= 8 ? Parallel::Images : Parallel::Pixels;
 }
 
 }  // namespace convgen

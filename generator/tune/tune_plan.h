@@ -34,16 +34,10 @@ struct TuneItem {
 // .onnx / .tsv file nor a descriptor; import errors name the file and node.
 std::vector<TuneItem> tune_items(const TuneSources& sources, const TargetInfo& t, std::vector<std::string>* why);
 
-// The parallel field a tuned schedule carries, as its consumer builds it: the trainer's
-// variant with --train (images for micro-batches of 8 or more, else pixels:
-// generator/train's training_schedule), else none (compile's inference kernels). Part of
-// every candidate and of the recorded schedule.
-Parallel recorded_parallel(const ConvDescriptor& d, bool train);
-
-// How a non-training candidate is timed on `threads` > 1: convgen-bench's intra-kernel
-// variant (parallel_variant over images, or pixels when the minibatch is small), applied
-// at timing only -- the record keeps parallel=none. None on one thread and with --train
-// (whose candidates already carry the trainer's variant).
-Parallel intra_kernel_timing(const ConvDescriptor& d, bool train, int threads);
+// The parallel field a tuned schedule carries, as its consumers build it: images for
+// (micro-)batches of 8 or more, else pixels -- generator/train's training_schedule and
+// generator/model's plan_kernels alike, never the thread count. Part of every candidate and
+// of the recorded schedule; candidates are timed with it on --threads threads.
+Parallel recorded_parallel(const ConvDescriptor& d);
 
 }  // namespace convgen

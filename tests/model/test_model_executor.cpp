@@ -34,7 +34,9 @@ std::vector<float> run_model(const std::string& path, int64_t batch, int threads
 }  // namespace
 
 TEST_CASE("executor: bundled models give the same bits on 1 and 2 threads", "[executor]") {
-  for (const char* model : {"lenet", "cifar10_full"}) {
+  // segmenter_tiny: ConvTranspose, Resize and folded channel shuffles; its layers differ in
+  // the last bits between parallel variants, so a variant that followed T would show here.
+  for (const char* model : {"lenet", "cifar10_full", "segmenter_tiny"}) {
     INFO(model);
     const std::string path = std::string(CONVGEN_MODELS_DIR) + "/" + model + ".onnx";
     for (int64_t batch : {1, 5}) {
@@ -44,7 +46,8 @@ TEST_CASE("executor: bundled models give the same bits on 1 and 2 threads", "[ex
       size_t differ = 0;
       for (size_t i = 0; i < one.size(); ++i) differ += one[i] != two[i];
       CHECK(differ == 0);
-      CHECK(one.size() == static_cast<size_t>(batch * 10));
+      if (std::string(model) == "lenet" || std::string(model) == "cifar10_full")
+        CHECK(one.size() == static_cast<size_t>(batch * 10));
     }
   }
 }
