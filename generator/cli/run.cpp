@@ -35,6 +35,8 @@ are bound as constants. The batch is the first input's leading dimension.
 
   --target STRING      Halide target (default host: the widest this CPU runs)
   --schedules FILE     schedule records (JSON lines)
+  --threads T          threads for the convolutions' parallel loops and the other
+                       operators (default 1); the outputs are the same bits for every T
   --verbose            say per layer which kernel and schedule source were chosen
   --profile            per layer: ms, and for convolutions GF/s, % of the FMA peak
                        (measured in the same run) and workspace bytes (on stderr)
@@ -56,11 +58,12 @@ docs/exit-codes.md).
 
   --rtol R, --atol A        per-element tolerances
   --scale-tolerance S       the scale rule's bound (default 1e-5; 0 turns the rule off)
-  --target STRING, --schedules FILE, --verbose, --profile   as for `convgen run`
+  --target STRING, --schedules FILE, --threads T, --verbose, --profile   as for `convgen run`
 )";
 
 struct RunSetup {
   std::string target, schedules;
+  int threads = 1;
   bool verbose = false, profile = false;
 };
 
@@ -108,10 +111,11 @@ Prepared prepare(const std::string& model_path, const std::vector<std::string>& 
 
 // --profile: per step ms, and for convolutions GF/s, % of the FMA peak measured here
 // and the kernel's workspace; the steps of a second, warm run.
-void print_profile(const model::ModelExecutor& exec, const TargetInfo& target) {
-  const double peak = measure_fma_peak_gflops(1, target.vector_floats);
+void print_profile(const model::ModelExecutor& exec, const TargetInfo& target, int threads) {
+  const double peak = measure_fma_peak_gflops(threads, target.vector_floats);
   double total_ms = 0, total_flops = 0;
-  fmt::print(stderr, "convgen: profile (1 thread, FMA peak {:.1f} GFLOP/s measured now; second run)\n", peak);
+  fmt::print(stderr, "convgen: profile ({} thread{}, FMA peak {:.1f} GFLOP/s measured now on as many; second run)\n",
+             threads, threads > 1 ? "s" : "", peak);
   fmt::print(stderr, "{:<28} {:<18} {:>9} {:>8} {:>5} {:>10}\n", "layer", "op", "ms", "GF/s", "%pk", "ws bytes");
   for (const auto& t : exec.profile()) {
     total_ms += t.ms;
@@ -130,12 +134,12 @@ void print_profile(const model::ModelExecutor& exec, const TargetInfo& target) {
 
 std::vector<Tensor> execute(Prepared p, const RunSetup& s, std::vector<std::string>* why) {
   const TargetInfo target = target_info(s.target.empty() ? "host" : s.target);
-  model::ModelExecutor exec(std::move(p.graph), target, s.schedules, why);
+  model::ModelExecutor exec(std::move(p.graph), target, s.schedules, why, s.threads);
   if (!s.profile) return exec.run(p.feeds);
   exec.run(p.feeds);  // warm-up: first touch
   exec.set_profiling(true);
   std::vector<Tensor> out = exec.run(p.feeds);
-  print_profile(exec, target);
+  print_profile(exec, target, s.threads);
   return out;
 }
 
@@ -188,6 +192,7 @@ int run_model(const Args& args) {
       continue;
     if (r.flag("--verbose") || r.flag("-v")) { s.verbose = true; continue; }
     if (r.flag("--profile")) { s.profile = true; continue; }
+    if (r.value("--threads", &v)) { s.threads = static_cast<int>(parse_count("--threads", v)); continue; }
     if (!model.empty()) throw Error(ExitCode::Usage, fmt::format("unexpected argument '{}'", r.peek()));
     model = r.positional();
   }
@@ -226,6 +231,7 @@ int check_model(const Args& args) {
       continue;
     if (r.flag("--verbose") || r.flag("-v")) { s.verbose = true; continue; }
     if (r.flag("--profile")) { s.profile = true; continue; }
+    if (std::string t; r.value("--threads", &t)) { s.threads = static_cast<int>(parse_count("--threads", t)); continue; }
     if (!dir.empty()) throw Error(ExitCode::Usage, fmt::format("unexpected argument '{}'", r.peek()));
     dir = r.positional();
   }

@@ -22,6 +22,15 @@ cp "$work/out1/output_0.pb" "$work/case/test_data_set_0/output_0.pb"
 "$convgen" run "$case_dir/model.onnx" --input "$case_dir/test_data_set_0/input_0.pb" --output-dir "$work/out4" \
   --profile >/dev/null 2>"$work/profile" || fail "run --profile"
 grep -q "GF/s" "$work/profile" && grep -q "^total" "$work/profile" || fail "no profile table: $(cat "$work/profile")"
+# --threads: the same bits on two threads (a check of run's one-thread output at rtol 0);
+# a thread count that is no positive integer is a usage error.
+"$convgen" check "$work/case" --threads 2 --rtol 0 --atol 0 >/dev/null || fail "check --threads 2 (bit-exact)"
+"$convgen" run "$case_dir/model.onnx" --input "$case_dir/test_data_set_0/input_0.pb" --output-dir "$work/out5" \
+  --threads 2 >/dev/null || fail "run --threads 2"
+cmp -s "$work/out1/output_0.pb" "$work/out5/output_0.pb" || fail "run --threads 2 changed the output"
+"$convgen" run "$case_dir/model.onnx" --input "$case_dir/test_data_set_0/input_0.pb" --output-dir "$work/out6" \
+  --threads 0 >/dev/null 2>"$work/threads0"
+[[ $? -eq 2 ]] && grep -q "threads 0: expected a positive integer" "$work/threads0" || fail "run --threads 0: $(cat "$work/threads0")"
 
 # The scale rule: an error of 1e-6 of max |want| on the element nearest 0 fails the
 # per-element rule (rtol 1e-3, atol 1e-7) and passes the scale one (1e-5) -- unless it is
