@@ -25,8 +25,8 @@ namespace {
 const char* kUsage = R"(usage: convgen-model-bench MODEL.onnx [--batch N] [--runs R] [--threads T] [--target T]
 
 Times MODEL's forward pass at batch N (default 1) through convgen's in-process
-executor on T threads (default 1; convolutions run their intra-kernel parallel
-variant, the other layers one thread) for the kernel target T (default host, as
+executor on T threads (default 1: the convolutions' parallel loops, element-wise ops
+and pooling; the same bits for every T) for the kernel target T (default host, as
 `convgen run` and `compile` use: the widest this CPU runs): the median of R timed runs
 (default 7, each at least 50 ms of repeated passes) after a warm-up; JIT compilation is
 not timed. Prints one JSON line: model, batch, threads, target, median ms per pass,

@@ -396,7 +396,10 @@ std::string ConvDescriptor::to_string() const {
 void validate(const ConvDescriptor& d) {
   if (d.name.find('"') != std::string::npos) fail("name", "must not contain '\"'");
   if (d.relu && d.activation != Activation::None) fail("relu", "a second activation (one at most)");
+  if (d.activation == Activation::Clip && !(std::isfinite(d.clip_lo) && std::isfinite(d.clip_hi)))
+    fail("clip", "needs finite bounds");
   if (d.activation == Activation::Clip && !(d.clip_lo <= d.clip_hi)) fail("clip", "needs LO <= HI");
+  if (d.activation == Activation::LeakyRelu && !std::isfinite(d.leaky_alpha)) fail("leakyrelu", "needs a finite slope");
   check_sizes(d);
   check_paddings(d);
   check_groups(d);

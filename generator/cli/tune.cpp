@@ -58,9 +58,9 @@ Options:
   --seed S             the search's seed (default 1)
   --jobs J             candidates proposed and built at once, in threads (default 1);
                        timing is always one kernel at a time, after the builds
-  --threads T          threads the candidates are timed on (default 1): with --train the
-                       trainer's intra-kernel variant, else convgen-bench's (the records
-                       keep parallel=none, as compile builds them)
+  --threads T          threads the candidates are timed on (default 1), in the parallel
+                       variant their consumer runs (images from a batch of 8, else
+                       pixels; part of every record)
   --target STRING      Halide target string, or host (default host)
   --log FILE           JSON-lines log: one line per trial and per layer
   --verbose            a line per trial and the search's decisions
@@ -69,7 +69,8 @@ Options:
 Comparing instead of searching (no records needed, nothing written to them):
   --compare WORDS      a schedule to check and time against the default, as field=value
                        words over the default (describe()'s form, e.g. 'mr=32 nr=4
-                       pack_input=rows'); repeat for several. Each is checked bit for bit,
+                       pack_input=rows'); repeat for several. Each is checked (bit for bit;
+                       HardSwish and SiLU epilogues within 8 ulps),
                        then all are re-timed interleaved with the default (run twice, as
                        two kernels, so code placement counts as noise): median, min and
                        spread per schedule, on stdout and as JSON lines in --log

@@ -19,15 +19,25 @@ Expr exp_f32(Expr x) {
   return e_r * two_n;
 }
 
+namespace {
+
+// std::max(a, b) and std::min(a, b) of the runtime's operators: a unless b is strictly
+// beyond it, so a NaN or a -0 in `a` stays as it is. strict_float: otherwise Halide and
+// LLVM assume no NaNs and make these max and min instructions, which drop a NaN.
+Expr std_max(Expr a, Expr b) { return Halide::strict_float(Halide::select(a < b, b, a)); }
+Expr std_min(Expr a, Expr b) { return Halide::strict_float(Halide::select(b < a, b, a)); }
+
+}  // namespace
+
 Expr apply_activation(const ConvDescriptor& d, Expr v) {
   if (d.relu) return Halide::max(v, 0.0f);
   switch (d.activation) {
     case Activation::None: return v;
-    case Activation::Clip: return Halide::min(Halide::max(v, d.clip_lo), d.clip_hi);
+    case Activation::Clip: return std_min(std_max(v, d.clip_lo), d.clip_hi);
     case Activation::LeakyRelu: return Halide::select(v >= 0.0f, v, d.leaky_alpha * v);
     case Activation::HardSwish:
       // ONNX HardSwish: HardSigmoid's slope 1/6 and offset 1/2, as the importer lowers it.
-      return v * Halide::min(Halide::max(v * (1.0f / 6.0f) + 0.5f, 0.0f), 1.0f);
+      return v * std_min(std_max(v * (1.0f / 6.0f) + 0.5f, 0.0f), 1.0f);
     case Activation::Silu: return v * (1.0f / (1.0f + exp_f32(-v)));
   }
   return v;

@@ -17,8 +17,9 @@ namespace convgen {
 Halide::Expr apply_activation(const ConvDescriptor& d, Halide::Expr value);
 
 // e^x for Float(32) in plain arithmetic, so it vectorises (Halide's exp of a float calls
-// libm per lane on x86): range reduction by ln 2 in two parts, a degree-6 polynomial on
-// |r| <= ln(2)/2, and the power of two built in the exponent bits. x is clamped to
+// libm per lane on x86): range reduction by ln 2 in two parts, a polynomial on
+// |r| <= ln(2)/2 (e^r = 1 + r + r^2 p(r), p of degree 5), and the power of two built in
+// the exponent bits. x is clamped to
 // [-87, 88], inside the normal range of the result.
 Halide::Expr exp_f32(Halide::Expr x);
 

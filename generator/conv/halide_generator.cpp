@@ -17,7 +17,7 @@ class ConvForwardGenerator : public Halide::Generator<ConvForwardGenerator> {
   GeneratorParam<int> pt{"pt", 0}, pb{"pb", 0}, pl{"pl", 0}, pr{"pr", 0};
   GeneratorParam<int> dh{"dh", 1}, dw{"dw", 1}, groups{"groups", 1};
   GeneratorParam<bool> bias{"bias", false}, relu{"relu", false};
-  // Another activation, as the descriptor grammar writes its flag: "clip(0,6)",
+  // The activation as the descriptor grammar writes its flag, "relu", "clip(0,6)",
   // "leakyrelu(0.01)", "hardswish", "silu" (docs/descriptor.md); empty for none.
   GeneratorParam<std::string> activation{"activation", ""};
   // Empty: the analytic default. Otherwise one schedule record line (docs/schedules.md).
@@ -38,6 +38,7 @@ class ConvForwardGenerator : public Halide::Generator<ConvForwardGenerator> {
     if (!act.empty()) {
       // The grammar's own parser, on a placeholder layer carrying just the flag.
       const ConvDescriptor flag = parse_descriptor("ic1ih1oc1kh1+" + act);
+      d.relu = d.relu || flag.relu;  // activation=relu works as relu=true
       d.activation = flag.activation;
       d.clip_lo = flag.clip_lo;
       d.clip_hi = flag.clip_hi;

@@ -23,9 +23,9 @@ namespace convgen::model {
 class ModelExecutor {
  public:
   // `records` may be empty. `why` (optional) gets the kernel and schedule decisions.
-  // threads > 1: convolutions run their intra-kernel parallel variant (images, or
-  // pixels when the batch is under 2 per thread) on that many OpenMP threads; kernels
-  // split only non-reduction loops, so the bits do not change.
+  // Every OpenMP region of the process then runs on `threads` threads (the convolutions'
+  // parallel loops, element-wise ops, pooling). Each kernel is the parallel variant its
+  // layer alone chooses (plan_kernels), so the outputs are the same bits for every count.
   ModelExecutor(Graph graph, const TargetInfo& t, const std::string& records, std::vector<std::string>* why = nullptr,
                 int threads = 1);
   ~ModelExecutor();

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "generator/model/channel_order_folding.h"
+#include "generator/model/gemm_as_conv.h"
 
 namespace convgen::model {
 
@@ -128,14 +129,19 @@ void fuse_activations(Graph& g, std::vector<std::string>* why) {
       const Node& n = g.nodes[readers[0]];
       Attributes& a = g.nodes[c].attributes;
       if (n.op == Op::Clip) {
-        if (!(n.attributes.clip_min <= n.attributes.clip_max)) {
-          say(fmt::format("{} not fused into {}: its min is above its max", n.name, g.nodes[c].name));
+        if (!(n.attributes.clip_min <= n.attributes.clip_max) || !std::isfinite(n.attributes.clip_min) ||
+            !std::isfinite(n.attributes.clip_max)) {
+          say(fmt::format("{} not fused into {}: its bounds are not finite and ordered", n.name, g.nodes[c].name));
           continue;
         }
         a.fused_activation = Activation::Clip;
         a.clip_min = n.attributes.clip_min;
         a.clip_max = n.attributes.clip_max;
       } else if (n.op == Op::LeakyRelu) {
+        if (!std::isfinite(n.attributes.alpha)) {
+          say(fmt::format("{} not fused into {}: its slope is not finite", n.name, g.nodes[c].name));
+          continue;
+        }
         a.fused_activation = Activation::LeakyRelu;
         a.alpha = n.attributes.alpha;
       } else if (n.op == Op::HardSwish) {
@@ -173,6 +179,7 @@ void fuse_activations(Graph& g, std::vector<std::string>* why) {
 
 void fuse_for_inference(Graph& g, std::vector<std::string>* why) {
   fold_channel_permutations(g, why);
+  lower_gemms_to_convs(g, why);
   fuse(g, {Op::BatchNormalization, Op::Relu}, why);
   fuse_activations(g, why);
 }

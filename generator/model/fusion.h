@@ -1,6 +1,8 @@
 // Inference fusions on the model graph, before kernels are planned:
 //  - a channel permutation (ShuffleNet's shuffle) folds into the Concat before it or the
 //    Convs after it (generator/model/channel_order_folding.h);
+//  - a Gemm of activations by constant weights runs as a 1x1 convolution
+//    (generator/model/gemm_as_conv.h);
 //  - BatchNormalization after a Conv folds into the Conv's weights and bias (constant
 //    folding in double: w' = w * s / sqrt(v + eps), b' = (b - m) * s / sqrt(v + eps) + B);
 //  - Relu after a Conv becomes the Conv kernel's fused epilogue, and so do Clip (ReLU6),

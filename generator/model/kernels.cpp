@@ -28,10 +28,9 @@ std::vector<PlannedKernel> plan_kernels(const Graph& g, const TargetInfo& t, con
     std::string overrides = "parallel=" + to_string(sel.schedule.parallel);
     // Constant weights need packing only once: the plan packs them at load.
     const bool prepack = pass == "fwd" && sel.schedule.strategy == Strategy::Gemm && g.is_float_constant(n.inputs.at(1));
-    if (prepack) {
-      sel.schedule.pack_weights = PackWeights::Prepacked;
-      overrides += " pack_weights=prepacked";
-    }
+    // Either way, never what a record says: the plan decides which weights it packs.
+    sel.schedule.pack_weights = prepack ? PackWeights::Prepacked : PackWeights::PerCall;
+    overrides += prepack ? " pack_weights=prepacked" : " pack_weights=per_call";
     const std::string key = kernel_cache_key(d, pass, sel.schedule, t.target);
     auto it = by_key.find(key);
     if (it != by_key.end()) {

@@ -26,8 +26,8 @@ struct PlannedKernel {
   SelectedSchedule selection;       // schedule and where it came from
   std::string key;                  // descriptor | pass | schedule | target | generator hash
   std::vector<std::string> layers;  // the Conv / ConvTranspose nodes it serves, in graph order
-  // compile-layer --schedule words applied after selection (training kernels: the
-  // parallel variant, runtime/train/train_conv.h's training_schedule); part of the key.
+  // compile-layer --schedule words applied after selection (the parallel variant, and
+  // for inference how weights are packed); part of the key.
   std::string schedule_overrides;
   // A forward GEMM kernel of constant weights reads them packed once, at load
   // (pack_weights=prepacked, schedules/weight_panels.h): the panels the plan packs them

@@ -160,9 +160,7 @@ std::shared_ptr<KernelEvaluator::Kernel> KernelEvaluator::build(const ConvSchedu
                                                                 KernelSource source) const {
   ForwardBuildOptions o;
   o.inject_padding_bug = !options_.plant_wrong.empty() && describe(candidate) == options_.plant_wrong;
-  const ConvSchedule s = options_.intra_kernel == Parallel::None
-                             ? candidate
-                             : parallel_variant(d_, pass_, candidate, options_.intra_kernel);
+  const ConvSchedule& s = candidate;  // its parallel field is its consumer's (tune_plan.h)
   auto k = std::make_shared<Kernel>();
   if (pass_ == "fwd") k->fwd = std::make_unique<JitForwardKernel>(d_, s, t_, o, source);
   else if (pass_ == "bwd_data") k->bwd_data = std::make_unique<JitBackwardDataKernel>(d_, s, t_, o, source);

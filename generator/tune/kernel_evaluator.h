@@ -22,9 +22,6 @@ namespace convgen {
 
 struct EvaluatorOptions {
   int threads = 1;              // OpenMP threads the candidates run on while checked and timed
-  // Not None: each candidate is built as parallel_variant(d, pass, candidate, this) --
-  // convgen-bench's intra-kernel variant -- while its schedule is recorded as it is.
-  Parallel intra_kernel = Parallel::None;
   int jobs = 1;                 // candidates built at once
   TimingRule rule;
   double min_sample_seconds = 0.01;  // a sample repeats the call until it lasts this long

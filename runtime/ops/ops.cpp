@@ -166,6 +166,7 @@ void binary(const ConstView& a, const ConstView& b, const View& y, Binary op) {
   // pixels outer, channels contiguous inside; the same f per element as below.
   const int64_t b_image = a_flat ? per_channel_image_stride(b, y) : -1;
   const int64_t a_image = b_flat ? per_channel_image_stride(a, y) : -1;
+  if (n == 0) return;
   if (b_image >= 0 || a_image >= 0) {
     const int64_t N = y.shape[0], C = y.shape[1], pixels = n / (N * C);
     const bool full_first = b_image >= 0;

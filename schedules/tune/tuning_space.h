@@ -7,7 +7,8 @@
 // by pack_input and order by loop_order; backward-weights tiles channels x taps with
 // mr x nr, takes kc as its reduction item's pixels, nc as the taps of a packed panel
 // block, and splits its reduction into `partitions`. `parallel` is never searched: the
-// consumer fixes it (the trainer's variant, or none), and it is part of every candidate.
+// consumers fix it by the layer (generator/tune/tune_plan.h: recorded_parallel), and it is
+// part of every candidate.
 #pragma once
 
 #include <string>

@@ -133,6 +133,31 @@ TEST_CASE("epilogue fusion: same bits as the separate ops, HardSwish and SiLU wi
     const auto& silu = got[3].data;
     CHECK(std::any_of(silu.begin(), silu.end(), [](float v) { return v < 0.0f && v > -0.3f; }));
   }
+  // NaN goes through Clip and LeakyRelu as through the separate ops (std::max/min keep it).
+  {
+    auto with_nan = [&](bool fuse) {
+      Graph copy = g;
+      if (fuse) fuse_for_inference(copy);
+      ModelExecutor exec(std::move(copy), default_target(), "", nullptr, 1);
+      Tensor x({2, 8, 6, 6}, false);
+      const std::vector<float> data = integers(x.data.size(), -3, 3, 7);
+      std::copy(data.begin(), data.end(), x.data.begin());
+      x.data[100] = std::nanf("");
+      return exec.run({{"x", x}});
+    };
+    const std::vector<Tensor> want = with_nan(false), got = with_nan(true);
+    for (size_t o : {size_t(0), size_t(1)}) {
+      INFO(names[o] << " with a NaN input");
+      size_t nans = 0, differ = 0;
+      for (size_t i = 0; i < got[o].data.size(); ++i) {
+        nans += std::isnan(want[o].data[i]);
+        differ += std::isnan(got[o].data[i]) != std::isnan(want[o].data[i]) ||
+                  (!std::isnan(want[o].data[i]) && got[o].data[i] != want[o].data[i]);
+      }
+      CHECK(nans > 0);
+      CHECK(differ == 0);
+    }
+  }
   // And the fused outputs are the same bits on 1 and 2 threads.
   const std::vector<Tensor> one = run(g, true, 1), two = run(g, true, 2);
   for (size_t o = 0; o < one.size(); ++o) CHECK(one[o].data == two[o].data);

@@ -72,7 +72,7 @@ grep -q "record in" "$work/k/k.manifest.json" || fail "the manifest does not nam
 cifar="$root/models/cifar10_full.onnx"
 "$convgen" tune "$cifar" --batch 2 --records "$work/m.jsonl" --trials 2 >/dev/null 2>"$work/err" ||
   fail "tune MODEL failed: $(cat "$work/err")"
-[[ $(key_count "$work/m.jsonl" schedule) -eq 3 ]] || fail "tune MODEL: want 3 forward kernels (3 Conv layers)"
+[[ $(key_count "$work/m.jsonl" schedule) -eq 4 ]] || fail "tune MODEL: want 4 forward kernels (3 Conv layers, the Gemm as a 1x1 Conv)"
 grep -q '"pass":"bwd' "$work/m.jsonl" && fail "tune MODEL (inference) tuned a backward pass"
 expect_error 2 "forward kernels only" tune "$cifar" --passes bwd_data --records "$work/m.jsonl"
 "$convgen" compile "$cifar" --batch 2 --target host --schedules "$work/m.jsonl" -o "$work/cm" --no-cache >/dev/null \
