@@ -15,19 +15,15 @@
 #include "runtime/ops/layout.h"
 #include "runtime/ops/ops.h"
 #include "tests/common/onnx_test_models.h"
+#include "tests/model/integer_model_run.h"
 
 using namespace convgen;
 using namespace convgen::model;
 
 namespace {
 
-std::vector<float> integers(size_t n, int lo, int hi, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> pick(lo, hi);
-  std::vector<float> v(n);
-  for (float& f : v) f = static_cast<float>(pick(rng));
-  return v;
-}
+using test::integer_floats;
+using test::run_on_integers;
 
 // x [2, 8, 5, 5] -> conv_a (1x1, 4) and conv_b (3x3 pad 1, 4) -> Concat -> shuffle(2) ->
 // conv_c (1x1, 6) -> y_concat; x -> shuffle(4) -> conv_d (3x3 pad 1, 3) -> y_conv;
@@ -41,14 +37,14 @@ std::string shuffle_model(bool broken) {
   auto weights = [&](const std::string& name, const std::vector<int64_t>& shape, unsigned seed) {
     int64_t n = 1;
     for (int64_t e : shape) n *= e;
-    b.float_initializer(name, shape, integers(size_t(n), -2, 2, seed));
+    b.float_initializer(name, shape, integer_floats(size_t(n), -2, 2, seed));
   };
   weights("wa", {4, 8, 1, 1}, 1);
   weights("wb", {4, 8, 3, 3}, 2);
   weights("wc", {6, 8, 1, 1}, 3);
   weights("wd", {3, 8, 3, 3}, 4);
   weights("we", {8, 8, 1, 1}, 6);
-  b.float_initializer("bc", {6}, integers(6, -3, 3, 5));
+  b.float_initializer("bc", {6}, integer_floats(6, -3, 3, 5));
   b.node("Conv", {"x", "wa"}, {"a"}, "conv_a");
   test::set_ints(b.node("Conv", {"x", "wb"}, {"bo"}, "conv_b"), "pads", {1, 1, 1, 1});
   test::set_int(b.node("Concat", {"a", "bo"}, {"cat"}, "concat"), "axis", 1);
@@ -75,15 +71,6 @@ std::string shuffle_model(bool broken) {
   b.int64_initializer("unused_split", {2, 2, 4, 5, 5});
   b.node("Reshape", {"x", "unused_split"}, {"unused"}, "unused_reshape");
   return b.write(broken ? "shuffle_broken" : "shuffle");
-}
-
-std::vector<Tensor> run(Graph g, bool fuse, int threads, std::vector<std::string>* why = nullptr) {
-  if (fuse) fuse_for_inference(g, why);
-  ModelExecutor exec(std::move(g), default_target(), "", nullptr, threads);
-  Tensor x({2, 8, 5, 5}, false);
-  const std::vector<float> data = integers(x.data.size(), -3, 3, 7);
-  std::copy(data.begin(), data.end(), x.data.begin());
-  return exec.run({{"x", x}});
 }
 
 }  // namespace
@@ -125,10 +112,10 @@ TEST_CASE("channel shuffle: folds into the Concat or the Convs, else one pass, s
   const Graph chain = import_onnx(shuffle_model(true));
   for (int threads : {1, 2}) {
     INFO("threads " << threads);
-    const std::vector<Tensor> want = run(chain, true, threads);
+    const std::vector<Tensor> want = run_on_integers(chain, true, threads);
     for (bool fuse : {true, false}) {
       INFO("fused " << fuse);
-      const std::vector<Tensor> got = run(g, fuse, threads);
+      const std::vector<Tensor> got = run_on_integers(g, fuse, threads);
       REQUIRE(got.size() == want.size());
       for (size_t o = 0; o < got.size(); ++o) {
         INFO("output " << o);
@@ -142,7 +129,7 @@ TEST_CASE("channel shuffle: folds into the Concat or the Convs, else one pass, s
 TEST_CASE("ops: concat with an order and channel gathers give the dense forms' values in any layout",
           "[ops][shuffle]") {
   const std::vector<int64_t> a_shape = {2, 3, 2, 3}, b_shape = {2, 5, 2, 3}, y_shape = {2, 8, 2, 3};
-  const std::vector<float> a = integers(36, -9, 9, 11), b = integers(60, -9, 9, 12);
+  const std::vector<float> a = integer_floats(36, -9, 9, 11), b = integer_floats(60, -9, 9, 12);
   const std::vector<int64_t> order = {7, 0, 3, 5, 1, 6, 2, 4};
   // Dense reference: y[n][k] = joined[n][order[k]].
   std::vector<float> want(96);
@@ -172,7 +159,7 @@ TEST_CASE("ops: concat with an order and channel gathers give the dense forms' v
   // the dense blocks' result (indices pick one channel twice, one never).
   const std::vector<int64_t> x_shape = {2, 5, 3, 2}, g_shape = {2, 4, 3, 2};
   const std::vector<int64_t> picks = {4, 0, 4, 2};
-  const std::vector<float> x = integers(60, -9, 9, 13), dy = integers(48, -9, 9, 14);
+  const std::vector<float> x = integer_floats(60, -9, 9, 13), dy = integer_floats(48, -9, 9, 14);
   std::vector<float> y_dense(48), dx_dense(60, 1.0f);
   ops::gather(ConstView{x.data(), x_shape, false}, 1, picks, View{y_dense.data(), g_shape, false});
   ops::gather_backward(ConstView{dy.data(), g_shape, false}, 1, picks, View{dx_dense.data(), x_shape, false}, true);

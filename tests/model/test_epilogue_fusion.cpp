@@ -6,25 +6,20 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 
 #include "generator/model/executor.h"
 #include "generator/model/fusion.h"
 #include "generator/onnx/import.h"
 #include "tests/common/onnx_test_models.h"
+#include "tests/model/integer_model_run.h"
 
 using namespace convgen;
 using namespace convgen::model;
 
 namespace {
 
-std::vector<float> integers(size_t n, int lo, int hi, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> pick(lo, hi);
-  std::vector<float> v(n);
-  for (float& f : v) f = static_cast<float>(pick(rng));
-  return v;
-}
+using test::integer_floats;
+using test::run_on_integers;
 
 // x [2, 8, 6, 6] -> conv_clip (3x3 pad 1) -> Clip(0, 6) -> y_clip;
 //   conv_leaky (1x1) -> LeakyRelu(0.1) -> y_leaky;  conv_hardswish (3x3) -> HardSwish -> y_hardswish;
@@ -37,7 +32,7 @@ std::string activations_model() {
   auto weights = [&](const std::string& name, const std::vector<int64_t>& shape, unsigned seed) {
     int64_t n = 1;
     for (int64_t e : shape) n *= e;
-    b.float_initializer(name, shape, integers(size_t(n), -2, 2, seed));
+    b.float_initializer(name, shape, integer_floats(size_t(n), -2, 2, seed));
   };
   weights("w_clip", {8, 8, 3, 3}, 1);
   weights("w_leaky", {4, 8, 1, 1}, 2);
@@ -61,15 +56,6 @@ std::string activations_model() {
   b.node("Conv", {"x", "w_shared"}, {"y_shared"}, "conv_shared");
   b.node("Clip", {"y_shared", "minus_two", "two"}, {"y_shared_clip"}, "shared_clip");
   return b.write("activations");
-}
-
-std::vector<Tensor> run(Graph g, bool fuse, int threads, std::vector<std::string>* why = nullptr) {
-  if (fuse) fuse_for_inference(g, why);
-  ModelExecutor exec(std::move(g), default_target(), "", nullptr, threads);
-  Tensor x({2, 8, 6, 6}, false);
-  const std::vector<float> data = integers(x.data.size(), -3, 3, 7);
-  std::copy(data.begin(), data.end(), x.data.begin());
-  return exec.run({{"x", x}});
 }
 
 }  // namespace
@@ -110,8 +96,8 @@ TEST_CASE("epilogue fusion: same bits as the separate ops, HardSwish and SiLU wi
   const std::vector<std::string> names = {"y_clip", "y_leaky", "y_hardswish", "y_silu", "y_shared_clip", "y_shared"};
   for (int threads : {1, 2}) {
     INFO("threads " << threads);
-    const std::vector<Tensor> want = run(g, false, threads);
-    const std::vector<Tensor> got = run(g, true, threads);
+    const std::vector<Tensor> want = run_on_integers(g, false, threads);
+    const std::vector<Tensor> got = run_on_integers(g, true, threads);
     REQUIRE(got.size() == names.size());
     for (size_t o = 0; o < names.size(); ++o) {
       INFO(names[o]);
@@ -136,14 +122,7 @@ TEST_CASE("epilogue fusion: same bits as the separate ops, HardSwish and SiLU wi
   // NaN goes through Clip and LeakyRelu as through the separate ops (std::max/min keep it).
   {
     auto with_nan = [&](bool fuse) {
-      Graph copy = g;
-      if (fuse) fuse_for_inference(copy);
-      ModelExecutor exec(std::move(copy), default_target(), "", nullptr, 1);
-      Tensor x({2, 8, 6, 6}, false);
-      const std::vector<float> data = integers(x.data.size(), -3, 3, 7);
-      std::copy(data.begin(), data.end(), x.data.begin());
-      x.data[100] = std::nanf("");
-      return exec.run({{"x", x}});
+      return run_on_integers(g, fuse, 1, [](std::map<std::string, Tensor>& in) { in.at("x").data[100] = std::nanf(""); });
     };
     const std::vector<Tensor> want = with_nan(false), got = with_nan(true);
     for (size_t o : {size_t(0), size_t(1)}) {
@@ -159,6 +138,6 @@ TEST_CASE("epilogue fusion: same bits as the separate ops, HardSwish and SiLU wi
     }
   }
   // And the fused outputs are the same bits on 1 and 2 threads.
-  const std::vector<Tensor> one = run(g, true, 1), two = run(g, true, 2);
+  const std::vector<Tensor> one = run_on_integers(g, true, 1), two = run_on_integers(g, true, 2);
   for (size_t o = 0; o < one.size(); ++o) CHECK(one[o].data == two[o].data);
 }

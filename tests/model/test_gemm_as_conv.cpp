@@ -5,25 +5,20 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <random>
 
 #include "generator/model/executor.h"
 #include "generator/model/fusion.h"
 #include "generator/onnx/import.h"
 #include "tests/common/onnx_test_models.h"
+#include "tests/model/integer_model_run.h"
 
 using namespace convgen;
 using namespace convgen::model;
 
 namespace {
 
-std::vector<float> integers(size_t n, int lo, int hi, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> pick(lo, hi);
-  std::vector<float> v(n);
-  for (float& f : v) f = static_cast<float>(pick(rng));
-  return v;
-}
+using test::integer_floats;
+using test::run_on_integers;
 
 // x [3, 40] -> fc_t (transB, bias [24]) -> y_t; x -> fc_n (B [40, 24], bias [1, 24]) -> y_n;
 // x -> fc_plain (transB, no C) -> y_plain; x -> fc_half (alpha 0.5) -> y_half;
@@ -32,10 +27,10 @@ std::string gemm_model() {
   test::OnnxModelBuilder b(13);
   b.input("x", {3, 40}).input("v", {40, 5});
   for (const char* y : {"y_t", "y_n", "y_plain", "y_half", "y_var"}) b.output(y, 2);
-  b.float_initializer("w_t", {24, 40}, integers(24 * 40, -2, 2, 1));
-  b.float_initializer("w_n", {40, 24}, integers(40 * 24, -2, 2, 2));
-  b.float_initializer("b24", {24}, integers(24, -5, 5, 3));
-  b.float_initializer("b1x24", {1, 24}, integers(24, -5, 5, 4));
+  b.float_initializer("w_t", {24, 40}, integer_floats(24 * 40, -2, 2, 1));
+  b.float_initializer("w_n", {40, 24}, integer_floats(40 * 24, -2, 2, 2));
+  b.float_initializer("b24", {24}, integer_floats(24, -5, 5, 3));
+  b.float_initializer("b1x24", {1, 24}, integer_floats(24, -5, 5, 4));
   test::set_int(b.node("Gemm", {"x", "w_t", "b24"}, {"y_t"}, "fc_t"), "transB", 1);
   b.node("Gemm", {"x", "w_n", "b1x24"}, {"y_n"}, "fc_n");
   test::set_int(b.node("Gemm", {"x", "w_t"}, {"y_plain"}, "fc_plain"), "transB", 1);
@@ -44,16 +39,6 @@ std::string gemm_model() {
   test::set_float(half, "alpha", 0.5f);
   b.node("Gemm", {"x", "v"}, {"y_var"}, "fc_var");
   return b.write("gemms");
-}
-
-std::vector<Tensor> run(Graph g, bool fuse, int threads, std::vector<std::string>* why = nullptr) {
-  if (fuse) fuse_for_inference(g, why);
-  ModelExecutor exec(std::move(g), default_target(), "", nullptr, threads);
-  Tensor x({3, 40}, false), v({40, 5}, false);
-  const std::vector<float> xd = integers(x.data.size(), -3, 3, 7), vd = integers(v.data.size(), -3, 3, 8);
-  std::copy(xd.begin(), xd.end(), x.data.begin());
-  std::copy(vd.begin(), vd.end(), v.data.begin());
-  return exec.run({{"x", x}, {"v", v}});
 }
 
 }  // namespace
@@ -75,7 +60,7 @@ TEST_CASE("gemm as conv: constant-weight Gemms run as 1x1 convolutions, the same
   CHECK(std::count_if(fused.nodes.begin(), fused.nodes.end(), [](const Node& n) { return n.op == Op::Gemm; }) == 2);
   for (int threads : {1, 2}) {
     INFO("threads " << threads);
-    const std::vector<Tensor> want = run(g, false, threads), got = run(g, true, threads);
+    const std::vector<Tensor> want = run_on_integers(g, false, threads), got = run_on_integers(g, true, threads);
     REQUIRE(got.size() == want.size());
     for (size_t o = 0; o < got.size(); ++o) {
       INFO("output " << o);

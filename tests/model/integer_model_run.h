@@ -1,0 +1,44 @@
+// Runs a model graph through the executor on integer-valued inputs, fused for inference or
+// as written: for tests that compare a graph rewrite with the graph it replaces, where
+// integer data makes every sum exact in any order.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "generator/model/executor.h"
+#include "generator/model/fusion.h"
+
+namespace convgen::test {
+
+// n floats, integers uniform in [lo, hi], a fixed function of the seed.
+inline std::vector<float> integer_floats(size_t n, int lo, int hi, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> pick(lo, hi);
+  std::vector<float> v(n);
+  for (float& f : v) f = static_cast<float>(pick(rng));
+  return v;
+}
+
+// Every graph input gets integers in [-3, 3] (input i from seed 7 + i); `edit` may change
+// them before the run.
+inline std::vector<Tensor> run_on_integers(model::Graph g, bool fuse, int threads,
+                                           const std::function<void(std::map<std::string, Tensor>&)>& edit = {}) {
+  if (fuse) model::fuse_for_inference(g);
+  model::ModelExecutor exec(std::move(g), default_target(), "", nullptr, threads);
+  std::map<std::string, Tensor> inputs;
+  unsigned seed = 7;
+  for (const std::string& name : exec.graph().inputs) {
+    Tensor t(exec.graph().value(name).shape, false);
+    const std::vector<float> data = integer_floats(t.data.size(), -3, 3, seed++);
+    std::copy(data.begin(), data.end(), t.data.begin());
+    inputs[name] = std::move(t);
+  }
+  if (edit) edit(inputs);
+  return exec.run(inputs);
+}
+
+}  // namespace convgen::test
