@@ -11,6 +11,7 @@
 
 #include "generator/model/executor.h"
 #include "generator/model/fusion.h"
+#include "tests/common/onnx_test_models.h"
 
 namespace convgen::test {
 
@@ -21,6 +22,14 @@ inline std::vector<float> integer_floats(size_t n, int lo, int hi, unsigned seed
   std::vector<float> v(n);
   for (float& f : v) f = static_cast<float>(pick(rng));
   return v;
+}
+
+// A float initializer of integers in [-2, 2] (weights whose products stay exact).
+inline void integer_initializer(OnnxModelBuilder& b, const std::string& name, const std::vector<int64_t>& shape,
+                                unsigned seed) {
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  b.float_initializer(name, shape, integer_floats(static_cast<size_t>(n), -2, 2, seed));
 }
 
 // Every graph input gets integers in [-3, 3] (input i from seed 7 + i); `edit` may change

@@ -35,9 +35,7 @@ std::string shuffle_model(bool broken) {
   b.input("x", {2, 8, 5, 5});
   b.output("y_concat", 4).output("y_conv", 4).output("y_pass", 4);
   auto weights = [&](const std::string& name, const std::vector<int64_t>& shape, unsigned seed) {
-    int64_t n = 1;
-    for (int64_t e : shape) n *= e;
-    b.float_initializer(name, shape, integer_floats(size_t(n), -2, 2, seed));
+    test::integer_initializer(b, name, shape, seed);
   };
   weights("wa", {4, 8, 1, 1}, 1);
   weights("wb", {4, 8, 3, 3}, 2);

@@ -30,9 +30,7 @@ std::string activations_model() {
   b.input("x", {2, 8, 6, 6});
   for (const char* y : {"y_clip", "y_leaky", "y_hardswish", "y_silu", "y_shared_clip", "y_shared"}) b.output(y, 4);
   auto weights = [&](const std::string& name, const std::vector<int64_t>& shape, unsigned seed) {
-    int64_t n = 1;
-    for (int64_t e : shape) n *= e;
-    b.float_initializer(name, shape, integer_floats(size_t(n), -2, 2, seed));
+    test::integer_initializer(b, name, shape, seed);
   };
   weights("w_clip", {8, 8, 3, 3}, 1);
   weights("w_leaky", {4, 8, 1, 1}, 2);
