@@ -37,11 +37,11 @@ std::vector<Layer> load_layers(const Options& o) {
   for (const std::string& text : o.descriptors) {
     ConvDescriptor d = convgen::parse_descriptor(text);
     // The peers' epilogues are bias and ReLU: anything else would not compare like with like.
-    if (d.activation != convgen::Activation::None)
+    if (!convgen::inference_only_flags(d).empty())
       throw convgen::Error(convgen::ExitCode::Usage,
-                           fmt::format("--descriptor {}: +{} is an inference epilogue the peers do not run; benchmark "
+                           fmt::format("--descriptor {}: {} is an inference epilogue the peers do not run; benchmark "
                                        "the layer without it",
-                                       text, convgen::activation_flag(d)));
+                                       text, convgen::inference_only_flags(d)));
     ++cli_index;
     if (d.name.empty()) d.name = fmt::format("cli{}", cli_index);
     layers.push_back({"cli", d});

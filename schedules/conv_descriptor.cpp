@@ -96,11 +96,12 @@ void check_tensor(const char* tensor, std::initializer_list<int64_t> dims) {
 constexpr std::array<std::string_view, 20> kKeys = {
     "g",  "mb", "ic", "ih", "iw", "oc", "oh", "ow", "kh", "kw",
     "sh", "sw", "ph", "pw", "pt", "pb", "pl", "pr", "dh", "dw"};
-constexpr std::array<std::string_view, 6> kFlags = {"bias", "relu", "clip", "leakyrelu", "hardswish", "silu"};
+constexpr std::array<std::string_view, 7> kFlags = {"bias", "residual", "relu", "clip", "leakyrelu", "hardswish", "silu"};
 
 struct Tokens {
   std::map<std::string_view, int64_t> values;  // key -> number as written
   bool bias = false;
+  bool residual = false;
   bool relu = false;
   Activation activation = Activation::None;
   float clip_lo = 0.0f, clip_hi = 0.0f, leaky_alpha = 0.0f;
@@ -163,11 +164,16 @@ class Lexer {
     const size_t at = pos_++;
     const std::string_view flag = longest_match(rest(), kFlags.begin(), kFlags.end());
     if (flag.empty())
-      fail_at(at, "flag", "unknown flag, expected +bias, +relu, +clip(LO,HI), +leakyrelu(ALPHA), +hardswish or +silu");
+      fail_at(at, "flag", "unknown flag, expected +bias, +residual, +relu, +clip(LO,HI), +leakyrelu(ALPHA), +hardswish or +silu");
     pos_ += flag.size();
     if (flag == "bias") {
       if (t.bias) fail_at(at, flag, "given twice");
       t.bias = true;
+      return;
+    }
+    if (flag == "residual") {
+      if (t.residual) fail_at(at, flag, "given twice");
+      t.residual = true;
       return;
     }
     if (t.relu || t.activation != Activation::None) fail_at(at, flag, "a second activation (one at most)");
@@ -254,6 +260,7 @@ ConvDescriptor from_tokens(const Tokens& t) {
   ConvDescriptor d;
   d.name = t.name.value_or("");
   d.bias = t.bias;
+  d.residual = t.residual;
   d.relu = t.relu;
   d.activation = t.activation;
   d.clip_lo = t.clip_lo;
@@ -367,6 +374,7 @@ std::string ConvDescriptor::normalised() const {
       "g{}mb{}ic{}ih{}iw{}oc{}oh{}ow{}kh{}kw{}sh{}sw{}pt{}pb{}pl{}pr{}dh{}dw{}", g, mb, ic, ih,
       iw, oc, oh(), ow(), kh, kw, sh, sw, pt, pb, pl, pr, dh - 1, dw - 1);
   if (bias) s += "+bias";
+  if (residual) s += "+residual";
   if (relu) s += "+relu";
   const std::string act = activation_flag(*this);
   if (!act.empty()) s += "+" + act;
@@ -377,6 +385,8 @@ bool activation_is_exact(const ConvDescriptor& d) {
   return d.activation != Activation::HardSwish && d.activation != Activation::Silu;
 }
 
+double inexact_activation_bound(double want) { return 8.0 * 0x1p-23 * std::fabs(want) + 1e-30; }
+
 std::string activation_flag(const ConvDescriptor& d) {
   switch (d.activation) {
     case Activation::None: return "";
@@ -386,6 +396,11 @@ std::string activation_flag(const ConvDescriptor& d) {
     case Activation::Silu: return "silu";
   }
   return "";
+}
+
+std::string inference_only_flags(const ConvDescriptor& d) {
+  const std::string act = activation_flag(d);
+  return std::string(d.residual ? "+residual" : "") + (d.activation != Activation::None ? "+" + act : "");
 }
 
 std::string ConvDescriptor::to_string() const {

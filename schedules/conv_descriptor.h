@@ -28,6 +28,9 @@ struct ConvDescriptor {
   int64_t g = 1;                           // groups
   // Fused epilogue of the forward pass.
   bool bias = false;
+  // Adds a tensor of the output's shape and layout (a residual connection) after the bias,
+  // before the activation: y = act(conv + bias + residual). Inference only, as above.
+  bool residual = false;
   bool relu = false;
   Activation activation = Activation::None;  // exclusive with relu
   float clip_lo = 0.0f, clip_hi = 0.0f;      // Activation::Clip's bounds
@@ -57,10 +60,19 @@ struct ConvDescriptor {
 // reads back to the same float.
 std::string activation_flag(const ConvDescriptor& d);
 
+// The inference-only parts of the epilogue as the grammar writes them ("+residual",
+// "+clip(0,6)", both concatenated); "" when the backward passes can run the layer.
+std::string inference_only_flags(const ConvDescriptor& d);
+
 // The activation gives the bits of its runtime operator applied to the same value (none,
 // ReLU, Clip, LeakyRelu); HardSwish and Silu agree only within rounding
 // (generator/conv/epilogue.h states the bound).
 bool activation_is_exact(const ConvDescriptor& d);
+
+// How far an inexact activation's (HardSwish, Silu) result may lie from the value `want`
+// of its definition on the same input: 8 float ulps plus 1e-30 absolute
+// (generator/conv/epilogue.h derives it). Tests and the tuner's check use this one bound.
+double inexact_activation_bound(double want);
 
 // Parses the benchdnn-style grammar (plus pt/pb/pl/pr, bias, relu, activation flags). Throws
 // convgen::Error(ExitCode::BadDescriptor) with a message naming the offending field.

@@ -39,7 +39,9 @@ are bound as constants. The batch is the first input's leading dimension.
                        operators (default 1); the outputs are the same bits for every T
   --verbose            say per layer which kernel and schedule source were chosen
   --profile            per layer: ms, and for convolutions GF/s, % of the FMA peak
-                       (measured in the same run) and workspace bytes (on stderr)
+                       (measured in the same run) and workspace bytes (on stderr);
+                       each step's median over the timed runs after a warm-up run
+  --profile-runs N     timed runs for --profile (default 20)
 )";
 
 const char* kCheckUsage = R"(usage: convgen check DIR [options]
@@ -58,13 +60,15 @@ docs/exit-codes.md).
 
   --rtol R, --atol A        per-element tolerances
   --scale-tolerance S       the scale rule's bound (default 1e-5; 0 turns the rule off)
-  --target STRING, --schedules FILE, --threads T, --verbose, --profile   as for `convgen run`
+  --target STRING, --schedules FILE, --threads T, --verbose, --profile,
+  --profile-runs N          as for `convgen run`
 )";
 
 struct RunSetup {
   std::string target, schedules;
   int threads = 1;
   bool verbose = false, profile = false;
+  int profile_runs = 20;
 };
 
 // The model imported with the given input data: int64 inputs, and inputs the importer
@@ -110,14 +114,26 @@ Prepared prepare(const std::string& model_path, const std::vector<std::string>& 
 }
 
 // --profile: per step ms, and for convolutions GF/s, % of the FMA peak measured here
-// and the kernel's workspace; the steps of a second, warm run.
-void print_profile(const model::ModelExecutor& exec, const TargetInfo& target, int threads) {
+// and the kernel's workspace. A step of a few microseconds varies by more than itself
+// from run to run: each step's median over `runs` warm runs.
+std::vector<model::ModelExecutor::StepTiming> median_profile(const std::vector<std::vector<model::ModelExecutor::StepTiming>>& runs) {
+  std::vector<model::ModelExecutor::StepTiming> median = runs.front();
+  std::vector<double> ms(runs.size());
+  for (size_t step = 0; step < median.size(); ++step) {
+    for (size_t r = 0; r < runs.size(); ++r) ms[r] = runs[r][step].ms;
+    std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+    median[step].ms = ms[ms.size() / 2];
+  }
+  return median;
+}
+
+void print_profile(const std::vector<model::ModelExecutor::StepTiming>& profile, const TargetInfo& target, int threads, int runs) {
   const double peak = measure_fma_peak_gflops(threads, target.vector_floats);
   double total_ms = 0, total_flops = 0;
-  fmt::print(stderr, "convgen: profile ({} thread{}, FMA peak {:.1f} GFLOP/s measured now on as many; second run)\n",
-             threads, threads > 1 ? "s" : "", peak);
+  fmt::print(stderr, "convgen: profile ({} thread{}, FMA peak {:.1f} GFLOP/s measured now on as many; medians of {} warm runs)\n",
+             threads, threads > 1 ? "s" : "", peak, runs);
   fmt::print(stderr, "{:<28} {:<18} {:>9} {:>8} {:>5} {:>10}\n", "layer", "op", "ms", "GF/s", "%pk", "ws bytes");
-  for (const auto& t : exec.profile()) {
+  for (const auto& t : profile) {
     total_ms += t.ms;
     total_flops += t.flops;
     if (t.flops > 0) {
@@ -128,8 +144,8 @@ void print_profile(const model::ModelExecutor& exec, const TargetInfo& target, i
       fmt::print(stderr, "{:<28} {:<18} {:>9.3f}\n", t.node, model::op_name(t.op), t.ms);
     }
   }
-  fmt::print(stderr, "{:<28} {:<18} {:>9.3f} {:>8.1f}   (convolutions {:.1f} GFLOP)\n", "total", "", total_ms,
-             total_flops / (total_ms * 1e6), total_flops / 1e9);
+  fmt::print(stderr, "{:<28} {:<18} {:>9.3f} {:>8.1f}   (convolutions {:.1f} GFLOP; sum of medians)\n", "total", "",
+             total_ms, total_flops / (total_ms * 1e6), total_flops / 1e9);
 }
 
 std::vector<Tensor> execute(Prepared p, const RunSetup& s, std::vector<std::string>* why) {
@@ -138,8 +154,13 @@ std::vector<Tensor> execute(Prepared p, const RunSetup& s, std::vector<std::stri
   if (!s.profile) return exec.run(p.feeds);
   exec.run(p.feeds);  // warm-up: first touch
   exec.set_profiling(true);
-  std::vector<Tensor> out = exec.run(p.feeds);
-  print_profile(exec, target, s.threads);
+  std::vector<std::vector<model::ModelExecutor::StepTiming>> runs;
+  std::vector<Tensor> out;
+  for (int r = 0; r < s.profile_runs; ++r) {
+    out = exec.run(p.feeds);
+    runs.push_back(exec.profile());
+  }
+  print_profile(median_profile(runs), target, s.threads, s.profile_runs);
   return out;
 }
 
@@ -192,6 +213,7 @@ int run_model(const Args& args) {
       continue;
     if (r.flag("--verbose") || r.flag("-v")) { s.verbose = true; continue; }
     if (r.flag("--profile")) { s.profile = true; continue; }
+    if (r.value("--profile-runs", &v)) { s.profile_runs = static_cast<int>(parse_count("--profile-runs", v)); continue; }
     if (r.value("--threads", &v)) { s.threads = static_cast<int>(parse_count("--threads", v)); continue; }
     if (!model.empty()) throw Error(ExitCode::Usage, fmt::format("unexpected argument '{}'", r.peek()));
     model = r.positional();
@@ -231,6 +253,10 @@ int check_model(const Args& args) {
       continue;
     if (r.flag("--verbose") || r.flag("-v")) { s.verbose = true; continue; }
     if (r.flag("--profile")) { s.profile = true; continue; }
+    if (std::string t; r.value("--profile-runs", &t)) {
+      s.profile_runs = static_cast<int>(parse_count("--profile-runs", t));
+      continue;
+    }
     if (std::string t; r.value("--threads", &t)) { s.threads = static_cast<int>(parse_count("--threads", t)); continue; }
     if (!dir.empty()) throw Error(ExitCode::Usage, fmt::format("unexpected argument '{}'", r.peek()));
     dir = r.positional();

@@ -63,7 +63,7 @@ RDom define_flat_padded_rows(Func rows, const Var& cx, const Var& y, const Var& 
 
 ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr, int skip_padded_rows,
                              bool skip_padded_columns, bool partition_borders, bool stage_flat_rows,
-                             const Func& input, const Func& weights, const Func& bias,
+                             const Func& input, const Func& weights, const Func& bias, const Func& residual,
                              const ForwardBuildOptions& options) {
   ConvAlgorithm a;
   a.strategy = strategy;
@@ -94,6 +94,7 @@ ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr,
     Expr value = a.accum(a.g * cg, a.kg, a.pix, a.n);
     for (int j = 1; j < cg; ++j) value += a.accum(a.g * cg + j, a.kg, a.pix, a.n);
     if (d.bias) value += bias(a.g * kgn + a.kg);
+    if (d.residual) value += residual(a.kg, a.g, a.pix, a.n);
     value = apply_activation(d, value);
     a.output(a.kg, a.g, a.pix, a.n) = value;
     return a;
@@ -140,6 +141,7 @@ ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr,
     a.accum(a.kk, a.kb, a.pix, a.n, a.g) += product;
     Expr value = a.accum(a.kg % mr, a.kg / mr, a.pix, a.n, a.g);
     if (d.bias) value += bias(a.g * kgn + a.kg);
+    if (d.residual) value += residual(a.kg, a.g, a.pix, a.n);
     value = apply_activation(d, value);
     a.output(a.kg, a.g, a.pix, a.n) = value;
   } else {
@@ -151,6 +153,7 @@ ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr,
     Expr k = a.g * kgn + a.kg;
     Expr value = a.accum(k, a.pix, a.n);
     if (d.bias) value += bias(k);
+    if (d.residual) value += residual(a.kg, a.g, a.pix, a.n);
     value = apply_activation(d, value);
     a.output(a.kg, a.g, a.pix, a.n) = value;
   }

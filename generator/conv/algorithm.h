@@ -85,6 +85,7 @@ struct ConvAlgorithm {
 ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr, int skip_padded_rows,
                              bool skip_padded_columns, bool partition_borders, bool stage_flat_rows,
                              const Halide::Func& input, const Halide::Func& weights, const Halide::Func& bias,
+                             const Halide::Func& residual,
                              const ForwardBuildOptions& options);
 
 // The zero-padded input at (c, g, x, y, n): a select on the in-bounds test (rows up to

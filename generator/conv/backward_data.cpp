@@ -28,9 +28,9 @@ void pin_buffers(BackwardDataPipeline& p, const ConvDescriptor& d, const WeightP
 BackwardDataPipeline build_backward_data(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
                                          std::vector<std::string>* why, const ForwardBuildOptions& options) {
   validate(d);
-  if (d.activation != Activation::None)
-    throw Error(ExitCode::Usage, fmt::format("{}: the backward passes know ReLU alone, not +{}", d.normalised(),
-                                             activation_flag(d)));
+  if (!inference_only_flags(d).empty())
+    throw Error(ExitCode::Usage, fmt::format("{}: the backward passes know bias and ReLU alone, not {}", d.normalised(),
+                                             inference_only_flags(d)));
   validate(s, t);
   BackwardDataPipeline p;
   p.dy = ImageParam(Float(32), 4, "dy");
@@ -94,7 +94,7 @@ BackwardDataPipeline build_backward_data(const ConvDescriptor& d, const ConvSche
     std::vector<std::string> class_why;
     class_options.output_is_staged = !direct;
     class_options.weights_transposed = true;
-    Func out = define_scheduled_forward(c.derived, class_schedule, t, in, w, no_bias, why ? &class_why : nullptr,
+    Func out = define_scheduled_forward(c.derived, class_schedule, t, in, w, no_bias, Func(), why ? &class_why : nullptr,
                                         class_options);
     if (why) {
       explain(why, fmt::format("class (row {}, col {}): {}", c.rows.residue, c.cols.residue, c.derived.normalised()));

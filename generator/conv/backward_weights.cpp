@@ -212,9 +212,9 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
                                                const TargetInfo& t, std::vector<std::string>* why,
                                                const ForwardBuildOptions& options) {
   validate(d);
-  if (d.activation != Activation::None)
-    throw Error(ExitCode::Usage, fmt::format("{}: the backward passes know ReLU alone, not +{}", d.normalised(),
-                                             activation_flag(d)));
+  if (!inference_only_flags(d).empty())
+    throw Error(ExitCode::Usage, fmt::format("{}: the backward passes know bias and ReLU alone, not {}", d.normalised(),
+                                             inference_only_flags(d)));
   validate(schedule, t);
   const ConvSchedule& s = schedule;
   BackwardWeightsPipeline p;

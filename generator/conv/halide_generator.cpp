@@ -54,7 +54,7 @@ class ConvForwardGenerator : public Halide::Generator<ConvForwardGenerator> {
       throw Error(ExitCode::Usage, "convgen_conv_fwd: schedule_record asks pack_weights=prepacked; the Generator "
                                    "takes ONNX weights (use convgen compile-layer for a kernel that reads packed "
                                    "panels)");
-    output = define_scheduled_forward(d, s, t, input, weights, bias_values, nullptr, {});
+    output = define_scheduled_forward(d, s, t, input, weights, bias_values, Halide::Func(), nullptr, {});
     const auto extents = forward_buffer_extents(d);
     pin_dense([&](int i) { return input.dim(i); }, extents[0]);
     pin_dense([&](int i) { return weights.dim(i); }, extents[1]);

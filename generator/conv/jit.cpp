@@ -154,7 +154,7 @@ JitForwardKernel::JitForwardKernel(const ConvDescriptor& d, const ConvSchedule& 
 
 JitForwardKernel::~JitForwardKernel() = default;
 
-void JitForwardKernel::run(const float* x, const float* w, const float* bias, float* y) {
+void JitForwardKernel::run(const float* x, const float* w, const float* bias, float* y, const float* residual) {
   const ConvDescriptor& d = d_;
   const int n = int(d.mb), g = int(d.g), cg = int(d.icg()), kg = int(d.ocg());
   using B = Halide::Buffer<float>;
@@ -163,18 +163,22 @@ void JitForwardKernel::run(const float* x, const float* w, const float* bias, fl
   static float no_bias_storage[1] = {0.0f};
   B bs = bias ? B(const_cast<float*>(bias), {int(d.oc)}) : B(no_bias_storage, {1});
   if (!bias && d.bias) throw std::invalid_argument("JitForwardKernel::run: the layer has a bias but none was given");
+  if (d.residual != (residual != nullptr))
+    throw std::invalid_argument("JitForwardKernel::run: a residual exactly when the layer has +residual");
   B out(y, {kg, g, int(d.oh() * d.ow()), n});
+  B res = residual ? nhwk_view(d, residual) : B();
   if (impl_->loaded) {
-    impl_->last_peak = measure_workspace([&] {
-      check_status(impl_->loaded->call({in.raw_buffer(), wt.raw_buffer(), bs.raw_buffer(), out.raw_buffer()}),
-                   "JitForwardKernel");
-    });
+    std::vector<halide_buffer_t*> args = {in.raw_buffer(), wt.raw_buffer(), bs.raw_buffer()};
+    if (residual) args.push_back(res.raw_buffer());
+    args.push_back(out.raw_buffer());
+    impl_->last_peak = measure_workspace([&] { check_status(impl_->loaded->call(args), "JitForwardKernel"); });
     return;
   }
   ParamMap params;
   params.set(impl_->fp.input, in);
   params.set(impl_->fp.weights, wt);
   params.set(impl_->fp.bias, bs);
+  if (residual) params.set(impl_->fp.residual, res);
   impl_->last_peak = measure_workspace([&] { impl_->pipeline.realize(out, impl_->target, params); });
 }
 

@@ -31,8 +31,9 @@ class JitForwardKernel {
 
   // x: NHWC [mb][ih][iw][ic]; w: ONNX OIHW [oc][ic/g][kh][kw], or the packed panels
   // when weight_panels() is not empty; bias: [oc] or nullptr when the descriptor has no
-  // bias; y: NHWK [mb][oh][ow][oc]. No aliasing.
-  void run(const float* x, const float* w, const float* bias, float* y);
+  // bias; y: NHWK [mb][oh][ow][oc]; residual: NHWK like y, given exactly when the
+  // descriptor has +residual. No aliasing.
+  void run(const float* x, const float* w, const float* bias, float* y, const float* residual = nullptr);
 
   // A GEMM schedule with pack_weights=prepacked: the panels run() reads (fill them with
   // pack_weight_panels); else empty and run() takes ONNX weights.

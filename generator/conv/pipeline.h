@@ -7,6 +7,8 @@
 //   input   5-D (cg, g, x, y, n)   = NHWC activations, C split into groups
 //   weights 5-D (s, r, cg, kg, g)  = ONNX OIHW weights [K][C/g][R][S], K split into groups
 //   bias    1-D (k)                 (read only when the descriptor has bias)
+//   residual 4-D (kg, g, pix, n)    = the output's view, added before the activation
+//                                     (an argument only when the descriptor has +residual)
 //   output  4-D (kg, g, pix, n)    = NHWK activations, K split into groups, pix = p*Q + q
 #pragma once
 
@@ -45,21 +47,22 @@ struct ForwardPipeline {
   Halide::ImageParam input;
   Halide::ImageParam weights;
   Halide::ImageParam bias;
+  Halide::ImageParam residual;  // defined only for +residual
   Halide::Func output;
-  // Arguments in kernel-signature order: input, weights, bias, output is the result.
+  // Arguments in kernel-signature order: input, weights, bias, [residual]; output is the result.
   std::vector<Halide::Argument> arguments() const;
 };
 
 // Defines and schedules the forward kernel over caller-provided buffers (ImageParams or a
 // Generator's Inputs) and returns the output Func. The caller pins the buffers' bounds
-// with pin_forward_buffers.
+// with pin_dense. `residual` is defined exactly when the descriptor has +residual.
 Halide::Func define_scheduled_forward(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
                                       const Halide::Func& input, const Halide::Func& weights,
-                                      const Halide::Func& bias, std::vector<std::string>* why,
-                                      const ForwardBuildOptions& options);
+                                      const Halide::Func& bias, const Halide::Func& residual,
+                                      std::vector<std::string>* why, const ForwardBuildOptions& options);
 
 // Constant extents and dense strides of the four buffers, in the order input, weights,
-// bias, output; each a list of extents, innermost first.
+// bias, output (a residual has the output's); each a list of extents, innermost first.
 std::vector<std::vector<int>> forward_buffer_extents(const ConvDescriptor& d);
 
 // Pins a buffer's dims to constant dense extents: `dim(i)` returns its i-th Dimension.

@@ -51,7 +51,10 @@ Target halide_target(const std::string& target_string) {
   return t.with_feature(Target::NoAsserts).with_feature(Target::NoBoundsQuery);
 }
 
-std::vector<Argument> ForwardPipeline::arguments() const { return {input, weights, bias}; }
+std::vector<Argument> ForwardPipeline::arguments() const {
+  if (residual.defined()) return {input, weights, bias, residual};
+  return {input, weights, bias};
+}
 
 std::vector<std::vector<int>> forward_buffer_extents(const ConvDescriptor& d) {
   const int n = int(d.mb), g = int(d.g), cg = int(d.icg()), kg = int(d.ocg());
@@ -62,8 +65,11 @@ std::vector<std::vector<int>> forward_buffer_extents(const ConvDescriptor& d) {
 }
 
 Func define_scheduled_forward(const ConvDescriptor& d, const ConvSchedule& schedule, const TargetInfo& t, const Func& input,
-                              const Func& weights, const Func& bias, Why* why, const ForwardBuildOptions& options) {
+                              const Func& weights, const Func& bias, const Func& residual, Why* why,
+                              const ForwardBuildOptions& options) {
   validate(d);
+  if (d.residual != residual.defined())
+    throw std::logic_error("define_scheduled_forward: a residual input exactly when the descriptor says +residual");
   validate(schedule, t);
   ConvSchedule s = schedule;
   if (s.strategy == Strategy::Grouped && !grouped_strategy_applies(d, t)) {
@@ -92,7 +98,8 @@ Func define_scheduled_forward(const ConvDescriptor& d, const ConvSchedule& sched
   const bool skip_columns = skips_padded_columns(d, s, t) && !options.output_is_staged;
   const bool partition_borders = partitions_depthwise_borders(d, s, options.output_is_staged);
   ConvAlgorithm a = define_forward(d, s.strategy, mr, skip_rows ? register_tile_pixels(d, s) : 0, skip_columns,
-                                   partition_borders, stages_flat_input_rows(d, s, t), input, weights, bias, options);
+                                   partition_borders, stages_flat_input_rows(d, s, t), input, weights, bias, residual,
+                                   options);
   a.may_shift_pixel_tail = !options.output_is_staged;
   a.weights_transposed = options.weights_transposed;
   LoopNest nest = apply_loop_nest(a, d, s, t, why);
@@ -110,8 +117,11 @@ ForwardPipeline build_forward(const ConvDescriptor& d, const ConvSchedule& s, co
   fp.input = ImageParam(Float(32), 5, "input");
   fp.weights = ImageParam(Float(32), panels.empty() ? 5 : 1, "weights");
   fp.bias = ImageParam(Float(32), 1, "bias");
-  fp.output = define_scheduled_forward(d, s, t, fp.input, fp.weights, fp.bias, why, built);
+  if (d.residual) fp.residual = ImageParam(Float(32), 4, "residual");
+  fp.output = define_scheduled_forward(d, s, t, fp.input, fp.weights, fp.bias,
+                                       d.residual ? Func(fp.residual) : Func(), why, built);
   const auto extents = forward_buffer_extents(d);
+  if (d.residual) pin_dense([&](int i) { return fp.residual.dim(i); }, extents[3]);
   pin_dense([&](int i) { return fp.input.dim(i); }, extents[0]);
   pin_dense([&](int i) { return fp.weights.dim(i); },
             panels.empty() ? extents[1] : std::vector<int>{static_cast<int>(panels.floats)});

@@ -46,12 +46,13 @@ class Writer {
       case StepKind::ConvTranspose: {
         const ConvDescriptor& d = s.descriptor;
         const int64_t packed = p_.buffers[s.inputs[1]].panels.floats;  // 0: ONNX weights
+        const int bias = conv_bias_input(s), residual = conv_residual_input(s);
         return fmt::format("convgen::{}({}, convgen::ConvShape{{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}}}, "
-                           "{}, {}, {}, {});",
+                           "{}, {}, {}, {}{});",
                            s.kind == StepKind::Conv ? "run_forward_kernel" : "run_conv_transpose_kernel", s.kernel, d.mb, d.ic, d.ih, d.iw, d.oc, d.kh, d.kw, d.oh(), d.ow(), d.g,
                            packed > 0 ? fmt::format(", {}", packed) : std::string(), pointer(s.inputs[0]),
-                           pointer(s.inputs[1]), s.inputs.size() > 2 ? pointer(s.inputs[2]) : "nullptr",
-                           pointer(s.output));
+                           pointer(s.inputs[1]), bias >= 0 ? pointer(bias) : "nullptr",
+                           residual >= 0 ? pointer(residual) + ", " : std::string(), pointer(s.output));
       }
       case StepKind::Unary: {
         // ops::Unary's names are the ONNX op names; beta only where an op reads it.

@@ -74,7 +74,7 @@ ModelExecutor::ModelExecutor(Graph graph, const TargetInfo& t, const std::string
 ModelExecutor::~ModelExecutor() = default;
 
 void run_plan_step(const PlanStep& s, const Plan& p, float* arena, const float* weights,
-                   const std::function<void(const PlanStep&, const float*, const float*, const float*, float*)>& conv) {
+                   const std::function<void(const PlanStep&, const ConvOperands&)>& conv) {
   auto view = [&](int id) -> View {
     const PlanBuffer& b = p.buffers[id];
     return {b.constant ? const_cast<float*>(weights) + b.offset : arena + b.offset, b.shape, b.channels_last};
@@ -85,8 +85,12 @@ void run_plan_step(const PlanStep& s, const Plan& p, float* arena, const float* 
   switch (s.kind) {
     case StepKind::Conv:
     case StepKind::ConvTranspose:
-      conv(s, x(0).data, x(1).data, s.inputs.size() > 2 ? x(2).data : nullptr, y.data);
+    {
+      const int bias = conv_bias_input(s), residual = conv_residual_input(s);
+      conv(s, ConvOperands{x(0).data, x(1).data, bias >= 0 ? view(bias).data : nullptr,
+                           residual >= 0 ? view(residual).data : nullptr, y.data});
       return;
+    }
     case StepKind::Unary: ops::unary(x(0), y, unary_of(s.op), a.alpha, a.clip_min, a.clip_max, a.beta); return;
     case StepKind::Binary: ops::binary(x(0), x(1), y, binary_of(s.op)); return;
     case StepKind::MaxPool: ops::max_pool(x(0), window_of(a), y); return;
@@ -144,15 +148,15 @@ std::vector<Tensor> ModelExecutor::run(const std::map<std::string, Tensor>& inpu
     const PlanBuffer& b = plan_.buffers[plan_.inputs[i]];
     copy_layout(view_of(it->second), View{arena_.data() + b.offset, b.shape, false});
   }
-  auto conv = [&](const PlanStep& s, const float* x, const float* w, const float* bias, float* y) {
+  auto conv = [&](const PlanStep& s, const ConvOperands& o) {
     if (s.kind == StepKind::Conv) {
-      kernels_->by_layer.at(s.node)->run(x, w, bias, y);
+      kernels_->by_layer.at(s.node)->run(o.x, o.w, o.bias, o.y, o.residual);
       return;
     }
     // A ConvTranspose: its input is the convolution's dY, its output the convolution's dX.
-    kernels_->transposed_by_layer.at(s.node)->run(x, w, nullptr, y);
+    kernels_->transposed_by_layer.at(s.node)->run(o.x, o.w, nullptr, o.y);
     const ConvDescriptor& d = s.descriptor;
-    if (bias) ops::add_channel_bias(y, d.mb * d.ih * d.iw, d.ic, bias);
+    if (o.bias) ops::add_channel_bias(o.y, d.mb * d.ih * d.iw, d.ic, o.bias);
   };
   profile_.clear();
   for (const PlanStep& s : plan_.steps) {

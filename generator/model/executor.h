@@ -61,10 +61,16 @@ class ModelExecutor {
   std::vector<StepTiming> profile_;
 };
 
-// Runs one step of a plan over an arena and a weights blob; `conv` runs the Conv
-// steps (x channels-last, w ONNX OIHW, bias or null, y channels-last).
+// The operands of a Conv or ConvTranspose step: x channels-last, w ONNX OIHW (or its
+// panels), bias or null, residual (+residual) or null, y channels-last.
+struct ConvOperands {
+  const float *x, *w, *bias, *residual;
+  float* y;
+};
+
+// Runs one step of a plan over an arena and a weights blob; `conv` runs the Conv steps.
 void run_plan_step(const PlanStep& s, const Plan& p, float* arena, const float* weights,
-                   const std::function<void(const PlanStep&, const float*, const float*, const float*, float*)>& conv);
+                   const std::function<void(const PlanStep&, const ConvOperands&)>& conv);
 
 // A constant Value as a dense tensor.
 Tensor tensor_of(const Value& v);

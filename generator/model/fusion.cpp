@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 
 #include <fmt/format.h>
 
@@ -12,22 +11,6 @@
 namespace convgen::model {
 
 namespace {
-
-std::map<std::string, int> consumer_counts(const Graph& g) {
-  std::map<std::string, int> uses;
-  for (const auto& n : g.nodes)
-    for (const auto& in : n.inputs)
-      if (!in.empty()) ++uses[in];
-  for (const auto& out : g.outputs) ++uses[out];
-  return uses;
-}
-
-// The node index reading `value` as its first input, or -1.
-int sole_reader(const Graph& g, const std::string& value, Op op) {
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (g.nodes[i].op == op && !g.nodes[i].inputs.empty() && g.nodes[i].inputs[0] == value) return static_cast<int>(i);
-  return -1;
-}
 
 void fold_batchnorm(Graph& g, Node& conv, const Node& bn) {
   const Value& w = g.value(conv.inputs[1]);
@@ -61,6 +44,29 @@ void fold_batchnorm(Graph& g, Node& conv, const Node& bn) {
 
 namespace {
 
+// The node reading `value` if it is the only reader and `value` is no graph output, else -1.
+int only_reader(const Graph& g, const std::string& value) {
+  const std::vector<size_t> readers = g.readers_of(value);
+  return readers.size() == 1 && !g.is_output(value) ? static_cast<int>(readers[0]) : -1;
+}
+
+// The node computing `value`, or -1 (a graph input or constant).
+int producer_of(const Graph& g, const std::string& value) {
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (std::find(g.nodes[i].outputs.begin(), g.nodes[i].outputs.end(), value) != g.nodes[i].outputs.end())
+      return static_cast<int>(i);
+  return -1;
+}
+
+// Removes node `index` and the value `gone`; keeps `c` pointing at the same Conv.
+void erase_node(Graph& g, size_t index, const std::string& gone, size_t& c) {
+  g.values.erase(gone);
+  g.nodes.erase(g.nodes.begin() + static_cast<std::ptrdiff_t>(index));
+  if (index < c) --c;
+}
+
+// BatchNormalization and Relu reading a Conv's output as their input. BatchNormalization
+// folds only into a Conv with nothing fused yet; a Relu only where no other activation is.
 void fuse(Graph& g, const std::vector<Op>& followers, std::vector<std::string>* why) {
   auto say = [&](const std::string& line) {
     if (why) why->push_back(line);
@@ -70,10 +76,14 @@ void fuse(Graph& g, const std::vector<Op>& followers, std::vector<std::string>* 
     for (Op next : followers) {
       Node& conv = g.nodes[c];
       const std::string out = conv.outputs[0];
-      const int reader = sole_reader(g, out, next);
-      if (reader < 0) continue;
+      const std::vector<size_t> readers = g.readers_of(out);
+      const auto follower = std::find_if(readers.begin(), readers.end(), [&](size_t r) {
+        return g.nodes[r].op == next && g.nodes[r].inputs[0] == out;
+      });
+      if (follower == readers.end()) continue;
+      const size_t reader = *follower;
       const Node& n = g.nodes[reader];
-      if (consumer_counts(g)[out] != 1) {
+      if (only_reader(g, out) != static_cast<int>(reader)) {
         say(fmt::format("{} not fused into {}: its input '{}' has other readers", n.name, conv.name, out));
         continue;
       }
@@ -85,31 +95,57 @@ void fuse(Graph& g, const std::vector<Op>& followers, std::vector<std::string>* 
           say(fmt::format("{} not folded into {}: weights or statistics are not constants", n.name, conv.name));
           continue;
         }
+        if (conv.attributes.fused_relu || conv.inputs.size() > 3) continue;  // not a plain convolution's output
         fold_batchnorm(g, conv, n);
         say(fmt::format("{} folded into {}'s weights and bias", n.name, conv.name));
       } else {
+        if (conv.attributes.fused_activation != Activation::None) continue;
         conv.attributes.fused_relu = true;
         conv.outputs[0] = n.outputs[0];
         say(fmt::format("{} fused into {}'s epilogue", n.name, conv.name));
       }
-      g.values.erase(out);
-      g.nodes.erase(g.nodes.begin() + reader);
-      if (static_cast<size_t>(reader) < c) --c;
+      erase_node(g, reader, out, c);
     }
   }
 }
 
-// The node reading `value` if it is the only reader and `value` is no graph output, else -1.
-int only_reader(const Graph& g, const std::string& value) {
-  const std::vector<size_t> readers = g.readers_of(value);
-  return readers.size() == 1 && !g.is_output(value) ? static_cast<int>(readers[0]) : -1;
-}
-
-// Removes node `index` and the value `gone`; keeps `c` pointing at the same Conv.
-void erase_node(Graph& g, size_t index, const std::string& gone, size_t& c) {
-  g.values.erase(gone);
-  g.nodes.erase(g.nodes.begin() + static_cast<std::ptrdiff_t>(index));
-  if (index < c) --c;
+// Add(Conv(...), other) with `other` of the Conv's output shape: the Conv takes `other`
+// as its residual input (conv.inputs[3]) and moves to the Add's place in the order,
+// where every input of both is computed. Only a Conv with no activation yet (the sum
+// comes before it) whose output the Add alone reads; of two such operands, the later
+// Conv. The kernel adds in float after the bias, as the Add would: the same bits.
+void fuse_residual_adds(Graph& g, std::vector<std::string>* why) {
+  auto say = [&](const std::string& line) {
+    if (why) why->push_back(line);
+  };
+  for (size_t a = 0; a < g.nodes.size(); ++a) {
+    const Node& add = g.nodes[a];
+    if (add.op != Op::Add || add.inputs.size() != 2 || add.inputs[0] == add.inputs[1]) continue;
+    int conv = -1, operand = -1;
+    for (int i = 0; i < 2; ++i) {
+      const int producer = producer_of(g, add.inputs[i]);
+      if (producer < 0) continue;
+      const Node& p = g.nodes[producer];
+      if (p.op != Op::Conv || p.attributes.fused_relu || p.attributes.fused_activation != Activation::None ||
+          p.inputs.size() > 3 || only_reader(g, add.inputs[i]) != static_cast<int>(a))
+        continue;
+      if (g.value(add.inputs[i]).shape != g.value(add.inputs[1 - i]).shape) {
+        say(fmt::format("{} not fused into {}: its operands' shapes differ (a broadcast)", add.name, p.name));
+        continue;
+      }
+      if (producer > conv) conv = producer, operand = i;
+    }
+    if (conv < 0) continue;
+    Node fused = g.nodes[conv];
+    fused.inputs.resize(3);
+    fused.inputs.push_back(add.inputs[1 - operand]);
+    fused.outputs = add.outputs;
+    say(fmt::format("{} fused into {}'s epilogue (residual input '{}')", add.name, fused.name, fused.inputs[3]));
+    g.values.erase(add.inputs[operand]);
+    g.nodes[a] = fused;
+    g.nodes.erase(g.nodes.begin() + conv);
+    --a;  // conv < a: the Add's place moved up by one
+  }
 }
 
 // Clip, LeakyRelu, HardSwish, and Mul(x, Sigmoid(x)) (SiLU, written so by PyTorch's export)
@@ -181,6 +217,8 @@ void fuse_for_inference(Graph& g, std::vector<std::string>* why) {
   fold_channel_permutations(g, why);
   lower_gemms_to_convs(g, why);
   fuse(g, {Op::BatchNormalization, Op::Relu}, why);
+  fuse_residual_adds(g, why);
+  fuse(g, {Op::Relu}, why);  // a Relu after a residual sum
   fuse_activations(g, why);
 }
 

@@ -5,9 +5,12 @@
 //    (generator/model/gemm_as_conv.h);
 //  - BatchNormalization after a Conv folds into the Conv's weights and bias (constant
 //    folding in double: w' = w * s / sqrt(v + eps), b' = (b - m) * s / sqrt(v + eps) + B);
-//  - Relu after a Conv becomes the Conv kernel's fused epilogue, and so do Clip (ReLU6),
-//    LeakyRelu, HardSwish and x * Sigmoid(x) (SiLU) (generator/conv/epilogue.h: Clip and
-//    LeakyRelu give the unfused bits, HardSwish and SiLU agree within rounding).
+//  - an Add of a Conv's output and a tensor of its shape (a residual connection) becomes
+//    the Conv kernel's residual input, added after the bias (the Add's bits);
+//  - Relu after a Conv (or after that sum) becomes the Conv kernel's fused epilogue, and
+//    so do Clip (ReLU6), LeakyRelu, HardSwish and x * Sigmoid(x) (SiLU)
+//    (generator/conv/epilogue.h: Clip and LeakyRelu give the unfused bits, HardSwish and
+//    SiLU agree within rounding).
 // Each applies only when the Conv's output feeds nothing else (SiLU: its Sigmoid and
 // Mul) and is not a graph output.
 #pragma once

@@ -16,6 +16,9 @@ int64_t PlanBuffer::elements() const {
   return n;
 }
 
+int conv_bias_input(const PlanStep& s) { return s.inputs.size() > 2 ? s.inputs[2] : -1; }
+int conv_residual_input(const PlanStep& s) { return s.inputs.size() > 3 ? s.inputs[3] : -1; }
+
 namespace {
 
 constexpr int64_t kAlign = 16;  // floats: 64-byte aligned places
@@ -113,7 +116,10 @@ class Planner {
         const PlannedKernel* k = kernel_of_.at(n.name);
         const int w = k->weight_panels.empty() ? in_layout(in(1), false, n.name) : packed_weights(n.inputs[1], *k);
         std::vector<int> ins = {x, w};
-        if (n.inputs.size() > 2 && !n.inputs[2].empty()) ins.push_back(in(2));
+        const bool bias = n.inputs.size() > 2 && !n.inputs[2].empty();
+        const bool residual = n.inputs.size() > 3 && !n.inputs[3].empty();
+        if (bias || residual) ins.push_back(bias ? in(2) : -1);
+        if (residual) ins.push_back(in_layout(in(3), true, n.name));  // read as the output is written
         step(n.op == Op::Conv ? StepKind::Conv : StepKind::ConvTranspose, n, ins, define(n.outputs[0], out_shape, true));
         PlanStep& s = plan_.steps.back();
         s.kernel = k->name;

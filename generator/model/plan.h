@@ -45,11 +45,16 @@ struct PlanStep {
   std::string node;              // the graph node it comes from
   Op op = Op::Identity;          // that node's op (selects the unary/binary/pool variant)
   Attributes attributes;         // that node's attributes
-  std::vector<int> inputs;       // buffer indices (-1: an absent optional input)
+  std::vector<int> inputs;       // buffer indices (-1: an absent optional input); a Conv's
+                                 // are x, weights[, bias or -1[, residual]]
   int output = -1;               // buffer index
   std::string kernel;            // Conv, ConvTranspose: the kernel's function name
   ConvDescriptor descriptor;     // Conv: its layer; ConvTranspose: its convolution's
 };
+
+// A Conv step's optional inputs: its bias and its residual (+residual), or -1.
+int conv_bias_input(const PlanStep& s);
+int conv_residual_input(const PlanStep& s);
 
 struct Plan {
   std::vector<PlanBuffer> buffers;

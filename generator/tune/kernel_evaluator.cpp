@@ -77,7 +77,7 @@ bool guards_intact(const std::vector<FloatBuffer>& out) {
 // A HardSwish or Silu epilogue (activation_is_exact false) rounds its function by the
 // code LLVM makes of it, which may differ between schedules: those outputs agree within
 // `close`'s bound (generator/conv/epilogue.h), still far below any indexing error.
-bool close(double got, double want) { return std::fabs(got - want) <= 8.0 * 0x1p-23 * std::fabs(want) + 1e-30; }
+bool close(double got, double want) { return std::fabs(got - want) <= inexact_activation_bound(want); }
 
 std::string first_difference(const std::vector<FloatBuffer>& got, const std::vector<FloatBuffer>& want, bool exact) {
   if (!guards_intact(got)) return "it wrote past the end of its output";

@@ -14,19 +14,40 @@ void install_model_runtime() {
   install_kernel_runtime();
 }
 
+namespace {
+
+// The forward kernel's buffers over the caller's arrays (channels-last activations).
+struct ForwardBuffers {
+  ForwardBuffers(const ConvShape& s, const float* x, const float* w, const float* bias, float* y)
+      : in(const_cast<float*>(x), {int(s.ic / s.g), int(s.g), int(s.iw), int(s.ih), int(s.mb)}),
+        out(y, {int(s.oc / s.g), int(s.g), int(s.oh * s.ow), int(s.mb)}) {
+    const int cg = int(s.ic / s.g), kg = int(s.oc / s.g);
+    wt = s.packed_weights > 0 ? Halide::Runtime::Buffer<float>(const_cast<float*>(w), {int(s.packed_weights)})
+                              : Halide::Runtime::Buffer<float>(const_cast<float*>(w), {int(s.kw), int(s.kh), cg, kg, int(s.g)});
+    if (!bias) no_bias.assign(static_cast<size_t>(s.oc), 0.0f);
+    bs = Halide::Runtime::Buffer<float>(bias ? const_cast<float*>(bias) : no_bias.data(), {int(s.oc)});
+  }
+  std::vector<float> no_bias;
+  Halide::Runtime::Buffer<float> in, wt, bs, out;
+};
+
+void check_kernel_status(int status) {
+  if (status != 0) throw std::runtime_error("convgen: a convolution kernel failed with Halide error " + std::to_string(status));
+}
+
+}  // namespace
+
 void run_forward_kernel(ForwardKernelFn kernel, const ConvShape& s, const float* x, const float* w, const float* bias,
                         float* y) {
-  const int g = int(s.g), cg = int(s.ic / s.g), kg = int(s.oc / s.g);
-  std::vector<float> no_bias;
-  if (!bias) no_bias.assign(static_cast<size_t>(s.oc), 0.0f);
-  Halide::Runtime::Buffer<float> in(const_cast<float*>(x), {cg, g, int(s.iw), int(s.ih), int(s.mb)});
-  Halide::Runtime::Buffer<float> wt =
-      s.packed_weights > 0 ? Halide::Runtime::Buffer<float>(const_cast<float*>(w), {int(s.packed_weights)})
-                           : Halide::Runtime::Buffer<float>(const_cast<float*>(w), {int(s.kw), int(s.kh), cg, kg, g});
-  Halide::Runtime::Buffer<float> bs(bias ? const_cast<float*>(bias) : no_bias.data(), {int(s.oc)});
-  Halide::Runtime::Buffer<float> out(y, {kg, g, int(s.oh * s.ow), int(s.mb)});
-  const int status = kernel(in, wt, bs, out);
-  if (status != 0) throw std::runtime_error("convgen: a convolution kernel failed with Halide error " + std::to_string(status));
+  ForwardBuffers b(s, x, w, bias, y);
+  check_kernel_status(kernel(b.in, b.wt, b.bs, b.out));
+}
+
+void run_forward_kernel(ResidualForwardKernelFn kernel, const ConvShape& s, const float* x, const float* w,
+                        const float* bias, const float* residual, float* y) {
+  ForwardBuffers b(s, x, w, bias, y);
+  Halide::Runtime::Buffer<float> res(const_cast<float*>(residual), {int(s.oc / s.g), int(s.g), int(s.oh * s.ow), int(s.mb)});
+  check_kernel_status(kernel(b.in, b.wt, b.bs, res, b.out));
 }
 
 void run_conv_transpose_kernel(BackwardDataKernelFn kernel, const ConvShape& s, const float* x, const float* w,

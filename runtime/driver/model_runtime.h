@@ -39,6 +39,13 @@ void install_model_runtime();
 void run_forward_kernel(ForwardKernelFn kernel, const ConvShape& s, const float* x, const float* w, const float* bias,
                         float* y);
 
+// A kernel of a +residual layer takes one more buffer before y: the residual, channels-last
+// like y, added after the bias and before the activation.
+using ResidualForwardKernelFn = int (*)(halide_buffer_t*, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*,
+                                        halide_buffer_t*);
+void run_forward_kernel(ResidualForwardKernelFn kernel, const ConvShape& s, const float* x, const float* w,
+                        const float* bias, const float* residual, float* y);
+
 // A ConvTranspose: runs the generated backward-data kernel of the convolution `s` (its
 // dY is x, channels-last [mb][oh][ow][oc]; its dX is y, channels-last [mb][ih][iw][ic]),
 // then adds bias [ic] when not null. w: ONNX layout, the ConvTranspose's own weights.

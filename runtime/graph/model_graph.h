@@ -127,6 +127,8 @@ struct Attributes {
   // Conv: a following Relu fused into the kernel's epilogue (generator/model/fusion.h); MaxPool
   // (training graphs only, generator/train/prepare_graph.h): a following Relu fused into the pooling
   bool fused_relu = false;
+  // Conv (inference graphs only): a fourth input is a residual added before the activation
+  // (generator/model/fusion.h).
   // Conv (inference graphs only): an activation other than ReLU fused into the kernel's
   // epilogue (generator/model/fusion.h), with a Clip's bounds in clip_min and clip_max and
   // a LeakyRelu's slope in alpha

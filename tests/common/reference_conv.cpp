@@ -19,6 +19,11 @@ double reference_activation(const ConvDescriptor& d, double v) {
 
 ReferenceResult reference_forward(const ConvDescriptor& d, const std::vector<float>& x, const std::vector<float>& w,
                                   const std::vector<float>& b) {
+  return reference_forward(d, x, w, b, {});
+}
+
+ReferenceResult reference_forward(const ConvDescriptor& d, const std::vector<float>& x, const std::vector<float>& w,
+                                  const std::vector<float>& b, const std::vector<float>& residual) {
   const long P = d.oh(), Q = d.ow(), Cg = d.ic / d.g, Kg = d.oc / d.g;
   ReferenceResult r;
   r.y.assign(d.mb * P * Q * d.oc, 0.0);
@@ -41,8 +46,12 @@ ReferenceResult reference_forward(const ConvDescriptor& d, const std::vector<flo
                 acc += xv * wv;
                 mag += std::fabs(xv * wv);
               }
-          acc = reference_activation(d, acc);
           const long o = ((n * P + p) * Q + q) * d.oc + k;
+          if (d.residual) {
+            acc += residual.at(o);
+            mag += std::fabs(residual[o]);
+          }
+          acc = reference_activation(d, acc);
           r.y[o] = acc;
           r.abs_sum[o] = mag;
         }

@@ -21,5 +21,8 @@ double reference_activation(const ConvDescriptor& d, double v);
 
 ReferenceResult reference_forward(const ConvDescriptor& d, const std::vector<float>& x, const std::vector<float>& w,
                                   const std::vector<float>& b);
+// With +residual: r NHWK like y, added after the bias and before the activation.
+ReferenceResult reference_forward(const ConvDescriptor& d, const std::vector<float>& x, const std::vector<float>& w,
+                                  const std::vector<float>& b, const std::vector<float>& r);
 
 }  // namespace convgen::test

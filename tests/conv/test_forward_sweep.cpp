@@ -11,6 +11,8 @@
 #include <set>
 
 #include "generator/conv/jit.h"
+#include "generator/conv/pipeline.h"
+#include "schedules/schedule_records.h"
 #include "schedules/weight_panels.h"
 #include "tests/common/guarded_output.h"
 #include "tests/common/reference_conv.h"
@@ -22,7 +24,7 @@ using namespace convgen::test;
 namespace {
 
 struct Tensors {
-  std::vector<float> x, w, b;
+  std::vector<float> x, w, b, r;  // r: the +residual operand, NHWK like the output
 };
 
 Tensors make_inputs(const ConvDescriptor& d, bool integer_valued, uint32_t seed) {
@@ -31,6 +33,7 @@ Tensors make_inputs(const ConvDescriptor& d, bool integer_valued, uint32_t seed)
   t.x.resize(d.mb * d.ih * d.iw * d.ic);
   t.w.resize(d.oc * d.icg() * d.kh * d.kw);
   t.b.resize(d.oc);
+  if (d.residual) t.r.resize(d.mb * d.oh() * d.ow() * d.oc);
   auto fill = [&](std::vector<float>& v, int range) {
     std::uniform_int_distribution<int> ints(-range, range);
     std::uniform_real_distribution<float> reals(-1.0f, 1.0f);
@@ -39,6 +42,7 @@ Tensors make_inputs(const ConvDescriptor& d, bool integer_valued, uint32_t seed)
   fill(t.x, 3);
   fill(t.w, 2);
   fill(t.b, 4);
+  fill(t.r, 5);
   return t;
 }
 
@@ -52,22 +56,23 @@ struct Outcome {
 // must match exactly; real data within a bound on fp32 rounding of the sum.
 Outcome run_and_compare(JitForwardKernel& kernel, const ConvDescriptor& d, bool integer_valued, uint32_t seed) {
   const Tensors in = make_inputs(d, integer_valued, seed);
-  const ReferenceResult ref = reference_forward(d, in.x, in.w, in.b);
+  const ReferenceResult ref = reference_forward(d, in.x, in.w, in.b, in.r);
   GuardedOutput out(ref.y.size());
   // pack_weights=prepacked: the caller packs the panels the kernel reads.
   const WeightPanels& panels = kernel.weight_panels();
   std::vector<float> packed(static_cast<size_t>(panels.floats), std::nanf(""));
   if (!panels.empty()) pack_weight_panels(panels, in.w.data(), packed.data());
-  kernel.run(in.x.data(), panels.empty() ? in.w.data() : packed.data(), d.bias ? in.b.data() : nullptr, out.data());
+  kernel.run(in.x.data(), panels.empty() ? in.w.data() : packed.data(), d.bias ? in.b.data() : nullptr, out.data(),
+             d.residual ? in.r.data() : nullptr);
   Outcome o;
   o.guard_damage = out.damaged_guards();
-  const double terms = double(d.icg() * d.kh * d.kw + 1);
+  const double terms = double(d.icg() * d.kh * d.kw + 1 + (d.residual ? 1 : 0));
   for (size_t i = 0; i < ref.y.size(); ++i) {
     const float got = out[i];
     // HardSwish and Silu round differently from their definition (generator/conv/epilogue.h):
     // 8 float ulps of the result on top; their slopes stay below 1.2, so twice the sum's
     // bound covers its rounding after them.
-    const double activation_bound = activation_is_exact(d) ? 0.0 : 8.0 * 0x1p-23 * std::fabs(ref.y[i]) + 1e-30;
+    const double activation_bound = activation_is_exact(d) ? 0.0 : inexact_activation_bound(ref.y[i]);
     bool ok;
     if (integer_valued) {
       ok = activation_is_exact(d) ? double(got) == ref.y[i] : std::fabs(double(got) - ref.y[i]) <= activation_bound;
@@ -85,7 +90,7 @@ Outcome run_and_compare(JitForwardKernel& kernel, const ConvDescriptor& d, bool 
 
 void check_exactness_precondition(const ConvDescriptor& d) {
   const Tensors in = make_inputs(d, true, 1);
-  const ReferenceResult ref = reference_forward(d, in.x, in.w, in.b);
+  const ReferenceResult ref = reference_forward(d, in.x, in.w, in.b, in.r);
   double worst = 0;
   for (double m : ref.abs_sum) worst = std::max(worst, m);
   INFO("sum |x*w| must stay below 2^24 for exact fp32 sums");
@@ -106,13 +111,15 @@ void check_kernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetIn
   CHECK(real.guard_damage == 0);
 }
 
-// The forward epilogue's other activations take turns on the cases without a ReLU (the
-// shared cases stay ReLU-or-none for the backward sweep, which knows ReLU alone).
-std::vector<ConvDescriptor> with_activations(const std::vector<SweepCase>& cases) {
+// The forward epilogue's other activations take turns on the cases without a ReLU, and
+// a residual input on every third case, with each activation in turn (the shared cases
+// stay bias-and-ReLU for the backward sweep, which knows those alone).
+std::vector<ConvDescriptor> with_epilogues(const std::vector<SweepCase>& cases) {
   std::vector<ConvDescriptor> out;
   size_t turn = 0;
   for (const SweepCase& c : cases) {
     ConvDescriptor d = c.descriptor;
+    d.residual = out.size() % 3 == 1;
     if (!d.relu) {
       switch (turn++ % 5) {
         case 1: d.activation = Activation::Clip, d.clip_lo = -3.5f, d.clip_hi = 6.0f; break;
@@ -130,7 +137,7 @@ std::vector<ConvDescriptor> with_activations(const std::vector<SweepCase>& cases
 void run_class(const std::string& cls) {
   const TargetInfo t = sweep_target();
   const std::vector<SweepCase> cases = sweep_cases(cls);
-  const std::vector<ConvDescriptor> layers = with_activations(cases);
+  const std::vector<ConvDescriptor> layers = with_epilogues(cases);
   for (size_t i = 0; i < cases.size(); ++i) {
     INFO(layers[i].to_string() << "  schedule: " << describe(cases[i].schedule));
     check_kernel(layers[i], cases[i].schedule, t);
@@ -195,13 +202,21 @@ TEST_CASE("sweep plan: every edge class has a test case and every schedule value
   CHECK(total >= 200);
 }
 
-TEST_CASE("sweep plan: every fused activation runs in every edge class", "[plan]") {
+TEST_CASE("sweep plan: every fused activation and the residual input run in every edge class", "[plan]") {
+  std::set<std::string> residual_with;
   for (const auto& cls : edge_classes()) {
     std::set<std::string> seen;
-    for (const ConvDescriptor& d : with_activations(sweep_cases(cls))) seen.insert(d.relu ? "relu" : activation_flag(d));
+    int residuals = 0;
+    for (const ConvDescriptor& d : with_epilogues(sweep_cases(cls))) {
+      const std::string act = d.relu ? "relu" : activation_flag(d);
+      seen.insert(act);
+      if (d.residual) ++residuals, residual_with.insert(act);
+    }
     INFO("edge class " << cls);
     CHECK(seen.size() == 6);  // none, relu, clip, leakyrelu, hardswish, silu
+    CHECK(residuals >= 2);
   }
+  CHECK(residual_with.size() == 6);
 }
 
 TEST_CASE("sweep plan: the grouped strategy really runs, not only its refusal", "[plan]") {
@@ -370,6 +385,41 @@ TEST_CASE("sweep plan: the in-place depthwise path with partitioned borders runs
   CHECK(classes.count("depthwise") == 1);
   CHECK(classes.size() >= 4);
   CHECK(ragged_rows >= 3);
+}
+
+TEST_CASE("parallel over pixels forks once per image: channel blocks or row bands outside them, exact", "[sweep]") {
+  // A pixel loop parallel inside a channel-block loop forked once per block. Each shape
+  // takes one of the two forms, on the sweep's thread count, and must match bit for bit.
+  const TargetInfo t = sweep_target();
+  struct Shape {
+    const char* text;
+    const char* words;
+    const char* form;  // the generator's --verbose line
+  };
+  const Shape shapes[] = {
+      // depthwise, rows of every channel beyond L1: 24 blocks of one tile
+      {"g384mb2ic384ih14iw14oc384kh3kw3pt1pb1pl1pr1+bias", "mr=16 mc=16 parallel=pixels",
+       "parallel over the channel blocks of each image"},
+      // depthwise, 6 blocks: 19 rows in bands of 2, the last one short
+      {"g96mb2ic96ih19iw23oc96kh3kw3pt1pb1pl1pr1+relu", "mr=16 mc=16 parallel=pixels", "in bands of 2 rows"},
+      // GEMM, pixels outer: 3 channel blocks, no pixel blocks: bands of register tiles
+      {"mb2ic40ih9iw11oc96kh1kw1+bias", "mr=16 nr=4 mc=32 nc=0 loop_order=pixels_outer parallel=pixels", "tiles for the threads"},
+      // GEMM, 3x3, pixels outer, 16 channel blocks
+      {"mb1ic24ih7iw9oc256kh3kw3pt1pb1pl1pr1", "mr=16 nr=4 mc=16 nc=0 loop_order=pixels_outer parallel=pixels",
+       "parallel over the channel blocks of each image"}};
+  for (const Shape& sh : shapes) {
+    const ConvDescriptor d = parse_descriptor(sh.text);
+    ConvSchedule s = analytic_schedule(d, t);
+    apply_schedule_overrides(sh.words, &s);
+    INFO(sh.text << "  schedule: " << describe(s));
+    std::vector<std::string> why;
+    build_forward(d, s, t, &why);
+    std::string lines;
+    for (const auto& l : why) lines += l + "\n";
+    INFO(lines);
+    CHECK(lines.find(sh.form) != std::string::npos);
+    check_kernel(d, s, t);
+  }
 }
 
 TEST_CASE("sweep plan: first-layer inputs are staged as flat rows in many cases and classes", "[plan]") {

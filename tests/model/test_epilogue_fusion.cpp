@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "generator/model/executor.h"
 #include "generator/model/fusion.h"
@@ -105,7 +106,7 @@ TEST_CASE("epilogue fusion: same bits as the separate ops, HardSwish and SiLU wi
       for (size_t i = 0; i < got[o].data.size(); ++i) {
         const double a = got[o].data[i], b = want[o].data[i];
         inexact += a != b;
-        off += std::fabs(a - b) > 8.0 * 0x1p-23 * std::fabs(b) + 1e-30;
+        off += std::fabs(a - b) > inexact_activation_bound(b);
       }
       CHECK(off == 0);
       if (exact) CHECK(inexact == 0);
@@ -138,4 +139,34 @@ TEST_CASE("epilogue fusion: same bits as the separate ops, HardSwish and SiLU wi
   // And the fused outputs are the same bits on 1 and 2 threads.
   const std::vector<Tensor> one = run_on_integers(g, true, 1), two = run_on_integers(g, true, 2);
   for (size_t o = 0; o < one.size(); ++o) CHECK(one[o].data == two[o].data);
+}
+
+TEST_CASE("epilogue fusion: a Clip of unbounded range or a LeakyRelu of infinite slope stays a separate op",
+          "[executor][fusion]") {
+  // The descriptor grammar holds finite numbers only (docs/descriptor.md): these must not
+  // reach a kernel, and --verbose says why.
+  test::OnnxModelBuilder b(14);
+  b.input("x", {1, 4, 5, 5});
+  b.output("y_clip", 4).output("y_leaky", 4);
+  test::integer_initializer(b, "w_clip", {4, 4, 1, 1}, 1);
+  test::integer_initializer(b, "w_leaky", {4, 4, 1, 1}, 2);
+  b.float_initializer("low", {}, {-std::numeric_limits<float>::infinity()});
+  b.float_initializer("six", {}, {6.0f});
+  b.node("Conv", {"x", "w_clip"}, {"c_clip"}, "conv_clip");
+  b.node("Clip", {"c_clip", "low", "six"}, {"y_clip"}, "clip");
+  b.node("Conv", {"x", "w_leaky"}, {"c_leaky"}, "conv_leaky");
+  test::set_float(b.node("LeakyRelu", {"c_leaky"}, {"y_leaky"}, "leaky"), "alpha",
+                  std::numeric_limits<float>::infinity());
+  Graph g = import_onnx(b.write("unbounded"));
+  std::vector<std::string> why;
+  fuse_for_inference(g, &why);
+  auto said = [&](const std::string& text) {
+    return std::any_of(why.begin(), why.end(), [&](const std::string& w) { return w.find(text) != std::string::npos; });
+  };
+  CHECK(said("clip not fused into conv_clip: its bounds are not finite and ordered"));
+  CHECK(said("leaky not fused into conv_leaky: its slope is not finite"));
+  std::map<Op, int> ops;
+  for (const Node& n : g.nodes) ++ops[n.op];
+  CHECK(ops[Op::Clip] == 1);
+  CHECK(ops[Op::LeakyRelu] == 1);
 }

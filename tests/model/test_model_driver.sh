@@ -3,7 +3,7 @@
 # models link and run together) must give the same bits as the in-process executor
 # (`convgen run`) -- segmenter_tiny runs ConvTranspose, bilinear Resize and folded channel
 # shuffles; driver_ops a channel Gather, Max, Min, Mean, Convs with fused Clip, SiLU, HardSwish and
-# LeakyRelu epilogues and SoftmaxCrossEntropyLoss -- and refuse
+# LeakyRelu epilogues, residual Adds fused into Convs and SoftmaxCrossEntropyLoss -- and refuse
 # a weights file of another model with a clear message.
 set -u
 convgen="$1"
@@ -26,6 +26,9 @@ for model in lenet cifar10_full segmenter_tiny driver_ops; do
   # Bit for bit: the executor's output must equal the driver's exactly.
   "$convgen" check "$case_dir" --rtol 0 --atol 0 >"$work/out" 2>&1 || fail "$model: driver and executor differ: $(cat "$work/out")"
 done
+# driver_ops' residual blocks run as two +residual kernels, one with the Relu after the sum.
+[[ $(grep -c '+residual' "$built/driver_ops/driver_ops.cpp") -ge 2 ]] || fail "driver_ops: residual Adds not fused"
+grep -q '+residual+relu' "$built/driver_ops/driver_ops.cpp" || fail "driver_ops: Relu after the residual sum not fused"
 "$check" run lenet "$built/cifar10_full/cifar10_full.weights" "$work/lenet/test_data_set_0/input_0.pb" "$work/x.pb" \
   2>"$work/err" && fail "lenet accepted cifar10_full's weights"
 grep -q "written for another model" "$work/err" || fail "weights mismatch message: $(cat "$work/err")"

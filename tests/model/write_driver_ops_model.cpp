@@ -3,7 +3,8 @@
 //   data [2, 1, 28, 28] -> Conv 8 3x3 -> channel Gather (a pass: Max reads it) ->
 //   Max with the Conv's output -> Min with a per-channel bound -> Mean with the Conv's
 //   output -> four Convs whose epilogues fuse an activation (1x1 + Clip(0, 6), 3x3 +
-//   x * Sigmoid(x), 1x1 + HardSwish, 1x1 + LeakyRelu) -> Conv 4 1x1 ->
+//   x * Sigmoid(x), 1x1 + HardSwish, 1x1 + LeakyRelu) -> two residual blocks whose Add
+//   fuses into a Conv (Relu(skip + Conv 3x3), then Conv 1x1 + skip) -> Conv 4 1x1 ->
 //   SoftmaxCrossEntropyLoss (constant labels, some ignored, class weights, no reduction)
 //   -> loss [2, 28, 28].
 //   usage: write_driver_ops_model OUT.onnx
@@ -22,7 +23,7 @@ int main(int argc, char** argv) {
   b.input("data", {2, 1, 28, 28}).output("loss", 3);
   b.weights("w1", {8, 1, 3, 3}).weights("w2", {4, 8, 1, 1});
   b.weights("w_clip", {8, 8, 1, 1}).weights("w_silu", {8, 8, 3, 3}).weights("w_hardswish", {8, 8, 1, 1});
-  b.weights("w_leaky", {8, 8, 1, 1});
+  b.weights("w_leaky", {8, 8, 1, 1}).weights("w_res", {8, 8, 3, 3}).weights("w_res2", {8, 8, 1, 1});
   b.float_initializer("zero", {}, {0.0f}).float_initializer("six", {}, {6.0f});
   b.float_initializer("bound", {8, 1, 1}, {0.5f, 0.25f, 1.0f, -0.25f, 0.75f, 0.1f, 2.0f, 0.0f});
   b.float_initializer("class_weights", {4}, {1.0f, 0.5f, 2.0f, 0.25f});
@@ -48,7 +49,12 @@ int main(int argc, char** argv) {
   b.node("HardSwish", {"c_hardswish"}, {"hardswish"}, "hardswish");
   b.node("Conv", {"hardswish", "w_leaky"}, {"c_leaky"}, "conv_leaky");
   convgen::test::set_float(b.node("LeakyRelu", {"c_leaky"}, {"leaky"}, "leaky_relu"), "alpha", 0.1f);
-  b.node("Conv", {"leaky", "w2"}, {"scores"}, "conv2");
+  convgen::test::set_ints(b.node("Conv", {"leaky", "w_res"}, {"c_res"}, "conv_res"), "pads", {1, 1, 1, 1});
+  b.node("Add", {"leaky", "c_res"}, {"sum"}, "add");
+  b.node("Relu", {"sum"}, {"block"}, "relu");
+  b.node("Conv", {"block", "w_res2"}, {"c_res2"}, "conv_res2");
+  b.node("Add", {"c_res2", "block"}, {"block2"}, "add2");
+  b.node("Conv", {"block2", "w2"}, {"scores"}, "conv2");
   auto& sce = b.node("SoftmaxCrossEntropyLoss", {"scores", "labels", "class_weights"}, {"loss"}, "loss");
   convgen::test::set_string(sce, "reduction", "none");
   convgen::test::set_int(sce, "ignore_index", 4);
