@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
+#include <vector>
 
 #include <blis.h>
 
@@ -201,17 +203,20 @@ void binary(const ConstView& a, const ConstView& b, const View& y, Binary op) {
   with_binary_op(op, run);
 }
 
-// Channels-last 2-D pooling: the window loops outside, channels contiguous inside.
+// Channels-last 2-D pooling: the window loops outside, channels contiguous inside. The
+// maximum of floats is one of them, so Max compares in float (vectorised; the same value
+// and the same NaN handling as in double); the average sums in double as the general path.
 template <bool Max>
 void pool_channels_last(const ConstView& x, const Window& w, bool count_include_pad, const View& y) {
+  using Acc = std::conditional_t<Max, float, double>;
   const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], Wd = x.shape[3];
   const int64_t P = y.shape[2], Q = y.shape[3];
 #pragma omp parallel for collapse(2) schedule(static) if (N * P * Q * C > 65536)
   for (int64_t n = 0; n < N; ++n)
     for (int64_t p = 0; p < P; ++p) {
-      std::vector<double> acc(static_cast<size_t>(C));
+      std::vector<Acc> acc(static_cast<size_t>(C));
       for (int64_t q = 0; q < Q; ++q) {
-        std::fill(acc.begin(), acc.end(), Max ? -std::numeric_limits<double>::infinity() : 0.0);
+        std::fill(acc.begin(), acc.end(), Max ? -std::numeric_limits<Acc>::infinity() : Acc(0));
         const int64_t count = Max ? 0 : pool_window_count(w, p, q, H, Wd, count_include_pad);
         for (int64_t r = 0; r < w.kernel[0]; ++r) {
           const int64_t i = p * w.strides[0] + r * w.dilations[0] - w.pads_begin[0];
@@ -219,7 +224,7 @@ void pool_channels_last(const ConstView& x, const Window& w, bool count_include_
             const int64_t j = q * w.strides[1] + s * w.dilations[1] - w.pads_begin[1];
             if (i < 0 || i >= H || j < 0 || j >= Wd) continue;
             const float* px = x.data + ((n * H + i) * Wd + j) * C;
-            for (int64_t c = 0; c < C; ++c) acc[c] = Max ? std::max(acc[c], double(px[c])) : acc[c] + px[c];
+            for (int64_t c = 0; c < C; ++c) acc[c] = Max ? std::max(acc[c], Acc(px[c])) : acc[c] + px[c];
           }
         }
         float* py = y.data + ((n * P + p) * Q + q) * C;
