@@ -373,16 +373,20 @@ void concat(const std::vector<ConstView>& xs, int64_t axis, const View& y, const
   for (const ConstView& t : xs) channels_last = channels_last && t.channels_last;
   if (channels_last) {
     // Channel concatenation in channels-last storage: per pixel, each input's channels.
+    // Pixels split over the threads, each output pixel written whole.
     const int64_t pixels = y.elements() / y.shape[1], C = y.shape[1];
     if (order.empty()) {
-      int64_t start = 0;
-      for (const ConstView& t : xs) {
-        const int64_t c = t.shape[1];
-        for (int64_t p = 0; p < pixels; ++p) std::copy(t.data + p * c, t.data + (p + 1) * c, y.data + p * C + start);
-        start += c;
+#pragma omp parallel for schedule(static) if (pixels * C > 65536)
+      for (int64_t p = 0; p < pixels; ++p) {
+        float* out = y.data + p * C;
+        for (const ConstView& t : xs) {
+          const int64_t c = t.shape[1];
+          out = std::copy(t.data + p * c, t.data + (p + 1) * c, out);
+        }
       }
       return;
     }
+#pragma omp parallel for schedule(static) if (pixels * C > 65536)
     for (int64_t p = 0; p < pixels; ++p)
       for (int64_t k = 0; k < C; ++k) {
         const auto [i, c] = source[size_t(k)];
