@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/pass_timing.h"
 #include "generator/model/executor.h"
 #include "generator/model/fusion.h"
 #include "generator/onnx/import.h"
@@ -34,32 +35,6 @@ images/s, p50 and p99 latency over every timed pass, the RSS after loading (JIT 
 weights), the peak RSS while running (the kernel's high-water mark is reset after
 loading, so the peak belongs to the runs) and their difference, arena and weights bytes.
 )";
-
-// VmRSS or VmHWM of /proc/self/status in MiB (NaN where absent).
-double proc_status_mib(const char* field) {
-  std::FILE* f = std::fopen("/proc/self/status", "r");
-  if (!f) return std::nan("");
-  char line[256];
-  double mib = std::nan("");
-  const size_t n = std::strlen(field);
-  while (std::fgets(line, sizeof line, f))
-    if (std::strncmp(line, field, n) == 0 && line[n] == ':') mib = std::strtod(line + n + 1, nullptr) / 1024.0;
-  std::fclose(f);
-  return mib;
-}
-
-// Resets the peak-RSS mark (Linux >= 4.0); without it the peak includes loading.
-void reset_peak_rss() {
-  if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
-    std::fputs("5", f);
-    std::fclose(f);
-  }
-}
-
-double percentile(const std::vector<double>& sorted, double p) {
-  const auto rank = static_cast<int64_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size()))) - 1;
-  return sorted[static_cast<size_t>(std::clamp<int64_t>(rank, 0, static_cast<int64_t>(sorted.size()) - 1))];
-}
 
 }  // namespace
 
@@ -95,35 +70,14 @@ int main(int argc, char** argv) {
       for (float& v : t.data) v = normal(rng);
       inputs[name] = std::move(t);
     }
-    const double load_rss = proc_status_mib("VmRSS");
-    reset_peak_rss();
-    exec.run(inputs);  // warm-up: first touch of the arena
-    std::vector<double> ms, passes;
-    using Clock = std::chrono::steady_clock;
-    for (int64_t r = 0; r < runs; ++r) {
-      int reps = 0;
-      const auto start = Clock::now();
-      double elapsed = 0;
-      do {
-        const auto t0 = Clock::now();
-        exec.run(inputs);
-        const auto t1 = Clock::now();
-        passes.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-        ++reps;
-        elapsed = std::chrono::duration<double, std::milli>(t1 - start).count();
-      } while (elapsed < 50.0);
-      ms.push_back(elapsed / reps);
-    }
-    std::sort(ms.begin(), ms.end());
-    std::sort(passes.begin(), passes.end());
-    const double median = ms[ms.size() / 2];
-    const double peak_rss = std::max(proc_status_mib("VmHWM"), load_rss);
+    const convgen::bench::PassTiming timing = convgen::bench::time_passes(runs, [&] { exec.run(inputs); });
     fmt::print("{{\"model\": \"{}\", \"engine\": \"convgen\", \"batch\": {}, \"threads\": {}, \"target\": \"{}\", "
                "\"ms\": {:.3f}, \"images_per_s\": {:.1f}, \"p50_ms\": {:.3f}, \"p99_ms\": {:.3f}, "
                "\"load_rss_mib\": {:.1f}, \"peak_rss_mib\": {:.1f}, \"run_rss_mib\": {:.1f}, \"arena_bytes\": {}, "
                "\"weights_bytes\": {}}}\n",
-               path, batch, threads, t.target, median, 1000.0 * batch / median, percentile(passes, 50),
-               percentile(passes, 99), load_rss, peak_rss, peak_rss - load_rss, exec.plan().arena_floats * 4,
+               path, batch, threads, t.target, timing.ms, 1000.0 * batch / timing.ms, timing.p50_ms, timing.p99_ms,
+               timing.load_rss_mib, timing.peak_rss_mib, timing.peak_rss_mib - timing.load_rss_mib,
+               exec.plan().arena_floats * 4,
                exec.plan().weights_floats * 4);
     return 0;
   } catch (const convgen::Error& e) {
