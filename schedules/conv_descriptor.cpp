@@ -96,12 +96,13 @@ void check_tensor(const char* tensor, std::initializer_list<int64_t> dims) {
 constexpr std::array<std::string_view, 20> kKeys = {
     "g",  "mb", "ic", "ih", "iw", "oc", "oh", "ow", "kh", "kw",
     "sh", "sw", "ph", "pw", "pt", "pb", "pl", "pr", "dh", "dw"};
-constexpr std::array<std::string_view, 7> kFlags = {"bias", "residual", "relu", "clip", "leakyrelu", "hardswish", "silu"};
+constexpr std::array<std::string_view, 8> kFlags = {"bias", "residual", "outstride", "relu", "clip", "leakyrelu", "hardswish", "silu"};
 
 struct Tokens {
   std::map<std::string_view, int64_t> values;  // key -> number as written
   bool bias = false;
   bool residual = false;
+  int64_t out_stride = 0;
   bool relu = false;
   Activation activation = Activation::None;
   float clip_lo = 0.0f, clip_hi = 0.0f, leaky_alpha = 0.0f;
@@ -164,7 +165,7 @@ class Lexer {
     const size_t at = pos_++;
     const std::string_view flag = longest_match(rest(), kFlags.begin(), kFlags.end());
     if (flag.empty())
-      fail_at(at, "flag", "unknown flag, expected +bias, +residual, +relu, +clip(LO,HI), +leakyrelu(ALPHA), +hardswish or +silu");
+      fail_at(at, "flag", "unknown flag, expected +bias, +residual, +outstride(C), +relu, +clip(LO,HI), +leakyrelu(ALPHA), +hardswish or +silu");
     pos_ += flag.size();
     if (flag == "bias") {
       if (t.bias) fail_at(at, flag, "given twice");
@@ -174,6 +175,16 @@ class Lexer {
     if (flag == "residual") {
       if (t.residual) fail_at(at, flag, "given twice");
       t.residual = true;
+      return;
+    }
+    if (flag == "outstride") {
+      if (t.out_stride) fail_at(at, flag, "given twice");
+      if (pos_ >= end_ || text_[pos_] != '(') fail_at(at, flag, "expected (CHANNELS)");
+      ++pos_;
+      t.out_stride = read_number(flag);
+      if (t.out_stride == 0) fail_at(at, flag, "needs CHANNELS >= 1");
+      if (pos_ >= end_ || text_[pos_] != ')') fail_at(at, flag, "missing ')'");
+      ++pos_;
       return;
     }
     if (t.relu || t.activation != Activation::None) fail_at(at, flag, "a second activation (one at most)");
@@ -261,6 +272,7 @@ ConvDescriptor from_tokens(const Tokens& t) {
   d.name = t.name.value_or("");
   d.bias = t.bias;
   d.residual = t.residual;
+  d.out_stride = t.out_stride;
   d.relu = t.relu;
   d.activation = t.activation;
   d.clip_lo = t.clip_lo;
@@ -378,6 +390,7 @@ std::string ConvDescriptor::normalised() const {
   if (relu) s += "+relu";
   const std::string act = activation_flag(*this);
   if (!act.empty()) s += "+" + act;
+  if (out_stride > 0 && out_stride != oc) s += fmt::format("+outstride({})", out_stride);
   return s;
 }
 
@@ -400,7 +413,8 @@ std::string activation_flag(const ConvDescriptor& d) {
 
 std::string inference_only_flags(const ConvDescriptor& d) {
   const std::string act = activation_flag(d);
-  return std::string(d.residual ? "+residual" : "") + (d.activation != Activation::None ? "+" + act : "");
+  return std::string(d.residual ? "+residual" : "") + (d.activation != Activation::None ? "+" + act : "") +
+         (d.out_stride > 0 && d.out_stride != d.oc ? fmt::format("+outstride({})", d.out_stride) : "");
 }
 
 std::string ConvDescriptor::to_string() const {
@@ -415,13 +429,15 @@ void validate(const ConvDescriptor& d) {
     fail("clip", "needs finite bounds");
   if (d.activation == Activation::Clip && !(d.clip_lo <= d.clip_hi)) fail("clip", "needs LO <= HI");
   if (d.activation == Activation::LeakyRelu && !std::isfinite(d.leaky_alpha)) fail("leakyrelu", "needs a finite slope");
+  if (d.out_stride < 0 || (d.out_stride > 0 && d.out_stride < d.oc))
+    fail("outstride", fmt::format("{} channels cannot hold the layer's {} output channels", d.out_stride, d.oc));
   check_sizes(d);
   check_paddings(d);
   check_groups(d);
   check_extent("oh", d.ih + d.pt + d.pb, d.kh, d.dh);
   check_extent("ow", d.iw + d.pl + d.pr, d.kw, d.dw);
   check_tensor("input tensor", {d.mb, d.ic, d.ih, d.iw});
-  check_tensor("output tensor", {d.mb, d.oc, d.oh(), d.ow()});
+  check_tensor("output tensor", {d.mb, d.out_pixel_stride(), d.oh(), d.ow()});
   check_tensor("weights tensor", {d.oc, d.icg(), d.kh, d.kw});
   check_tensor("padded input tensor", {d.mb, d.ic, d.ih + d.pt + d.pb, d.iw + d.pl + d.pr});
 }

@@ -31,6 +31,10 @@ struct ConvDescriptor {
   // Adds a tensor of the output's shape and layout (a residual connection) after the bias,
   // before the activation: y = act(conv + bias + residual). Inference only, as above.
   bool residual = false;
+  // > 0: the output is a channel slice of a channels-last tensor of this many channels per
+  // pixel (a Concat's output the kernel writes its part of); its pixels lie out_stride
+  // floats apart. 0: dense, oc apart. Inference only, as above.
+  int64_t out_stride = 0;
   bool relu = false;
   Activation activation = Activation::None;  // exclusive with relu
   float clip_lo = 0.0f, clip_hi = 0.0f;      // Activation::Clip's bounds
@@ -39,6 +43,7 @@ struct ConvDescriptor {
   int64_t oh() const { return (ih + pt + pb - dh * (kh - 1) - 1) / sh + 1; }
   int64_t ow() const { return (iw + pl + pr - dw * (kw - 1) - 1) / sw + 1; }
   int64_t icg() const { return ic / g; }  // input channels per group
+  int64_t out_pixel_stride() const { return out_stride > 0 ? out_stride : oc; }
   int64_t ocg() const { return oc / g; }  // output channels per group
   bool depthwise() const { return g > 1 && icg() == 1; }
 
@@ -60,8 +65,8 @@ struct ConvDescriptor {
 // reads back to the same float.
 std::string activation_flag(const ConvDescriptor& d);
 
-// The inference-only parts of the epilogue as the grammar writes them ("+residual",
-// "+clip(0,6)", both concatenated); "" when the backward passes can run the layer.
+// The inference-only parts of the descriptor as the grammar writes them ("+residual",
+// "+clip(0,6)", "+outstride(96)", concatenated); "" when the backward passes can run the layer.
 std::string inference_only_flags(const ConvDescriptor& d);
 
 // The activation gives the bits of its runtime operator applied to the same value (none,

@@ -107,6 +107,17 @@ Halide::Buffer<float> nhwk_view(const ConvDescriptor& d, const float* data) {
   return Halide::Buffer<float>(const_cast<float*>(data), {int(d.ocg()), int(d.g), int(d.oh() * d.ow()), int(d.mb)});
 }
 
+// The forward output (kg, g, pix, n): dense NHWK, or with +outstride a channel slice whose
+// pixels lie out_stride floats apart.
+Halide::Buffer<float> output_view(const ConvDescriptor& d, float* y) {
+  const int pq = int(d.oh() * d.ow()), stride = int(d.out_pixel_stride());
+  halide_dimension_t dims[4] = {{0, int(d.ocg()), 1, 0},
+                                {0, int(d.g), int(d.ocg()), 0},
+                                {0, pq, stride, 0},
+                                {0, int(d.mb), stride * pq, 0}};
+  return Halide::Buffer<float>(y, 4, dims);
+}
+
 // A y buffer for kernels that ignore it (no fused ReLU): one element, never read.
 Halide::Buffer<float> unused_mask() {
   static float storage[1] = {0.0f};
@@ -165,7 +176,7 @@ void JitForwardKernel::run(const float* x, const float* w, const float* bias, fl
   if (!bias && d.bias) throw std::invalid_argument("JitForwardKernel::run: the layer has a bias but none was given");
   if (d.residual != (residual != nullptr))
     throw std::invalid_argument("JitForwardKernel::run: a residual exactly when the layer has +residual");
-  B out(y, {kg, g, int(d.oh() * d.ow()), n});
+  B out = output_view(d, y);
   B res = residual ? nhwk_view(d, residual) : B();
   if (impl_->loaded) {
     std::vector<halide_buffer_t*> args = {in.raw_buffer(), wt.raw_buffer(), bs.raw_buffer()};

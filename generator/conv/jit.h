@@ -31,7 +31,8 @@ class JitForwardKernel {
 
   // x: NHWC [mb][ih][iw][ic]; w: ONNX OIHW [oc][ic/g][kh][kw], or the packed panels
   // when weight_panels() is not empty; bias: [oc] or nullptr when the descriptor has no
-  // bias; y: NHWK [mb][oh][ow][oc]; residual: NHWK like y, given exactly when the
+  // bias; y: NHWK [mb][oh][ow][oc] (with +outstride(S), a slice: pixels S floats apart);
+  // residual: dense NHWK [mb][oh][ow][oc], given exactly when the
   // descriptor has +residual. No aliasing.
   void run(const float* x, const float* w, const float* bias, float* y, const float* residual = nullptr);
 

@@ -127,6 +127,11 @@ ForwardPipeline build_forward(const ConvDescriptor& d, const ConvSchedule& s, co
             panels.empty() ? extents[1] : std::vector<int>{static_cast<int>(panels.floats)});
   pin_dense([&](int i) { return fp.bias.dim(i); }, extents[2]);
   pin_dense([&](int i) { return fp.output.output_buffer().dim(i); }, extents[3]);
+  if (d.out_pixel_stride() != d.oc) {  // a channel slice: pixels out_stride floats apart
+    const int pixel_stride = static_cast<int>(d.out_pixel_stride());
+    fp.output.output_buffer().dim(2).set_stride(pixel_stride);
+    fp.output.output_buffer().dim(3).set_stride(pixel_stride * static_cast<int>(d.oh() * d.ow()));
+  }
   return fp;
 }
 

@@ -50,7 +50,10 @@ class Writer {
         return fmt::format("convgen::{}({}, convgen::ConvShape{{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}}}, "
                            "{}, {}, {}, {}{});",
                            s.kind == StepKind::Conv ? "run_forward_kernel" : "run_conv_transpose_kernel", s.kernel, d.mb, d.ic, d.ih, d.iw, d.oc, d.kh, d.kw, d.oh(), d.ow(), d.g,
-                           packed > 0 ? fmt::format(", {}", packed) : std::string(), pointer(s.inputs[0]),
+                           d.out_pixel_stride() != d.oc ? fmt::format(", {}, {}", packed, d.out_stride)
+                           : packed > 0                  ? fmt::format(", {}", packed)
+                                                         : std::string(),
+                           pointer(s.inputs[0]),
                            pointer(s.inputs[1]), bias >= 0 ? pointer(bias) : "nullptr",
                            residual >= 0 ? pointer(residual) + ", " : std::string(), pointer(s.output));
       }

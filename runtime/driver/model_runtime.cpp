@@ -16,11 +16,21 @@ void install_model_runtime() {
 
 namespace {
 
+// y as the kernel's (kg, g, pix, n) output: dense, or pixels s.out_stride floats apart.
+Halide::Runtime::Buffer<float> output_buffer(const ConvShape& s, float* y) {
+  const int pq = int(s.oh * s.ow), stride = int(s.out_stride > 0 ? s.out_stride : s.oc);
+  halide_dimension_t dims[4] = {{0, int(s.oc / s.g), 1, 0},
+                                {0, int(s.g), int(s.oc / s.g), 0},
+                                {0, pq, stride, 0},
+                                {0, int(s.mb), stride * pq, 0}};
+  return Halide::Runtime::Buffer<float>(y, 4, dims);
+}
+
 // The forward kernel's buffers over the caller's arrays (channels-last activations).
 struct ForwardBuffers {
   ForwardBuffers(const ConvShape& s, const float* x, const float* w, const float* bias, float* y)
       : in(const_cast<float*>(x), {int(s.ic / s.g), int(s.g), int(s.iw), int(s.ih), int(s.mb)}),
-        out(y, {int(s.oc / s.g), int(s.g), int(s.oh * s.ow), int(s.mb)}) {
+        out(output_buffer(s, y)) {
     const int cg = int(s.ic / s.g), kg = int(s.oc / s.g);
     wt = s.packed_weights > 0 ? Halide::Runtime::Buffer<float>(const_cast<float*>(w), {int(s.packed_weights)})
                               : Halide::Runtime::Buffer<float>(const_cast<float*>(w), {int(s.kw), int(s.kh), cg, kg, int(s.g)});

@@ -23,6 +23,9 @@ struct ConvShape {
   int64_t mb, ic, ih, iw, oc, kh, kw, oh, ow, g;
   // > 0: the kernel reads its weights packed (schedules/weight_panels.h), this many floats.
   int64_t packed_weights = 0;
+  // > 0: y is a channel slice of a channels-last tensor of this many channels (the
+  // kernel's +outstride), the pointer at the slice's first channel; 0: dense.
+  int64_t out_stride = 0;
 };
 
 // Installs the kernels' hooks (runtime/parallel: OpenMP tasks, aligned memory) into the

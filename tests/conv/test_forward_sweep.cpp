@@ -57,18 +57,23 @@ struct Outcome {
 Outcome run_and_compare(JitForwardKernel& kernel, const ConvDescriptor& d, bool integer_valued, uint32_t seed) {
   const Tensors in = make_inputs(d, integer_valued, seed);
   const ReferenceResult ref = reference_forward(d, in.x, in.w, in.b, in.r);
-  GuardedOutput out(ref.y.size());
+  // +outstride(S): the output is the last oc channels of an S-channel tensor; the others
+  // must keep their sentinel.
+  const int64_t stride = d.out_pixel_stride(), first = stride - d.oc, pixels = int64_t(ref.y.size()) / d.oc;
+  GuardedOutput out(static_cast<size_t>(pixels * stride));
   // pack_weights=prepacked: the caller packs the panels the kernel reads.
   const WeightPanels& panels = kernel.weight_panels();
   std::vector<float> packed(static_cast<size_t>(panels.floats), std::nanf(""));
   if (!panels.empty()) pack_weight_panels(panels, in.w.data(), packed.data());
-  kernel.run(in.x.data(), panels.empty() ? in.w.data() : packed.data(), d.bias ? in.b.data() : nullptr, out.data(),
-             d.residual ? in.r.data() : nullptr);
+  kernel.run(in.x.data(), panels.empty() ? in.w.data() : packed.data(), d.bias ? in.b.data() : nullptr,
+             out.data() + first, d.residual ? in.r.data() : nullptr);
   Outcome o;
   o.guard_damage = out.damaged_guards();
+  for (int64_t p = 0; p < pixels; ++p)
+    for (int64_t c = 0; c < first; ++c) o.guard_damage += !GuardedOutput::is_sentinel(out[size_t(p * stride + c)]);
   const double terms = double(d.icg() * d.kh * d.kw + 1 + (d.residual ? 1 : 0));
   for (size_t i = 0; i < ref.y.size(); ++i) {
-    const float got = out[i];
+    const float got = out[size_t(int64_t(i) / d.oc * stride + first + int64_t(i) % d.oc)];
     // HardSwish and Silu round differently from their definition (generator/conv/epilogue.h):
     // 8 float ulps of the result on top; their slopes stay below 1.2, so twice the sum's
     // bound covers its rounding after them.
@@ -111,15 +116,17 @@ void check_kernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetIn
   CHECK(real.guard_damage == 0);
 }
 
-// The forward epilogue's other activations take turns on the cases without a ReLU, and
-// a residual input on every third case, with each activation in turn (the shared cases
-// stay bias-and-ReLU for the backward sweep, which knows those alone).
+// The forward epilogue's other activations take turns on the cases without a ReLU, a
+// residual input on every third case, with each activation in turn, and an output that
+// is a channel slice of a wider tensor on every fourth (the shared cases stay
+// bias-and-ReLU and dense for the backward sweep, which knows those alone).
 std::vector<ConvDescriptor> with_epilogues(const std::vector<SweepCase>& cases) {
   std::vector<ConvDescriptor> out;
   size_t turn = 0;
   for (const SweepCase& c : cases) {
     ConvDescriptor d = c.descriptor;
     d.residual = out.size() % 3 == 1;
+    if (out.size() % 4 == 2) d.out_stride = d.oc + 5;  // a slice of a wider tensor, pixels unaligned
     if (!d.relu) {
       switch (turn++ % 5) {
         case 1: d.activation = Activation::Clip, d.clip_lo = -3.5f, d.clip_hi = 6.0f; break;
@@ -202,12 +209,14 @@ TEST_CASE("sweep plan: every edge class has a test case and every schedule value
   CHECK(total >= 200);
 }
 
-TEST_CASE("sweep plan: every fused activation and the residual input run in every edge class", "[plan]") {
+TEST_CASE("sweep plan: every fused activation, the residual input and a sliced output run in every edge class",
+          "[plan]") {
   std::set<std::string> residual_with;
   for (const auto& cls : edge_classes()) {
     std::set<std::string> seen;
-    int residuals = 0;
+    int residuals = 0, slices = 0;
     for (const ConvDescriptor& d : with_epilogues(sweep_cases(cls))) {
+      slices += d.out_pixel_stride() != d.oc;
       const std::string act = d.relu ? "relu" : activation_flag(d);
       seen.insert(act);
       if (d.residual) ++residuals, residual_with.insert(act);
@@ -215,6 +224,7 @@ TEST_CASE("sweep plan: every fused activation and the residual input run in ever
     INFO("edge class " << cls);
     CHECK(seen.size() == 6);  // none, relu, clip, leakyrelu, hardswish, silu
     CHECK(residuals >= 2);
+    CHECK(slices >= 1);
   }
   CHECK(residual_with.size() == 6);
 }
