@@ -42,7 +42,8 @@ Generates one kernel of one convolution layer: DIR/NAME.a (static library), DIR/
   --help, --version
 
 Kernel signatures (buffers as in docs/architecture.md and docs/backward.md):
-  fwd          int NAME(input, weights, bias[, residual], output)   residual only with +residual
+  fwd          int NAME(input, weights, bias[, residual], output)   residual only with +residual;
+                                     with +outstride(C) the output's pixels lie C floats apart
   bwd_data     int NAME(dy, weights, y, dx)          y: forward output, read with +relu
   bwd_weights  int NAME(x, dy, y, dw[, db])          db only with +bias
 )";

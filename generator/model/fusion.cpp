@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "generator/model/channel_order_folding.h"
+#include "generator/model/concat_slices.h"
 #include "generator/model/gemm_as_conv.h"
 
 namespace convgen::model {
@@ -220,6 +221,7 @@ void fuse_for_inference(Graph& g, std::vector<std::string>* why) {
   fuse_residual_adds(g, why);
   fuse(g, {Op::Relu}, why);  // a Relu after a residual sum
   fuse_activations(g, why);
+  write_concat_slices(g, why);  // last: the Convs' outputs are final
 }
 
 void fuse_for_training(Graph& g, std::vector<std::string>* why) { fuse(g, {Op::Relu}, why); }

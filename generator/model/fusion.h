@@ -11,6 +11,8 @@
 //    so do Clip (ReLU6), LeakyRelu, HardSwish and x * Sigmoid(x) (SiLU)
 //    (generator/conv/epilogue.h: Clip and LeakyRelu give the unfused bits, HardSwish and
 //    SiLU agree within rounding).
+//  - a channel Concat of Conv outputs is written in place by their kernels
+//    (generator/model/concat_slices.h).
 // Each applies only when the Conv's output feeds nothing else (SiLU: its Sigmoid and
 // Mul) and is not a graph output.
 #pragma once

@@ -89,6 +89,26 @@ class Planner {
     return output;
   }
 
+  // A relabelling node (n.outputs[0] = n.inputs[0] under `shape`, in the given layout)
+  // whose input nothing else reads and whose memory order it keeps costs no copy: its
+  // output becomes an alias of the input's buffer. Same order: both dense, both
+  // channels-last of one shape, or channels-last of one pixel per image read as dense
+  // (a global pool's [N, C, 1, 1] before Flatten: the GlobalAveragePool-Flatten-Gemm tail).
+  bool relabel_in_place(const Node& n, int x, const std::vector<int64_t>& shape, bool channels_last) {
+    const PlanBuffer& b = plan_.buffers[x];
+    if (b.constant || b.slice_of >= 0 || std::count(plan_.inputs.begin(), plan_.inputs.end(), x) > 0) return false;
+    if (g_.readers_of(n.inputs[0]).size() != 1 || g_.is_output(n.inputs[0])) return false;
+    int64_t pixels = 1;
+    for (size_t d = 2; d < b.shape.size(); ++d) pixels *= b.shape[d];
+    const bool y_channels_last = channels_last && can_be_channels_last(shape);
+    const bool same_order = (!b.channels_last && !y_channels_last) ||
+                            (b.channels_last && y_channels_last && b.shape == shape) ||
+                            (b.channels_last && !y_channels_last && pixels == 1);
+    if (!same_order) return false;
+    plan_.buffers[define(n.outputs[0], shape, channels_last)].alias_of = x;
+    return true;
+  }
+
   // The buffer holding `id`'s values in the wanted layout: itself, or a copy converted
   // by an Identity step named after the node that needs it.
   int in_layout(int id, bool channels_last, const std::string& for_node) {
@@ -99,6 +119,12 @@ class Planner {
     auto it = by_value_.find(name);
     if (it != by_value_.end()) return it->second;
     const int out = define(name, b.shape, want);
+    int64_t pixels = 1;
+    for (size_t d = 2; d < b.shape.size(); ++d) pixels *= b.shape[d];
+    if (!b.constant && b.shape.size() >= 2 && (pixels == 1 || b.shape[1] == 1)) {
+      plan_.buffers[out].alias_of = id;  // one pixel or one channel: the same memory order
+      return out;
+    }
     Node copy;
     copy.name = for_node;
     step(StepKind::Copy, copy, {id}, out);
@@ -120,7 +146,19 @@ class Planner {
         const bool residual = n.inputs.size() > 3 && !n.inputs[3].empty();
         if (bias || residual) ins.push_back(bias ? in(2) : -1);
         if (residual) ins.push_back(in_layout(in(3), true, n.name));  // read as the output is written
-        step(n.op == Op::Conv ? StepKind::Conv : StepKind::ConvTranspose, n, ins, define(n.outputs[0], out_shape, true));
+        int y;
+        if (!n.attributes.slice_of.empty()) {
+          // Its slice of the Concat's output (defined here by its first writer).
+          auto parent = by_value_.find(n.attributes.slice_of);
+          const int p = parent != by_value_.end() ? parent->second
+                                                  : define(n.attributes.slice_of, g_.value(n.attributes.slice_of).shape, true);
+          y = define(n.outputs[0], out_shape, true);
+          plan_.buffers[y].slice_of = p;
+          plan_.buffers[y].slice_channel = n.attributes.slice_channel;
+        } else {
+          y = define(n.outputs[0], out_shape, true);
+        }
+        step(n.op == Op::Conv ? StepKind::Conv : StepKind::ConvTranspose, n, ins, y);
         PlanStep& s = plan_.steps.back();
         s.kernel = k->name;
         s.descriptor = k->descriptor;
@@ -137,6 +175,7 @@ class Planner {
       case Op::Identity:
       case Op::Dropout: {
         const int x = in(0);
+        if (relabel_in_place(n, x, out_shape, layout_of(x))) return;
         step(StepKind::Copy, n, {x}, define(n.outputs[0], out_shape, layout_of(x)));
         return;
       }
@@ -187,6 +226,7 @@ class Planner {
         return;
       }
       case Op::Concat: {
+        if (n.attributes.written_in_place) return;  // its Convs wrote it: nothing to copy
         std::vector<int> ins;
         bool all_cl = true;
         for (size_t i = 0; i < n.inputs.size(); ++i) {
@@ -198,6 +238,7 @@ class Planner {
       }
       case Op::Flatten:
       case Op::Reshape:
+        if (relabel_in_place(n, in(0), out_shape, false)) return;
         step(StepKind::Copy, n, {in(0)}, define(n.outputs[0], out_shape, false));
         return;
       case Op::Transpose:
@@ -281,18 +322,30 @@ class Planner {
     const int end = static_cast<int>(plan_.steps.size());
     std::vector<int> first(nb, -1), last(nb, -1);
     for (int id : plan_.inputs) first[id] = last[id] = -1;
+    // A slice lives in its parent and an alias is its buffer: their writes and reads are
+    // the owner's.
+    auto owner = [&](int id) {
+      for (;;) {
+        const PlanBuffer& b = plan_.buffers[id];
+        if (b.slice_of >= 0) id = b.slice_of;
+        else if (b.alias_of >= 0) id = b.alias_of;
+        else return id;
+      }
+    };
     for (int s = 0; s < end; ++s) {
       const PlanStep& st = plan_.steps[s];
       for (int i : st.inputs)
-        if (i >= 0) last[i] = std::max(last[i], s);
-      first[st.output] = s;
-      last[st.output] = std::max(last[st.output], s);
+        if (i >= 0) last[owner(i)] = std::max(last[owner(i)], s);
+      const int o = owner(st.output);
+      if (first[o] < 0) first[o] = s;  // steps run in order: its first writer
+      last[o] = std::max(last[o], s);
     }
-    for (int id : plan_.outputs) last[id] = end;
+    for (int id : plan_.outputs) last[owner(id)] = end;
     for (int id : plan_.inputs) first[id] = -1;
     std::vector<int> placed;
     for (int id = 0; id < nb; ++id) {
       PlanBuffer& b = plan_.buffers[id];
+      if (b.slice_of >= 0 || b.alias_of >= 0) continue;  // placed with its owner, below
       if (b.constant) {
         b.offset = plan_.weights_floats;
         plan_.weights_floats += aligned(b.elements());
@@ -313,6 +366,11 @@ class Planner {
       b.offset = at;
       plan_.arena_floats = std::max(plan_.arena_floats, at + size);
       placed.push_back(id);
+    }
+    for (int id = 0; id < nb; ++id) {
+      PlanBuffer& b = plan_.buffers[id];
+      if (b.slice_of >= 0 || b.alias_of >= 0) b.offset = plan_.buffers[owner(id)].offset;
+      if (b.slice_of >= 0) b.offset += b.slice_channel;
     }
   }
 

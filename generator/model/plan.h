@@ -26,6 +26,14 @@ struct PlanBuffer {
   // (PlannedKernel::weight_panels); its shape is {panels.floats}.
   std::string packed_from;
   WeightPanels panels;
+  // >= 0: this buffer is channels [slice_channel, ...) of buffer slice_of (a Conv writing
+  // into a Concat's output, generator/model/concat_slices.h); its offset is the parent's
+  // plus slice_channel, its pixels as far apart as the parent's channels.
+  int slice_of = -1;
+  int64_t slice_channel = 0;
+  // >= 0: the same memory as buffer alias_of under another shape (a Flatten, Reshape,
+  // Identity or Dropout whose input nothing else reads and whose memory order it keeps).
+  int alias_of = -1;
   int64_t elements() const;
 };
 

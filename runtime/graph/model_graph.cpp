@@ -142,6 +142,7 @@ ConvDescriptor conv_descriptor(const Graph& g, const Node& conv) {
   ConvDescriptor d = window_descriptor(g.value(conv.inputs.at(0)), g.value(conv.inputs.at(1)).shape[0], conv);
   d.bias = conv.inputs.size() > 2 && !conv.inputs[2].empty();
   d.residual = conv.inputs.size() > 3 && !conv.inputs[3].empty();
+  if (!conv.attributes.slice_of.empty()) d.out_stride = conv.attributes.slice_channels_total;
   d.relu = conv.attributes.fused_relu;
   d.activation = conv.attributes.fused_activation;
   if (d.activation == Activation::Clip) {

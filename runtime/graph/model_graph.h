@@ -129,6 +129,13 @@ struct Attributes {
   bool fused_relu = false;
   // Conv (inference graphs only): a fourth input is a residual added before the activation
   // (generator/model/fusion.h).
+  // Conv (inference graphs only): its output is channels [slice_channel, slice_channel + K)
+  // of the channel Concat producing `slice_of`, written there by the kernel; Concat: every
+  // input is written so (`written_in_place`), nothing is left to copy
+  // (generator/model/concat_slices.h).
+  std::string slice_of;
+  int64_t slice_channel = 0, slice_channels_total = 0;
+  bool written_in_place = false;
   // Conv (inference graphs only): an activation other than ReLU fused into the kernel's
   // epilogue (generator/model/fusion.h), with a Clip's bounds in clip_min and clip_max and
   // a LeakyRelu's slope in alpha

@@ -3,7 +3,8 @@
 # models link and run together) must give the same bits as the in-process executor
 # (`convgen run`) -- segmenter_tiny runs ConvTranspose, bilinear Resize and folded channel
 # shuffles; driver_ops a channel Gather, Max, Min, Mean, Convs with fused Clip, SiLU, HardSwish and
-# LeakyRelu epilogues, residual Adds fused into Convs and SoftmaxCrossEntropyLoss -- and refuse
+# LeakyRelu epilogues, residual Adds fused into Convs, a Concat its Convs write in place and
+# SoftmaxCrossEntropyLoss -- and refuse
 # a weights file of another model with a clear message.
 set -u
 convgen="$1"
@@ -29,6 +30,9 @@ done
 # driver_ops' residual blocks run as two +residual kernels, one with the Relu after the sum.
 [[ $(grep -c '+residual' "$built/driver_ops/driver_ops.cpp") -ge 2 ]] || fail "driver_ops: residual Adds not fused"
 grep -q '+residual+relu' "$built/driver_ops/driver_ops.cpp" || fail "driver_ops: Relu after the residual sum not fused"
+# Its Concat is written in place by two +outstride(8) kernels, and copies nothing.
+[[ $(grep -c '+outstride(8)' "$built/driver_ops/driver_ops.cpp") -ge 2 ]] || fail "driver_ops: Concat not written in place"
+grep -q 'ops::concat' "$built/driver_ops/driver_ops.cpp" && fail "driver_ops: the Concat still copies"
 "$check" run lenet "$built/cifar10_full/cifar10_full.weights" "$work/lenet/test_data_set_0/input_0.pb" "$work/x.pb" \
   2>"$work/err" && fail "lenet accepted cifar10_full's weights"
 grep -q "written for another model" "$work/err" || fail "weights mismatch message: $(cat "$work/err")"

@@ -4,7 +4,8 @@
 //   Max with the Conv's output -> Min with a per-channel bound -> Mean with the Conv's
 //   output -> four Convs whose epilogues fuse an activation (1x1 + Clip(0, 6), 3x3 +
 //   x * Sigmoid(x), 1x1 + HardSwish, 1x1 + LeakyRelu) -> two residual blocks whose Add
-//   fuses into a Conv (Relu(skip + Conv 3x3), then Conv 1x1 + skip) -> Conv 4 1x1 ->
+//   fuses into a Conv (Relu(skip + Conv 3x3), then Conv 1x1 + skip) -> a channel Concat
+//   its two Convs write in place (1x1 + Relu, 3x3) -> Conv 4 1x1 ->
 //   SoftmaxCrossEntropyLoss (constant labels, some ignored, class weights, no reduction)
 //   -> loss [2, 28, 28].
 //   usage: write_driver_ops_model OUT.onnx
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   b.weights("w1", {8, 1, 3, 3}).weights("w2", {4, 8, 1, 1});
   b.weights("w_clip", {8, 8, 1, 1}).weights("w_silu", {8, 8, 3, 3}).weights("w_hardswish", {8, 8, 1, 1});
   b.weights("w_leaky", {8, 8, 1, 1}).weights("w_res", {8, 8, 3, 3}).weights("w_res2", {8, 8, 1, 1});
+  b.weights("w_e1", {3, 8, 1, 1}).weights("w_e3", {5, 8, 3, 3});
   b.float_initializer("zero", {}, {0.0f}).float_initializer("six", {}, {6.0f});
   b.float_initializer("bound", {8, 1, 1}, {0.5f, 0.25f, 1.0f, -0.25f, 0.75f, 0.1f, 2.0f, 0.0f});
   b.float_initializer("class_weights", {4}, {1.0f, 0.5f, 2.0f, 0.25f});
@@ -54,7 +56,11 @@ int main(int argc, char** argv) {
   b.node("Relu", {"sum"}, {"block"}, "relu");
   b.node("Conv", {"block", "w_res2"}, {"c_res2"}, "conv_res2");
   b.node("Add", {"c_res2", "block"}, {"block2"}, "add2");
-  b.node("Conv", {"block2", "w2"}, {"scores"}, "conv2");
+  b.node("Conv", {"block2", "w_e1"}, {"c_e1"}, "conv_e1");
+  b.node("Relu", {"c_e1"}, {"e1"}, "relu_e1");
+  convgen::test::set_ints(b.node("Conv", {"block2", "w_e3"}, {"e3"}, "conv_e3"), "pads", {1, 1, 1, 1});
+  convgen::test::set_int(b.node("Concat", {"e1", "e3"}, {"expanded"}, "concat"), "axis", 1);
+  b.node("Conv", {"expanded", "w2"}, {"scores"}, "conv2");
   auto& sce = b.node("SoftmaxCrossEntropyLoss", {"scores", "labels", "class_weights"}, {"loss"}, "loss");
   convgen::test::set_string(sce, "reduction", "none");
   convgen::test::set_int(sce, "ignore_index", 4);
