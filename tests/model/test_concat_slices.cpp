@@ -5,9 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <functional>
 #include <map>
-#include <random>
 
 #include "generator/model/executor.h"
 #include "generator/model/fusion.h"
@@ -97,22 +95,12 @@ TEST_CASE("concat slices: the Convs of a channel Concat write their slices, the 
 
 TEST_CASE("concat slices: the copying Concat's bits, integer and real data, 1 and 2 threads", "[executor][fusion]") {
   const Graph g = import_onnx(concat_model());
-  const std::function<void(std::map<std::string, Tensor>&)> real_inputs = [](std::map<std::string, Tensor>& in) {
-    std::mt19937 rng(5);
-    std::uniform_real_distribution<float> reals(-1.0f, 1.0f);
-    for (float& v : in.at("x").data) v = reals(rng);
-  };
   for (int threads : {1, 2}) {
-    for (bool real : {false, true}) {
-      INFO("threads " << threads << (real ? ", real-valued input" : ", integer input"));
-      const std::vector<Tensor> want = run_on_integers(g, false, threads, real ? real_inputs : nullptr);
-      const std::vector<Tensor> got = run_on_integers(g, true, threads, real ? real_inputs : nullptr);
-      REQUIRE(got.size() == want.size());
-      for (size_t o = 0; o < got.size(); ++o) {
-        INFO("output " << o);
-        CHECK(got[o].data == want[o].data);
-      }
-    }
+    test::compare_fused_with_unfused(g, threads, 5, [](const std::vector<Tensor>& got, const std::vector<Tensor>& want,
+                                                       const std::string& what) {
+      INFO(what);
+      CHECK(test::first_difference(got, want) == "");
+    });
   }
 }
 

@@ -6,9 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <functional>
 #include <map>
-#include <random>
 
 #include "generator/model/executor.h"
 #include "generator/model/fusion.h"
@@ -125,25 +123,15 @@ TEST_CASE("residual fusion: an Add after a Conv becomes its residual input, a Re
 
 TEST_CASE("residual fusion: the unfused graph's bits, integer and real data, 1 and 2 threads", "[executor][fusion]") {
   const Graph g = import_onnx(residual_model());
-  const std::function<void(std::map<std::string, Tensor>&)> real_inputs = [](std::map<std::string, Tensor>& in) {
-    std::mt19937 rng(3);
-    std::uniform_real_distribution<float> reals(-1.0f, 1.0f);
-    for (float& v : in.at("x").data) v = reals(rng);
-  };
   for (int threads : {1, 2}) {
-    for (bool real : {false, true}) {
-      INFO("threads " << threads << (real ? ", real-valued input" : ", integer input"));
-      const std::vector<Tensor> want = run_on_integers(g, false, threads, real ? real_inputs : nullptr);
-      const std::vector<Tensor> got = run_on_integers(g, true, threads, real ? real_inputs : nullptr);
-      REQUIRE(got.size() == want.size());
-      for (size_t o = 0; o < got.size(); ++o) {
-        INFO("output " << o);
-        CHECK(got[o].data == want[o].data);
-      }
+    test::compare_fused_with_unfused(g, threads, 3, [](const std::vector<Tensor>& got, const std::vector<Tensor>& want,
+                                                       const std::string& what) {
+      INFO(what);
+      CHECK(test::first_difference(got, want) == "");
       // The sums bite: the basic block's Relu clears some, and its sums are not the Conv's.
       const auto& basic = got[0].data;
       CHECK(std::count(basic.begin(), basic.end(), 0.0f) > 0);
       CHECK(*std::max_element(basic.begin(), basic.end()) > 0.0f);
-    }
+    });
   }
 }
