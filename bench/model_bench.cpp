@@ -19,6 +19,7 @@
 #include "generator/model/executor.h"
 #include "generator/model/fusion.h"
 #include "generator/onnx/import.h"
+#include "runtime/probe/fma_probe.h"
 #include "schedules/errors.h"
 
 namespace {
@@ -33,7 +34,8 @@ and pooling; the same bits for every T) for the kernel target T (default host, a
 not timed. Prints one JSON line: model, batch, threads, target, median ms per pass,
 images/s, p50 and p99 latency over every timed pass, the RSS after loading (JIT and
 weights), the peak RSS while running (the kernel's high-water mark is reset after
-loading, so the peak belongs to the runs) and their difference, arena and weights bytes.
+loading, so the peak belongs to the runs) and their difference, arena and weights bytes,
+and the FMA probe's GFLOP/s on T threads measured right after (thread scaling's yardstick).
 )";
 
 }  // namespace
@@ -71,14 +73,16 @@ int main(int argc, char** argv) {
       inputs[name] = std::move(t);
     }
     const convgen::bench::PassTiming timing = convgen::bench::time_passes(runs, [&] { exec.run(inputs); });
+    // The machine's own FMA rate on as many threads, right after: the yardstick of thread scaling.
+    const double fma_peak = convgen::measure_fma_peak_gflops(static_cast<int>(threads), t.vector_floats);
     fmt::print("{{\"model\": \"{}\", \"engine\": \"convgen\", \"batch\": {}, \"threads\": {}, \"target\": \"{}\", "
                "\"ms\": {:.3f}, \"images_per_s\": {:.1f}, \"p50_ms\": {:.3f}, \"p99_ms\": {:.3f}, "
                "\"load_rss_mib\": {:.1f}, \"peak_rss_mib\": {:.1f}, \"run_rss_mib\": {:.1f}, \"arena_bytes\": {}, "
-               "\"weights_bytes\": {}}}\n",
+               "\"weights_bytes\": {}, \"fma_peak_gflops\": {:.1f}}}\n",
                path, batch, threads, t.target, timing.ms, 1000.0 * batch / timing.ms, timing.p50_ms, timing.p99_ms,
                timing.load_rss_mib, timing.peak_rss_mib, timing.peak_rss_mib - timing.load_rss_mib,
                exec.plan().arena_floats * 4,
-               exec.plan().weights_floats * 4);
+               exec.plan().weights_floats * 4, fma_peak);
     return 0;
   } catch (const convgen::Error& e) {
     std::fprintf(stderr, "convgen-model-bench: %s\n", e.what());
