@@ -21,12 +21,6 @@ bool is_channel_permutation(const Graph& g, const Node& n) {
   return true;
 }
 
-int producer_of(const Graph& g, const std::string& value) {
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (!g.nodes[i].outputs.empty() && g.nodes[i].outputs[0] == value) return static_cast<int>(i);
-  return -1;
-}
-
 // Why the Convs reading the permuted tensor cannot take the permutation, or "".
 std::string convs_refuse(const Graph& g, const Node& gather, const std::vector<size_t>& readers) {
   const std::string& value = gather.outputs[0];
@@ -58,7 +52,7 @@ int fold_channel_permutations(Graph& g, std::vector<std::string>* why) {
     // The Concat first: it copies anyway, so the permutation costs nothing there, and the
     // readers may be anything. A Concat that already has an order keeps it: a second
     // permutation stays a pass (composing them is not worth a case).
-    const int p = producer_of(g, x);
+    const int p = g.producer_of(x);
     if (p >= 0 && g.nodes[size_t(p)].op == Op::Concat && g.nodes[size_t(p)].attributes.axis == 1 &&
         g.nodes[size_t(p)].attributes.indices.empty() && g.readers_of(x).size() == 1 && !g.is_output(x)) {
       Node& concat = g.nodes[size_t(p)];

@@ -8,17 +8,9 @@ namespace convgen::model {
 
 namespace {
 
-// The node computing `value`, or -1.
-int producer_index(const Graph& g, const std::string& value) {
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (std::find(g.nodes[i].outputs.begin(), g.nodes[i].outputs.end(), value) != g.nodes[i].outputs.end())
-      return static_cast<int>(i);
-  return -1;
-}
-
 // "" when `value` can be written in place as input of Concat `concat`, else why not.
 std::string refusal(const Graph& g, const std::string& value, size_t concat) {
-  const int p = producer_index(g, value);
+  const int p = g.producer_of(value);
   if (p < 0 || g.nodes[p].op != Op::Conv) return fmt::format("input '{}' is not a Conv's output", value);
   if (!g.nodes[p].attributes.slice_of.empty()) return fmt::format("input '{}' is already a slice", value);
   const std::vector<size_t> readers = g.readers_of(value);
@@ -49,7 +41,7 @@ void write_concat_slices(Graph& g, std::vector<std::string>* why) {
     }
     int64_t channel = 0;
     for (const std::string& in : concat.inputs) {
-      Attributes& a = g.nodes[static_cast<size_t>(producer_index(g, in))].attributes;
+      Attributes& a = g.nodes[static_cast<size_t>(g.producer_of(in))].attributes;
       a.slice_of = concat.outputs[0];
       a.slice_channel = channel;
       a.slice_channels_total = shape[1];

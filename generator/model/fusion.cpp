@@ -51,14 +51,6 @@ int only_reader(const Graph& g, const std::string& value) {
   return readers.size() == 1 && !g.is_output(value) ? static_cast<int>(readers[0]) : -1;
 }
 
-// The node computing `value`, or -1 (a graph input or constant).
-int producer_of(const Graph& g, const std::string& value) {
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (std::find(g.nodes[i].outputs.begin(), g.nodes[i].outputs.end(), value) != g.nodes[i].outputs.end())
-      return static_cast<int>(i);
-  return -1;
-}
-
 // Removes node `index` and the value `gone`; keeps `c` pointing at the same Conv.
 void erase_node(Graph& g, size_t index, const std::string& gone, size_t& c) {
   g.values.erase(gone);
@@ -124,7 +116,7 @@ void fuse_residual_adds(Graph& g, std::vector<std::string>* why) {
     if (add.op != Op::Add || add.inputs.size() != 2 || add.inputs[0] == add.inputs[1]) continue;
     int conv = -1, operand = -1;
     for (int i = 0; i < 2; ++i) {
-      const int producer = producer_of(g, add.inputs[i]);
+      const int producer = g.producer_of(add.inputs[i]);
       if (producer < 0) continue;
       const Node& p = g.nodes[producer];
       if (p.op != Op::Conv || p.attributes.fused_relu || p.attributes.fused_activation != Activation::None ||

@@ -27,6 +27,13 @@ int64_t aligned(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 bool can_be_channels_last(const std::vector<int64_t>& shape) { return shape.size() == 3 || shape.size() == 4; }
 
+// Elements per (image, channel): the product of the dimensions after the first two.
+int64_t pixels_per_image(const std::vector<int64_t>& shape) {
+  int64_t pixels = 1;
+  for (size_t d = 2; d < shape.size(); ++d) pixels *= shape[d];
+  return pixels;
+}
+
 class Planner {
  public:
   Planner(const Graph& g, const std::vector<PlannedKernel>& kernels) : g_(g) {
@@ -98,8 +105,7 @@ class Planner {
     const PlanBuffer& b = plan_.buffers[x];
     if (b.constant || b.slice_of >= 0 || std::count(plan_.inputs.begin(), plan_.inputs.end(), x) > 0) return false;
     if (g_.readers_of(n.inputs[0]).size() != 1 || g_.is_output(n.inputs[0])) return false;
-    int64_t pixels = 1;
-    for (size_t d = 2; d < b.shape.size(); ++d) pixels *= b.shape[d];
+    const int64_t pixels = pixels_per_image(b.shape);
     const bool y_channels_last = channels_last && can_be_channels_last(shape);
     const bool same_order = (!b.channels_last && !y_channels_last) ||
                             (b.channels_last && y_channels_last && b.shape == shape) ||
@@ -119,8 +125,7 @@ class Planner {
     auto it = by_value_.find(name);
     if (it != by_value_.end()) return it->second;
     const int out = define(name, b.shape, want);
-    int64_t pixels = 1;
-    for (size_t d = 2; d < b.shape.size(); ++d) pixels *= b.shape[d];
+    const int64_t pixels = pixels_per_image(b.shape);
     if (!b.constant && b.shape.size() >= 2 && (pixels == 1 || b.shape[1] == 1)) {
       plan_.buffers[out].alias_of = id;  // one pixel or one channel: the same memory order
       return out;

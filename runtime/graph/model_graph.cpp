@@ -100,6 +100,13 @@ std::vector<size_t> Graph::readers_of(const std::string& value) const {
   return r;
 }
 
+int Graph::producer_of(const std::string& value) const {
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (std::find(nodes[i].outputs.begin(), nodes[i].outputs.end(), value) != nodes[i].outputs.end())
+      return static_cast<int>(i);
+  return -1;
+}
+
 bool Graph::is_output(const std::string& value) const {
   return std::find(outputs.begin(), outputs.end(), value) != outputs.end();
 }

@@ -175,6 +175,8 @@ struct Graph {
   // The indices of the nodes reading `value`, in order, each once however many of its
   // inputs it is.
   std::vector<size_t> readers_of(const std::string& value) const;
+  // The index of the node computing `value`, or -1 (a graph input or a constant).
+  int producer_of(const std::string& value) const;
   bool is_output(const std::string& value) const;
 };
 
