@@ -318,6 +318,13 @@ TEST_CASE("grammar errors name the field or position", "[descriptor][errors]") {
       {"ic3ih5oc4kh3+clip(0,x)", "clip: \"x\" is not a finite number"},
       {"ic3ih5oc4kh3+leakyrelu(inf)", "leakyrelu: \"inf\" is not a finite number"},
       {"ic3ih5oc4kh3+leakyrelu()", "leakyrelu: \"\" is not a finite number"},
+      {"ic3ih5oc4kh3+residual+residual", "residual: given twice"},
+      {"ic3ih5oc4kh3+outstride(8)+outstride(8)", "outstride: given twice"},
+      {"ic3ih5oc4kh3+outstride", "outstride: expected (CHANNELS)"},
+      {"ic3ih5oc4kh3+outstride(8", "outstride: missing ')'"},
+      {"ic3ih5oc4kh3+outstride(0)", "outstride: needs CHANNELS >= 1"},
+      {"ic3ih5oc4kh3+outstride(x)", "outstride: expected a number"},
+      {"ic3ih5oc4kh3+outstride(3)", "outstride: 3 channels cannot hold the layer's 4 output channels"},
   };
   for (const Case& c : cases) {
     INFO(c.text);
