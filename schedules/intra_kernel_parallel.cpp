@@ -1,5 +1,6 @@
 // The intra-kernel parallel variants of a schedule (schedules/conv_schedule.h): which
 // loop the threads split, and the reduction partitions of a small weight gradient.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -11,9 +12,57 @@
 
 namespace convgen {
 
+// Row bands a staged input is split into for threads over one image's pixels.
+constexpr int64_t kMinParallelRowBands = 16;
+// Output bytes below which a depthwise forward layer runs on one thread.
+constexpr int64_t kMinParallelDepthwiseBytes = 512 * 1024;
+
+namespace {
+
+// Threads over the pixels of one image share its staged input only if it is staged per
+// pixel block: a slab packed per image is packed on one thread before the parallel loop,
+// and a few row bands split unevenly. Zen 5 AVX-512, batch 1, `tune --compare`, the
+// MobileNet-V2 stem (3x3 s2, 3->32 at 224x224), slab vs 7-row bands: 1 thread 143 vs 138
+// GF/s, 2 threads 193 vs 325; its 1x1 96->24 at 56x56 in 3 bands vs 14: 1 thread 130 vs
+// 120, 2 threads 141 vs 205. Bands of ceil(rows/16) rows (within 1/16 of even for 1, 2,
+// 4, 8, 16 threads), but at least enough rows that a band's halo at most doubles what it
+// packs. Packing only copies: the sums, and so the bits, are those of any other band.
+ConvSchedule staged_rows_for_threads(const ConvDescriptor& d, ConvSchedule s, std::vector<std::string>* why) {
+  if (s.pack_input != PackInput::Image && s.pack_input != PackInput::Rows) return s;
+  const int64_t rows = d.oh(), halo = (d.kh - 1) * d.dh;
+  // A band of r output rows packs (r - 1) * sh + halo + 1 input rows; at most 2 * r * sh.
+  const int64_t min_rows = std::max<int64_t>(1, (halo + 1 - d.sh + d.sh - 1) / d.sh);
+  const int64_t band_rows = std::max(min_rows, (rows + kMinParallelRowBands - 1) / kMinParallelRowBands);
+  if (band_rows >= rows) return s;
+  const int64_t nc = band_rows * d.ow();
+  if (s.pack_input == PackInput::Rows && s.nc > 0 && s.nc <= nc) return s;
+  if (why)
+    why->push_back(fmt::format("parallel variant: input staged in bands of {} output rows ({} bands) for the threads",
+                               band_rows, (rows + band_rows - 1) / band_rows));
+  s.pack_input = PackInput::Rows;
+  s.nc = static_cast<int>(nc);
+  return s;
+}
+
+}  // namespace
+
 ConvSchedule parallel_variant(const ConvDescriptor& d, const std::string& pass, ConvSchedule s, Parallel p,
                               std::vector<std::string>* why) {
   s.parallel = p == Parallel::None ? p : intra_kernel_loop(d, pass, s, p);
+  if (s.parallel == Parallel::Pixels && pass != "bwd_weights") s = staged_rows_for_threads(d, s, why);
+  // A small depthwise layer moves more bytes than it computes: on threads it waits on the
+  // other core's cache for its input and output lines and the fork. Zen 5 VM (no cache
+  // shared between its 2 vCPUs), MobileNet-V2 at batch 1, 1 vs 2 threads, ms: 3x3 at
+  // 7x7x960 (184 KiB out) 0.010 vs 0.017, 14x14x384 0.014 vs 0.023, 14x14x576 (441 KiB)
+  // 0.022 vs 0.034; 28x28x192 (588 KiB) 0.028 vs 0.028; 56x56x144 0.082 vs 0.060.
+  const int64_t output_bytes = d.mb * d.oh() * d.ow() * d.oc * 4;
+  if (s.parallel == Parallel::Pixels && pass == "fwd" && s.strategy == Strategy::Depthwise &&
+      output_bytes < kMinParallelDepthwiseBytes) {
+    s.parallel = Parallel::None;
+    if (why)
+      why->push_back(fmt::format("parallel variant: serial, a depthwise layer of {} KiB output is below {} KiB",
+                                 output_bytes / 1024, kMinParallelDepthwiseBytes / 1024));
+  }
   // One parallel loop per reduction item forked and joined a few microseconds of work
   // at a time. Zen 5, 2 threads, mb 8, partitions 4 vs 1 (GF/s): AVX2 1x1 64->64 at
   // 56x56 217 vs 89-167, 1x1 512->128 at 28x28 202 vs 179, 3x3 128 at 28x28 239 vs

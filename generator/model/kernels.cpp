@@ -24,8 +24,12 @@ std::vector<PlannedKernel> plan_kernels(const Graph& g, const TargetInfo& t, con
     // The intra-kernel parallel variant, chosen by the layer alone (images across threads
     // from a batch of 8, else pixels): one schedule -- and so the same bits -- on every
     // thread count, one thread running its parallel loops serially.
-    sel.schedule = parallel_variant(d, pass, sel.schedule, d.mb >= 8 ? Parallel::Images : Parallel::Pixels);
+    const ConvSchedule selected = sel.schedule;
+    sel.schedule = parallel_variant(d, pass, sel.schedule, d.mb >= 8 ? Parallel::Images : Parallel::Pixels, &lines);
     std::string overrides = "parallel=" + to_string(sel.schedule.parallel);
+    // The variant may stage the input in row bands for the threads: children apply that too.
+    if (sel.schedule.pack_input != selected.pack_input || sel.schedule.nc != selected.nc)
+      overrides += fmt::format(" pack_input={} nc={}", to_string(sel.schedule.pack_input), sel.schedule.nc);
     // Constant weights need packing only once: the plan packs them at load.
     const bool prepack = pass == "fwd" && sel.schedule.strategy == Strategy::Gemm && g.is_float_constant(n.inputs.at(1));
     // Either way, never what a record says: the plan decides which weights it packs.

@@ -161,3 +161,68 @@ TEST_CASE("parallel variant: channel blocks outermost are split across threads, 
     }
   }
 }
+
+namespace {
+
+std::vector<float> forward_on_threads(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t, int threads) {
+  const auto x = random_floats(d.mb * d.ih * d.iw * d.ic, 8), w = random_floats(d.oc * d.icg() * d.kh * d.kw, 9);
+  const auto bias = random_floats(d.oc, 10);
+  std::vector<float> y(static_cast<size_t>(d.mb * d.oh() * d.ow() * d.oc), -1.0f);
+  JitForwardKernel kernel(d, s, t);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  kernel.run(x.data(), w.data(), bias.data(), y.data());
+  omp_set_num_threads(saved);
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("parallel variant over one image's pixels: a staged input in row bands, bit-identical to the slab",
+          "[determinism]") {
+  const TargetInfo t = test::sweep_target();
+  // A stem (3 channels, stride 2) and a 5x5 layer: both staged per image by default. With
+  // threads over pixels the slab would be packed on one thread before the parallel loop.
+  struct Case {
+    const char* descriptor;
+    int64_t band_rows;  // ceil(oh / 16), at least what keeps a band's halo within its rows
+  };
+  for (const Case& c : {Case{"mb1ic3ih64iw64oc32kh3kw3sh2sw2pt1pb1pl1pr1+bias", 2},
+                        Case{"mb1ic3ih32iw32oc32kh5kw5pt2pb2pl2pr2+bias+relu", 4}}) {
+    const ConvDescriptor d = parse_descriptor(c.descriptor);
+    INFO(c.descriptor);
+    const ConvSchedule slab = analytic_schedule_for_pass(d, "fwd", t);
+    REQUIRE(slab.pack_input == PackInput::Image);
+    std::vector<std::string> why;
+    const ConvSchedule bands = parallel_variant(d, "fwd", slab, Parallel::Pixels, &why);
+    CHECK(bands.parallel == Parallel::Pixels);
+    CHECK(bands.pack_input == PackInput::Rows);
+    CHECK(bands.nc == c.band_rows * d.ow());
+    REQUIRE(why.size() == 1);
+    CHECK_THAT(why[0], Catch::Contains("bands of " + std::to_string(c.band_rows) + " output rows"));
+    // Images split whole slabs: unchanged.
+    CHECK(parallel_variant(d, "fwd", slab, Parallel::Images).pack_input == PackInput::Image);
+    ConvSchedule serial = slab;
+    serial.parallel = Parallel::None;
+    const std::vector<float> reference = forward_on_threads(d, serial, t, 1);
+    for (int threads : {1, 2, 3}) {
+      INFO("threads " << threads);
+      CHECK(bitwise_equal(reference, forward_on_threads(d, bands, t, threads)));
+    }
+  }
+}
+
+TEST_CASE("parallel variant over one image's pixels: a small depthwise layer runs on one thread", "[determinism]") {
+  const TargetInfo t = test::sweep_target();
+  const ConvDescriptor small = parse_descriptor("mb1ic384ih14iw14oc384g384kh3kw3pt1pb1pl1pr1+bias");  // 294 KiB out
+  const ConvDescriptor large = parse_descriptor("mb1ic32ih112iw112oc32g32kh3kw3pt1pb1pl1pr1+bias");   // 1568 KiB
+  const ConvSchedule s_small = analytic_schedule_for_pass(small, "fwd", t);
+  REQUIRE(s_small.strategy == Strategy::Depthwise);
+  CHECK(parallel_variant(small, "fwd", s_small, Parallel::Pixels).parallel == Parallel::None);
+  // Images (a batch of 8 or more) and larger layers keep their threads.
+  const ConvDescriptor small_batch = parse_descriptor("mb8ic384ih14iw14oc384g384kh3kw3pt1pb1pl1pr1+bias");
+  CHECK(parallel_variant(small_batch, "fwd", analytic_schedule_for_pass(small_batch, "fwd", t), Parallel::Images)
+            .parallel == Parallel::Images);
+  CHECK(parallel_variant(large, "fwd", analytic_schedule_for_pass(large, "fwd", t), Parallel::Pixels).parallel ==
+        Parallel::Pixels);
+}
