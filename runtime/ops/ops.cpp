@@ -11,6 +11,7 @@
 #include <blis.h>
 
 #include "runtime/ops/index_util.h"
+#include "runtime/ops/max_pool_channels_last.h"
 
 namespace convgen::ops {
 
@@ -203,39 +204,35 @@ void binary(const ConstView& a, const ConstView& b, const View& y, Binary op) {
   with_binary_op(op, run);
 }
 
-// Channels-last 2-D pooling: the window loops outside, channels contiguous inside. The
-// maximum of floats is one of them, so Max compares in float (vectorised; the same value
-// and the same NaN handling as in double); the average sums in double as the general path.
-template <bool Max>
-void pool_channels_last(const ConstView& x, const Window& w, bool count_include_pad, const View& y) {
-  using Acc = std::conditional_t<Max, float, double>;
+// Channels-last 2-D average pooling: the window loops outside, channels contiguous
+// inside; sums in double as the general path.
+void average_pool_channels_last(const ConstView& x, const Window& w, bool count_include_pad, const View& y) {
   const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], Wd = x.shape[3];
   const int64_t P = y.shape[2], Q = y.shape[3];
 #pragma omp parallel for collapse(2) schedule(static) if (N * P * Q * C > 65536)
   for (int64_t n = 0; n < N; ++n)
     for (int64_t p = 0; p < P; ++p) {
-      std::vector<Acc> acc(static_cast<size_t>(C));
+      std::vector<double> acc(static_cast<size_t>(C));
       for (int64_t q = 0; q < Q; ++q) {
-        std::fill(acc.begin(), acc.end(), Max ? -std::numeric_limits<Acc>::infinity() : Acc(0));
-        const int64_t count = Max ? 0 : pool_window_count(w, p, q, H, Wd, count_include_pad);
+        std::fill(acc.begin(), acc.end(), 0.0);
+        const int64_t count = pool_window_count(w, p, q, H, Wd, count_include_pad);
         for (int64_t r = 0; r < w.kernel[0]; ++r) {
           const int64_t i = p * w.strides[0] + r * w.dilations[0] - w.pads_begin[0];
           for (int64_t s = 0; s < w.kernel[1]; ++s) {
             const int64_t j = q * w.strides[1] + s * w.dilations[1] - w.pads_begin[1];
             if (i < 0 || i >= H || j < 0 || j >= Wd) continue;
             const float* px = x.data + ((n * H + i) * Wd + j) * C;
-            for (int64_t c = 0; c < C; ++c) acc[c] = Max ? std::max(acc[c], Acc(px[c])) : acc[c] + px[c];
+            for (int64_t c = 0; c < C; ++c) acc[c] += px[c];
           }
         }
         float* py = y.data + ((n * P + p) * Q + q) * C;
-        for (int64_t c = 0; c < C; ++c)
-          py[c] = Max ? static_cast<float>(acc[c]) : (count > 0 ? static_cast<float>(acc[c] / double(count)) : 0.0f);
+        for (int64_t c = 0; c < C; ++c) py[c] = count > 0 ? static_cast<float>(acc[c] / double(count)) : 0.0f;
       }
     }
 }
 
 void max_pool(const ConstView& x, const Window& w, const View& y) {
-  if (x.channels_last && y.channels_last && x.rank() == 4) return pool_channels_last<true>(x, w, false, y);
+  if (x.channels_last && y.channels_last && x.rank() == 4) return detail::max_pool_channels_last(x, w, y);
   const auto sx = x.strides(), sy = y.strides();
   for_each_index(y.shape, [&](const std::vector<int64_t>& o) {
     float m = -std::numeric_limits<float>::infinity();
@@ -247,7 +244,7 @@ void max_pool(const ConstView& x, const Window& w, const View& y) {
 }
 
 void average_pool(const ConstView& x, const Window& w, bool count_include_pad, const View& y) {
-  if (x.channels_last && y.channels_last && x.rank() == 4) return pool_channels_last<false>(x, w, count_include_pad, y);
+  if (x.channels_last && y.channels_last && x.rank() == 4) return average_pool_channels_last(x, w, count_include_pad, y);
   const auto sx = x.strides(), sy = y.strides();
   for_each_index(y.shape, [&](const std::vector<int64_t>& o) {
     double sum = 0.0;

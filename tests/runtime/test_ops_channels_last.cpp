@@ -1,11 +1,15 @@
 // The channels-last fast paths of the element-wise and pooling operators give the bits of
 // their general paths (dense layout), on 1 and 2 threads: squeeze-excitation's
 // per-channel scale (binary with a [N or 1, C, 1, 1] operand, either side) and global
-// pooling. Channel counts straddle the pooling's 64-channel blocks.
+// pooling, and 2-D max and average pooling. Channel counts straddle the pooling's
+// 64-channel blocks and 16-channel vectors.
 #include <catch2/catch.hpp>
 
 #include <omp.h>
 
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -78,6 +82,53 @@ TEST_CASE("ops: global pooling of a channels-last tensor gives the dense path's 
         ops::global_pool(ConstView{x.data(), shape, false}, max, View{dense.data(), y_shape, false});
         ops::global_pool(ConstView{x_cl.data(), shape, true}, max, View{fast.data(), y_shape, true});
         CHECK(fast == dense);
+      }
+    }
+  }
+  omp_set_num_threads(1);
+}
+
+TEST_CASE("ops: 2-D max and average pooling of a channels-last tensor give the dense path's bits", "[ops]") {
+  struct Case {
+    std::vector<int64_t> shape;
+    ops::Window window;
+  };
+  const std::vector<Case> cases = {
+      {{1, 83, 15, 13}, {{3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}}},   // 64 + 16 + 3 channels, padded
+      {{2, 130, 9, 8}, {{2, 2}, {2, 2}, {1, 1}, {0, 0}, {0, 0}}},    // two blocks and 2 left
+      {{1, 5, 11, 11}, {{3, 2}, {1, 2}, {2, 1}, {2, 0}, {2, 1}}},    // dilated, asymmetric
+      {{1, 64, 111, 111}, {{3, 3}, {2, 2}, {1, 1}, {0, 0}, {0, 0}}}  // SqueezeNet's first
+  };
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    for (const Case& c : cases) {
+      const auto& w = c.window;
+      std::vector<int64_t> y_shape = c.shape;
+      for (int d = 0; d < 2; ++d) {
+        const int64_t span = w.dilations[d] * (w.kernel[d] - 1) + 1;
+        y_shape[2 + d] = (c.shape[2 + d] + w.pads_begin[d] + w.pads_end[d] - span) / w.strides[d] + 1;
+      }
+      std::vector<float> x = normals(size_t(c.shape[0] * c.shape[1] * c.shape[2] * c.shape[3]), 4);
+      // A NaN and infinities: the maximum keeps std::max's order (a NaN never wins).
+      x[7] = std::numeric_limits<float>::quiet_NaN();
+      x[x.size() / 2] = std::numeric_limits<float>::infinity();
+      x[x.size() / 3] = -std::numeric_limits<float>::infinity();
+      const std::vector<float> x_cl = converted(x, c.shape, true);
+      const size_t n = size_t(y_shape[0] * y_shape[1] * y_shape[2] * y_shape[3]);
+      for (bool max : {true, false}) {
+        INFO("threads " << threads << " C " << c.shape[1] << " max " << max);
+        std::vector<float> dense(n), fast(n, -1.0f);
+        const ConstView xd{x.data(), c.shape, false}, xf{x_cl.data(), c.shape, true};
+        const View yd{dense.data(), y_shape, false}, yf{fast.data(), y_shape, true};
+        if (max) {
+          ops::max_pool(xd, w, yd);
+          ops::max_pool(xf, w, yf);
+        } else {
+          ops::average_pool(xd, w, false, yd);
+          ops::average_pool(xf, w, false, yf);
+        }
+        const std::vector<float> back = converted(fast, y_shape, false);
+        CHECK(std::memcmp(back.data(), dense.data(), n * sizeof(float)) == 0);
       }
     }
   }
