@@ -11,7 +11,7 @@
 #include <blis.h>
 
 #include "runtime/ops/index_util.h"
-#include "runtime/ops/max_pool_channels_last.h"
+#include "runtime/ops/pool_channels_last.h"
 
 namespace convgen::ops {
 
@@ -265,29 +265,7 @@ void global_pool(const ConstView& x, bool max, const View& y) {
   int64_t spatial = 1;
   for (size_t d = 2; d < x.shape.size(); ++d) spatial *= x.shape[d];
   const int64_t step = x.channels_last ? x.shape[1] : 1;
-  if (x.channels_last) {
-    // Pixels outer, a block of channels contiguous inside: the same per-channel order of
-    // additions as the stride loop below, without walking the image once per channel.
-    constexpr int64_t kBlock = 64;
-    const int64_t N = x.shape[0], C = x.shape[1], blocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for collapse(2) schedule(static) if (N * C * spatial > 65536)
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t blk = 0; blk < blocks; ++blk) {
-        const int64_t c0 = blk * kBlock, width = std::min(kBlock, C - c0);
-        double acc[kBlock];
-        std::fill(acc, acc + width, max ? -std::numeric_limits<double>::infinity() : 0.0);
-        const float* p = x.data + n * sx[0] + c0;
-        for (int64_t s = 0; s < spatial; ++s, p += C) {
-          if (max)
-            for (int64_t c = 0; c < width; ++c) acc[c] = std::max(acc[c], double(p[c]));
-          else
-            for (int64_t c = 0; c < width; ++c) acc[c] += p[c];
-        }
-        for (int64_t c = 0; c < width; ++c)
-          y.data[n * sy[0] + (c0 + c) * sy[1]] = static_cast<float>(max ? acc[c] : acc[c] / static_cast<double>(spatial));
-      }
-    return;
-  }
+  if (x.channels_last) return detail::global_pool_channels_last(x, spatial, max, y);
   for (int64_t n = 0; n < x.shape[0]; ++n) {
     for (int64_t c = 0; c < x.shape[1]; ++c) {
       const float* p = x.data + n * sx[0] + c * sx[1];

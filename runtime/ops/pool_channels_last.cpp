@@ -1,4 +1,4 @@
-#include "runtime/ops/max_pool_channels_last.h"
+#include "runtime/ops/pool_channels_last.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -53,6 +53,42 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void max_of_taps(co
   }
 }
 
+// Global pooling: a block of 16 channels, 2 vectors of 8 doubles, in registers across the
+// pixels (the old 64-float accumulator in memory, 2 doubles wide: EfficientNet-B0's 17
+// squeeze-excitation pools at batch 1, one thread, 0.57 -> 0.35 ms on Zen 5). Per channel
+// the additions are those of the dense path, in its order.
+using Vec8d = double __attribute__((vector_size(64)));
+using Vec8f = float __attribute__((vector_size(32)));
+constexpr int64_t kPoolBlock = 16;
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void pool_pixels(const float* x, int64_t spatial,
+                                                                               int64_t C, int64_t width, bool max,
+                                                                               double* acc) {
+  const double first = max ? -std::numeric_limits<double>::infinity() : 0.0;
+  if (width == kPoolBlock) {
+    Vec8d lo = Vec8d{} + first, hi = lo;
+    for (int64_t s = 0; s < spatial; ++s, x += C) {
+      Vec8f a, b;
+      std::memcpy(&a, x, sizeof a);
+      std::memcpy(&b, x + 8, sizeof b);
+      const Vec8d da = __builtin_convertvector(a, Vec8d), db = __builtin_convertvector(b, Vec8d);
+      if (max) {
+        lo = lo < da ? da : lo;
+        hi = hi < db ? db : hi;
+      } else {
+        lo += da;
+        hi += db;
+      }
+    }
+    std::memcpy(acc, &lo, sizeof lo);
+    std::memcpy(acc + 8, &hi, sizeof hi);
+    return;
+  }
+  std::fill(acc, acc + width, first);
+  for (int64_t s = 0; s < spatial; ++s, x += C)
+    for (int64_t c = 0; c < width; ++c) acc[c] = max ? std::max(acc[c], double(x[c])) : acc[c] + x[c];
+}
+
 }  // namespace
 
 void max_pool_channels_last(const ConstView& x, const Window& w, const View& y) {
@@ -75,6 +111,29 @@ void max_pool_channels_last(const ConstView& x, const Window& w, const View& y) 
         }
         max_of_taps(taps.data(), count, C, y.data + ((n * P + p) * Q + q) * C);
       }
+    }
+}
+
+}  // namespace convgen::ops::detail
+
+namespace convgen::ops::detail {
+
+void global_pool_channels_last(const ConstView& x, int64_t spatial, bool max, const View& y) {
+  const auto sy = y.strides();
+  const int64_t N = x.shape[0], C = x.shape[1], blocks = (C + kPoolBlock - 1) / kPoolBlock;
+  // Images and channel blocks split over the threads. At batch 1 each thread reads every
+  // pixel, half of them written by the other core, and is slow on a machine whose cores
+  // share no cache -- EfficientNet-B0's 17 pools at batch 1 on a Zen 5 VM: 0.35 ms on one
+  // thread, 0.51-0.55 on two -- but one thread alone reading it all is slower still
+  // (0.63-0.75). A split by pixels would sum in another order.
+#pragma omp parallel for collapse(2) schedule(static) if (N * C * spatial > 65536)
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t c0 = blk * kPoolBlock, width = std::min(kPoolBlock, C - c0);
+      double acc[kPoolBlock];
+      pool_pixels(x.data + n * spatial * C + c0, spatial, C, width, max, acc);
+      for (int64_t c = 0; c < width; ++c)
+        y.data[n * sy[0] + (c0 + c) * sy[1]] = static_cast<float>(max ? acc[c] : acc[c] / static_cast<double>(spatial));
     }
 }
 
