@@ -114,10 +114,6 @@ void max_pool_channels_last(const ConstView& x, const Window& w, const View& y) 
     }
 }
 
-}  // namespace convgen::ops::detail
-
-namespace convgen::ops::detail {
-
 void global_pool_channels_last(const ConstView& x, int64_t spatial, bool max, const View& y) {
   const auto sy = y.strides();
   const int64_t N = x.shape[0], C = x.shape[1], blocks = (C + kPoolBlock - 1) / kPoolBlock;
