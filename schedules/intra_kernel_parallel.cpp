@@ -26,7 +26,9 @@ namespace {
 // GF/s, 2 threads 193 vs 325; its 1x1 96->24 at 56x56 in 3 bands vs 14: 1 thread 130 vs
 // 120, 2 threads 141 vs 205. Bands of ceil(rows/16) rows (within 1/16 of even for 1, 2,
 // 4, 8, 16 threads), but at least enough rows that a band's halo at most doubles what it
-// packs. Packing only copies: the sums, and so the bits, are those of any other band.
+// packs. The bands are fixed by the layer, so the bits do not depend on the thread count
+// (they may differ from the slab's, as between any two schedules: on AVX-512 the stem's
+// flat rows sum in another order).
 ConvSchedule staged_rows_for_threads(const ConvDescriptor& d, ConvSchedule s, std::vector<std::string>* why) {
   if (s.pack_input != PackInput::Image && s.pack_input != PackInput::Rows) return s;
   const int64_t rows = d.oh(), halo = (d.kh - 1) * d.dh;
