@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "bench/pass_timing.h"
+#include "generator/model/batch_split.h"
 #include "generator/model/executor.h"
 #include "generator/model/fusion.h"
 #include "generator/onnx/import.h"
@@ -25,6 +26,7 @@
 namespace {
 
 const char* kUsage = R"(usage: convgen-model-bench MODEL.onnx [--batch N] [--runs R] [--threads T] [--target T]
+                            [--per-call-batch M]
 
 Times MODEL's forward pass at batch N (default 1) through convgen's in-process
 executor on T threads (default 1: the convolutions' parallel loops, element-wise ops
@@ -43,7 +45,7 @@ and the FMA probe's GFLOP/s on T threads measured right after (thread scaling's 
 int main(int argc, char** argv) {
   try {
     std::string path, target = "host";
-    int64_t batch = 1, runs = 7, threads = 1;
+    int64_t batch = 1, runs = 7, threads = 1, per_call_batch = 0;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "--help" || a == "-h") {
@@ -54,21 +56,27 @@ int main(int argc, char** argv) {
       else if (a == "--runs" && i + 1 < argc) runs = std::stoll(argv[++i]);
       else if (a == "--threads" && i + 1 < argc) threads = std::stoll(argv[++i]);
       else if (a == "--target" && i + 1 < argc) target = argv[++i];
+      else if (a == "--per-call-batch" && i + 1 < argc) per_call_batch = std::stoll(argv[++i]);
       else if (path.empty() && a[0] != '-') path = a;
       else throw convgen::Error(convgen::ExitCode::Usage, "unknown argument " + a + " (see --help)");
     }
-    if (path.empty() || batch < 1 || runs < 1) throw convgen::Error(convgen::ExitCode::Usage, "see --help");
-    convgen::model::ImportOptions options;
-    options.batch = batch;
-    convgen::model::Graph g = convgen::model::import_onnx(path, options);
-    convgen::model::fuse_for_inference(g);
+    if (path.empty() || batch < 1 || runs < 1 || per_call_batch < 0)
+      throw convgen::Error(convgen::ExitCode::Usage, "see --help");
+    auto import_at = [&](int64_t b, std::vector<std::string>* fusions) {
+      convgen::model::ImportOptions options;
+      options.batch = b;
+      convgen::model::Graph g = convgen::model::import_onnx(path, options);
+      convgen::model::fuse_for_inference(g, fusions);
+      return g;
+    };
+    convgen::model::SplitModel split = convgen::model::split_batch(import_at, batch, per_call_batch, nullptr);
     const convgen::TargetInfo t = convgen::target_info(target);
-    convgen::model::ModelExecutor exec(std::move(g), t, "", nullptr, static_cast<int>(threads));
+    convgen::model::ModelExecutor exec(std::move(split.graph), t, "", nullptr, static_cast<int>(threads), split.calls);
     std::map<std::string, convgen::Tensor> inputs;
     std::mt19937 rng(1);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (const auto& name : exec.graph().inputs) {
-      convgen::Tensor t(exec.graph().value(name).shape, false);
+      convgen::Tensor t(exec.batch_shape(name), false);
       for (float& v : t.data) v = normal(rng);
       inputs[name] = std::move(t);
     }
@@ -77,11 +85,12 @@ int main(int argc, char** argv) {
     const double fma_peak = convgen::measure_fma_peak_gflops(static_cast<int>(threads), t.vector_floats);
     fmt::print("{{\"model\": \"{}\", \"engine\": \"convgen\", \"batch\": {}, \"threads\": {}, \"target\": \"{}\", "
                "\"ms\": {:.3f}, \"images_per_s\": {:.1f}, \"p50_ms\": {:.3f}, \"p99_ms\": {:.3f}, "
-               "\"load_rss_mib\": {:.1f}, \"peak_rss_mib\": {:.1f}, \"run_rss_mib\": {:.1f}, \"arena_bytes\": {}, "
+               "\"load_rss_mib\": {:.1f}, \"peak_rss_mib\": {:.1f}, \"run_rss_mib\": {:.1f}, "
+               "\"per_call_batch\": {}, \"calls\": {}, \"arena_bytes\": {}, "
                "\"weights_bytes\": {}, \"fma_peak_gflops\": {:.1f}}}\n",
                path, batch, threads, t.target, timing.ms, 1000.0 * batch / timing.ms, timing.p50_ms, timing.p99_ms,
                timing.load_rss_mib, timing.peak_rss_mib, timing.peak_rss_mib - timing.load_rss_mib,
-               exec.plan().arena_floats * 4,
+               batch / split.calls, split.calls, exec.arena_floats_allocated() * 4,
                exec.plan().weights_floats * 4, fma_peak);
     return 0;
   } catch (const convgen::Error& e) {

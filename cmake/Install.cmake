@@ -36,6 +36,7 @@ set(CONVGEN_INSTALLED_HEADERS
   runtime/ops/resize.h
   runtime/ops/tensor.h
   runtime/ops/weights_file.h
+  runtime/parallel/batch_calls.h
   runtime/parallel/kernel_heap.h
   runtime/parallel/parallel_runtime.h
   runtime/train/onnx_weights.h

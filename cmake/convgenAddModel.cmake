@@ -1,5 +1,5 @@
 # convgen_add_model(<target> MODEL <file.onnx>
-#                   [BATCH <n>] [TRAIN [MICRO_BATCH <m>] [SAMPLES <n>...]]
+#                   [BATCH <n> [PER_CALL_BATCH <m>]] [TRAIN [MICRO_BATCH <m>] [SAMPLES <n>...]]
 #                   [SCHEDULES <records.jsonl>] [TARGET <halide-target>] [NAMESPACE <ns>])
 #
 # Compiles an ONNX model with `convgen compile` at build time (never at configure time)
@@ -19,6 +19,8 @@
 # (CONVGEN_CACHE_DIR, default <build>/convgen-cache), so builds never write to $HOME.
 #
 # BATCH: inference batch (default 1) or, with TRAIN, the mini-batch (default 64).
+# PER_CALL_BATCH: inference only, the calls the batch is split into over the threads
+# (convgen compile --per-call-batch; default: convgen's, where the model allows).
 # SAMPLES: with TRAIN, data sizes whose last partial batch gets kernels (e.g. 60000 10000).
 # TARGET: a Halide target string (default host: the build machine's widest; pin one for
 # libraries deployed to other CPUs, docs/cmake.md).
@@ -27,7 +29,7 @@ include_guard(GLOBAL)
 set(CONVGEN_CACHE_DIR "${CMAKE_BINARY_DIR}/convgen-cache" CACHE PATH "Kernel cache of convgen_add_model")
 
 function(convgen_add_model target)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "TRAIN" "MODEL;BATCH;MICRO_BATCH;SCHEDULES;TARGET;NAMESPACE" "SAMPLES")
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "TRAIN" "MODEL;BATCH;PER_CALL_BATCH;MICRO_BATCH;SCHEDULES;TARGET;NAMESPACE" "SAMPLES")
   if(ARG_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "convgen_add_model(${target}): unknown arguments: ${ARG_UNPARSED_ARGUMENTS}")
   endif()
@@ -45,6 +47,9 @@ function(convgen_add_model target)
   set(args compile "${model}" -o "${out}" --name "${name}" --cache-dir "${CONVGEN_CACHE_DIR}")
   if(DEFINED ARG_BATCH)
     list(APPEND args --batch "${ARG_BATCH}")
+  endif()
+  if(DEFINED ARG_PER_CALL_BATCH)
+    list(APPEND args --per-call-batch "${ARG_PER_CALL_BATCH}")
   endif()
   if(ARG_TRAIN)
     list(APPEND args --train)

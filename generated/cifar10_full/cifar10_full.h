@@ -5,6 +5,7 @@
 #define CONVGEN_MODEL_cifar10_full_H
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 

@@ -5,6 +5,7 @@
 #define CONVGEN_MODEL_lenet_H
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 

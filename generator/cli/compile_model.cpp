@@ -14,6 +14,7 @@
 #include "generator/cli/cli.h"
 #include "generator/cli/subprocess.h"
 #include "generator/kernel_cache/kernel_cache.h"
+#include "generator/model/batch_split.h"
 #include "generator/model/driver_codegen.h"
 #include "generator/model/fusion.h"
 #include "generator/model/kernels.h"
@@ -65,6 +66,11 @@ convgen::runtime (runtime/driver/model_runtime.h, runtime/ops/ops.h); from CMake
   --namespace NS       the driver's C++ namespace, e.g. app::models (default:
                        convgen_model_NAME)
   --batch N            batch size bound to a dynamic batch dimension (default 1)
+  --per-call-batch M   the driver runs the batch as calls of M samples, spread over
+                       the OpenMP threads with an arena each (M divides N; M = N: one
+                       call). Default: the smallest M giving every convolution 64+
+                       output pixels a call, at most N/2, where the model provably
+                       never mixes samples (else one call; --verbose says why)
   --target STRING      Halide target (default host: the widest this CPU runs, AVX-512
                        where it has it, resolved and written into the provenance); pin
                        one, e.g. x86-64-linux-avx-avx2-f16c-fma-sse41, for other CPUs.
@@ -97,7 +103,8 @@ Training driver (docs/training.md):
 )";
 
 struct Options {
-  std::string model, output_dir, name, batch, target, schedules, jobs, cache_dir, micro_batch, samples, cpp_namespace;
+  std::string model, output_dir, name, batch, target, schedules, jobs, cache_dir, micro_batch, samples, cpp_namespace,
+      per_call_batch;
   bool no_cache = false, verbose = false, train = false;
 };
 
@@ -106,6 +113,7 @@ std::string regenerate_command(const Options& o, const std::string& name, const 
                                 o.train ? " --train" : "", name, o.batch.empty() ? (o.train ? "64" : "1") : o.batch);
   if (o.train && !o.micro_batch.empty()) cmd += " --micro-batch " + o.micro_batch;
   if (o.train && !o.samples.empty()) cmd += " --samples " + o.samples;
+  if (!o.per_call_batch.empty()) cmd += " --per-call-batch " + o.per_call_batch;
   cmd += " --target " + target;
   if (!o.cpp_namespace.empty() && o.cpp_namespace != "convgen_model_" + name) cmd += " --namespace " + o.cpp_namespace;
   if (!o.schedules.empty()) cmd += " --schedules <records>";
@@ -241,14 +249,16 @@ std::string model_header(const std::vector<model::PlannedKernel>& kernels, const
 
 std::string manifest(const std::vector<model::PlannedKernel>& kernels, const Options& o, const std::string& name,
                      const std::string& target, const std::string& model_sha, const model::Graph& g,
-                     const std::string& training = "") {
+                     const std::string& training = "", int64_t calls = 1) {
   std::string j = "{\n";
   j += fmt::format("  \"generated_by\": \"convgen {}\",\n", CONVGEN_VERSION);
   j += fmt::format("  \"regenerate\": \"{}\",\n", json_escape(regenerate_command(o, name, target)));
   j += fmt::format("  \"generator_hash\": \"{}\",\n  \"halide_version\": \"{}\",\n  \"target\": \"{}\",\n",
                    CONVGEN_GENERATOR_HASH, CONVGEN_HALIDE_VERSION, target);
-  j += fmt::format("  \"model\": {{\"file\": \"{}\", \"sha256\": \"{}\", \"opset\": {}, \"batch\": {}}},\n",
-                   json_escape(fs::path(o.model).filename().string()), model_sha, g.opset, g.batch);
+  // Inference: the batch, and the per-call batch its calls run at (generator/model/batch_split.h).
+  j += fmt::format("  \"model\": {{\"file\": \"{}\", \"sha256\": \"{}\", \"opset\": {}, \"batch\": {}{}}},\n",
+                   json_escape(fs::path(o.model).filename().string()), model_sha, g.opset, g.batch * calls,
+                   training.empty() ? fmt::format(", \"per_call_batch\": {}", g.batch) : std::string());
   if (!training.empty()) j += "  \"training\": " + training + ",\n";
   j += "  \"kernels\": [\n";
   for (size_t i = 0; i < kernels.size(); ++i) {
@@ -424,7 +434,7 @@ int compile_model(const Args& args) {
         r.value("--batch", &o.batch) || r.value("--target", &o.target) || r.value("--schedules", &o.schedules) ||
         r.value("--jobs", &o.jobs) || r.value("--cache-dir", &o.cache_dir) ||
         r.value("--micro-batch", &o.micro_batch) || r.value("--samples", &o.samples) ||
-        r.value("--namespace", &o.cpp_namespace))
+        r.value("--namespace", &o.cpp_namespace) || r.value("--per-call-batch", &o.per_call_batch))
       continue;
     if (r.flag("--no-cache")) { o.no_cache = true; continue; }
     if (r.flag("--train")) { o.train = true; continue; }
@@ -435,6 +445,8 @@ int compile_model(const Args& args) {
   if (o.model.empty()) throw Error(ExitCode::Usage, "compile: missing MODEL.onnx (see --help)");
   if (!o.train && (!o.micro_batch.empty() || !o.samples.empty()))
     throw Error(ExitCode::Usage, "compile: --micro-batch and --samples need --train");
+  if (o.train && !o.per_call_batch.empty())
+    throw Error(ExitCode::Usage, "compile: --per-call-batch is for inference drivers (--train takes --micro-batch)");
   const std::string name = o.name.empty() ? identifier_from(fs::path(o.model).stem().string()) : o.name;
   if (!is_c_identifier(name)) throw Error(ExitCode::Usage, fmt::format("--name {}: not a C identifier", name));
   if (o.cpp_namespace.empty()) o.cpp_namespace = "convgen_model_" + name;
@@ -451,12 +463,21 @@ int compile_model(const Args& args) {
   const TargetInfo t = target_info(o.target.empty() ? "host" : o.target);
   const std::string target = t.target;
   if (o.train) return compile_training_driver(o, name, target, t);
-  model::ImportOptions import;
-  if (!o.batch.empty()) import.batch = parse_count("--batch", o.batch);
+  const int64_t batch = o.batch.empty() ? 1 : parse_count("--batch", o.batch);
+  const int64_t per_call_batch = o.per_call_batch.empty() ? 0 : parse_count("--per-call-batch", o.per_call_batch);
 
   std::vector<std::string> why;
-  model::Graph g = model::import_onnx(o.model, import);
-  model::fuse_for_inference(g, &why);
+  auto import_at = [&](int64_t b, std::vector<std::string>* fusions) {
+    model::ImportOptions import;
+    import.batch = b;
+    model::Graph g = model::import_onnx(o.model, import);
+    model::fuse_for_inference(g, fusions);
+    return g;
+  };
+  // The batch as calls of a per-call batch where the model allows: g is the per-call model.
+  model::SplitModel split = model::split_batch(import_at, batch, per_call_batch, &why);
+  const model::Graph& g = split.graph;
+  const int64_t calls = split.calls;
   const auto kernels = model::plan_kernels(g, t, o.schedules, &why);
   const std::string model_sha = sha256_file_hex(o.model);
 
@@ -468,15 +489,16 @@ int compile_model(const Args& args) {
     // The kernels' keys too: their schedules (records) decide how packed weights are laid out.
     std::string kernel_keys;
     for (const auto& k : kernels) kernel_keys += k.key + ";";
+    const std::string batch_key = calls == 1 ? std::to_string(g.batch) : fmt::format("{}x{}", calls, g.batch);
     const std::string plan_key = sha256_hex(
-        fmt::format("{}|{}|{}|{}|{}|{}", model_sha, g.batch, CONVGEN_GENERATOR_HASH, target, name, kernel_keys));
+        fmt::format("{}|{}|{}|{}|{}|{}", model_sha, batch_key, CONVGEN_GENERATOR_HASH, target, name, kernel_keys));
     write_weights_file((stage / (name + ".weights")).string(), model::weights_blob(g, plan), plan_key);
     write_file((stage / (name + ".cpp")).string(),
                model::driver_source(name, g, plan, plan_key, target, provenance_lines(o, name, target) + "\n",
-                                     o.cpp_namespace));
+                                     o.cpp_namespace, calls));
     write_file((stage / (name + ".h")).string(),
-               model_header(kernels, o, name, target, model::driver_declaration(name, g, plan, o.cpp_namespace)));
-    write_file((stage / (name + ".manifest.json")).string(), manifest(kernels, o, name, target, model_sha, g));
+               model_header(kernels, o, name, target, model::driver_declaration(name, g, plan, o.cpp_namespace, calls)));
+    write_file((stage / (name + ".manifest.json")).string(), manifest(kernels, o, name, target, model_sha, g, "", calls));
   });
   if (o.verbose)
     for (const auto& line : why) fmt::print(stderr, "convgen: {}\n", line);

@@ -11,6 +11,7 @@
 
 #include "generator/cli/cli.h"
 #include "generator/kernel_cache/kernel_cache.h"
+#include "generator/model/batch_split.h"
 #include "generator/model/executor.h"
 #include "generator/model/fusion.h"
 #include "generator/onnx/import.h"
@@ -35,8 +36,14 @@ are bound as constants. The batch is the first input's leading dimension.
 
   --target STRING      Halide target (default host: the widest this CPU runs)
   --schedules FILE     schedule records (JSON lines)
-  --threads T          threads for the convolutions' parallel loops and the other
-                       operators (default 1); the outputs are the same bits for every T
+  --threads T          threads (default 1): a batch that splits runs its calls on
+                       them, else the convolutions' and operators' own loops do;
+                       the outputs are the same bits for every T
+  --per-call-batch M   run the batch as calls of M samples each, spread over the
+                       threads (M divides the batch; M = the batch: one call). Default:
+                       the smallest M giving every convolution 64+ output pixels a
+                       call, at most half the batch, where the model provably never
+                       mixes samples (else one call; --verbose says why)
   --verbose            say per layer which kernel and schedule source were chosen
   --profile            per layer: ms, and for convolutions GF/s, % of the FMA peak
                        (measured in the same run) and workspace bytes (on stderr);
@@ -60,13 +67,15 @@ docs/exit-codes.md).
 
   --rtol R, --atol A        per-element tolerances
   --scale-tolerance S       the scale rule's bound (default 1e-5; 0 turns the rule off)
-  --target STRING, --schedules FILE, --threads T, --verbose, --profile,
-  --profile-runs N          as for `convgen run`
+  --target STRING, --schedules FILE, --threads T, --per-call-batch M, --verbose,
+  --profile, --profile-runs N
+                            as for `convgen run`
 )";
 
 struct RunSetup {
   std::string target, schedules;
   int threads = 1;
+  int64_t per_call_batch = 0;  // 0: split_batch's default
   bool verbose = false, profile = false;
   int profile_runs = 20;
 };
@@ -75,13 +84,14 @@ struct RunSetup {
 // needs as constants (Clip bounds, Dropout ratio, ...), are bound into the graph; the
 // others become the executor's feeds.
 struct Prepared {
-  model::Graph graph;
+  model::Graph graph;  // at the per-call batch
   std::map<std::string, Tensor> feeds;
+  int64_t calls = 1;
 };
 
 // `names`: the model's graph inputs in order (model::onnx_input_names).
 Prepared prepare(const std::string& model_path, const std::vector<std::string>& names, std::vector<model::Value> values,
-                 std::vector<std::string>* why) {
+                 int64_t per_call_batch, std::vector<std::string>* why) {
   if (values.size() > names.size())
     throw Error(ExitCode::BadData, fmt::format("{}: {} inputs given, the model has {}", model_path, values.size(),
                                                names.size()));
@@ -96,21 +106,33 @@ Prepared prepare(const std::string& model_path, const std::vector<std::string>& 
     if (v.is_int64) options.constant_inputs[name] = v;
     else if (!v.shape.empty() && options.batch == 1 && name == names.front()) options.batch = std::max<int64_t>(1, v.shape[0]);
   }
+  // First at the data's batch, binding what the importer needs as constants.
+  model::Graph whole;
   for (;;) {
     try {
-      Prepared p{model::import_onnx(model_path, options), {}};
-      for (const auto& name : p.graph.inputs) {
-        auto it = by_name.find(name);
-        if (it == by_name.end()) throw Error(ExitCode::BadData, fmt::format("{}: no data for input '{}'", model_path, name));
-        p.feeds[name] = model::tensor_of(it->second);
-      }
-      model::fuse_for_inference(p.graph, why);
-      return p;
+      whole = model::import_onnx(model_path, options);
+      break;
     } catch (const model::ConstantInputNeeded& e) {
       if (!by_name.count(e.input()) || options.constant_inputs.count(e.input())) throw;
       options.constant_inputs[e.input()] = by_name[e.input()];  // data for it was given: bind it
     }
   }
+  const int64_t batch = whole.batch;
+  auto import_at = [&](int64_t b, std::vector<std::string>* fusions) {
+    model::ImportOptions at = options;
+    at.batch = b;
+    model::Graph g = b == batch ? std::move(whole) : model::import_onnx(model_path, at);
+    model::fuse_for_inference(g, fusions);
+    return g;
+  };
+  model::SplitModel split = model::split_batch(import_at, batch, per_call_batch, why);
+  Prepared p{std::move(split.graph), {}, split.calls};
+  for (const auto& name : p.graph.inputs) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) throw Error(ExitCode::BadData, fmt::format("{}: no data for input '{}'", model_path, name));
+    p.feeds[name] = model::tensor_of(it->second);
+  }
+  return p;
 }
 
 // --profile: per step ms, and for convolutions GF/s, % of the FMA peak measured here
@@ -127,11 +149,15 @@ std::vector<model::ModelExecutor::StepTiming> median_profile(const std::vector<s
   return median;
 }
 
-void print_profile(const std::vector<model::ModelExecutor::StepTiming>& profile, const TargetInfo& target, int threads, int runs) {
+void print_profile(const std::vector<model::ModelExecutor::StepTiming>& profile, const TargetInfo& target, int threads,
+                   int runs, int64_t calls) {
   const double peak = measure_fma_peak_gflops(threads, target.vector_floats);
   double total_ms = 0, total_flops = 0;
   fmt::print(stderr, "convgen: profile ({} thread{}, FMA peak {:.1f} GFLOP/s measured now on as many; medians of {} warm runs)\n",
              threads, threads > 1 ? "s" : "", peak, runs);
+  if (calls > 1)
+    fmt::print(stderr, "convgen: the batch runs as {} calls: per step, the first thread's time over its calls "
+                       "(GF/s and %pk of that thread; the peak is the threads')\n", calls);
   fmt::print(stderr, "{:<28} {:<18} {:>9} {:>8} {:>5} {:>10}\n", "layer", "op", "ms", "GF/s", "%pk", "ws bytes");
   for (const auto& t : profile) {
     total_ms += t.ms;
@@ -150,7 +176,7 @@ void print_profile(const std::vector<model::ModelExecutor::StepTiming>& profile,
 
 std::vector<Tensor> execute(Prepared p, const RunSetup& s, std::vector<std::string>* why) {
   const TargetInfo target = target_info(s.target.empty() ? "host" : s.target);
-  model::ModelExecutor exec(std::move(p.graph), target, s.schedules, why, s.threads);
+  model::ModelExecutor exec(std::move(p.graph), target, s.schedules, why, s.threads, p.calls);
   if (!s.profile) return exec.run(p.feeds);
   exec.run(p.feeds);  // warm-up: first touch
   exec.set_profiling(true);
@@ -160,7 +186,7 @@ std::vector<Tensor> execute(Prepared p, const RunSetup& s, std::vector<std::stri
     out = exec.run(p.feeds);
     runs.push_back(exec.profile());
   }
-  print_profile(median_profile(runs), target, s.threads, s.profile_runs);
+  print_profile(median_profile(runs), target, s.threads, s.profile_runs, exec.calls());
   return out;
 }
 
@@ -215,6 +241,7 @@ int run_model(const Args& args) {
     if (r.flag("--profile")) { s.profile = true; continue; }
     if (r.value("--profile-runs", &v)) { s.profile_runs = static_cast<int>(parse_count("--profile-runs", v)); continue; }
     if (r.value("--threads", &v)) { s.threads = static_cast<int>(parse_count("--threads", v)); continue; }
+    if (r.value("--per-call-batch", &v)) { s.per_call_batch = parse_count("--per-call-batch", v); continue; }
     if (!model.empty()) throw Error(ExitCode::Usage, fmt::format("unexpected argument '{}'", r.peek()));
     model = r.positional();
   }
@@ -225,7 +252,7 @@ int run_model(const Args& args) {
   std::vector<model::Value> values;
   for (const auto& f : input_files) values.push_back(model::read_tensor_file(f));
   std::vector<std::string> why;
-  Prepared p = prepare(model, names, values, &why);
+  Prepared p = prepare(model, names, values, s.per_call_batch, &why);
   const std::vector<std::string> output_names = p.graph.outputs;
   const std::vector<Tensor> outputs = execute(std::move(p), s, &why);
   if (s.verbose) print_why(why);
@@ -258,6 +285,7 @@ int check_model(const Args& args) {
       continue;
     }
     if (std::string t; r.value("--threads", &t)) { s.threads = static_cast<int>(parse_count("--threads", t)); continue; }
+    if (std::string t; r.value("--per-call-batch", &t)) { s.per_call_batch = parse_count("--per-call-batch", t); continue; }
     if (!dir.empty()) throw Error(ExitCode::Usage, fmt::format("unexpected argument '{}'", r.peek()));
     dir = r.positional();
   }
@@ -292,7 +320,7 @@ int check_model(const Args& args) {
     std::vector<model::Value> values;
     for (const auto& f : numbered_files(set, "input")) values.push_back(model::read_tensor_file(f));
     std::vector<std::string> why;
-    Prepared p = prepare(model, names, values, &why);
+    Prepared p = prepare(model, names, values, s.per_call_batch, &why);
     const std::vector<std::string> output_names = p.graph.outputs;
     const std::vector<Tensor> got = execute(std::move(p), s, &why);
     if (s.verbose) print_why(why);

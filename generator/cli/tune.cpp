@@ -35,7 +35,8 @@ line per trial. Rerunning the same command resumes: finished trials are never re
 compile / train / convgen_add_model / convgen-bench read FILE with --schedules.
 
 What is tuned:
-  MODEL.onnx           its inference kernels (forward, compile's fusions) at --batch
+  MODEL.onnx           its inference kernels (forward, compile's fusions) at --batch,
+                       at the per-call batch compile splits it into (--per-call-batch)
   MODEL.onnx --train   every kernel the trainer runs (each layer x size x pass)
   LAYERS.tsv           every row (docs/descriptor.md), --passes of each
   DESCRIPTOR           one layer, e.g. mb8ic64ih56oc64oh56kh3ph1
@@ -50,6 +51,7 @@ Options:
                        whatever the thread count), then that configuration's kernels
   --no-step-search     with --train: keep the trainer's own micro-batch and modes
   --batch B            models: the batch; layer sets and descriptors: replaces mb
+  --per-call-batch M   inference models: as for compile (default: compile's)
   --trials N           trials per layer and pass, the default included (default 64)
   --budget TIME        wall time for the whole run, e.g. 45m, 2h, 900s, shared out over
                        the layers still to tune; a layer always gets its default, one
@@ -79,7 +81,7 @@ Comparing instead of searching (no records needed, nothing written to them):
 
 struct Options {
   std::vector<std::string> inputs;
-  std::string records, passes = "all", batch, micro_batch, trials = "64", budget, search = "guided", seed = "1",
+  std::string records, passes = "all", batch, micro_batch, per_call_batch, trials = "64", budget, search = "guided", seed = "1",
               jobs = "1", threads = "1", target = "host", log, rounds = "7";
   std::vector<std::string> compare;
   bool train = false, verbose = false, step_search = true;
@@ -200,7 +202,7 @@ int tune(const Args& args) {
         r.value("--micro-batch", &o.micro_batch) || r.value("--trials", &o.trials) || r.value("--budget", &o.budget) ||
         r.value("--search", &o.search) || r.value("--seed", &o.seed) || r.value("--jobs", &o.jobs) ||
         r.value("--threads", &o.threads) || r.value("--target", &o.target) || r.value("--log", &o.log) ||
-        r.value("--rounds", &o.rounds))
+        r.value("--rounds", &o.rounds) || r.value("--per-call-batch", &o.per_call_batch))
       continue;
     if (std::string words; r.value("--compare", &words)) {
       o.compare.push_back(words);
@@ -215,6 +217,8 @@ int tune(const Args& args) {
   if (o.records.empty() && o.compare.empty())
     throw Error(ExitCode::Usage, "tune: --records FILE is required (the records file to append to)");
   if (!o.train && !o.micro_batch.empty()) throw Error(ExitCode::Usage, "tune: --micro-batch needs --train");
+  if (o.train && !o.per_call_batch.empty())
+    throw Error(ExitCode::Usage, "tune: --per-call-batch is for inference models (--train takes --micro-batch)");
   if (!o.train && !o.step_search) throw Error(ExitCode::Usage, "tune: --no-step-search needs --train");
   if (o.search != "guided" && o.search != "random")
     throw Error(ExitCode::Usage, fmt::format("--search {}: expected guided or random", o.search));
@@ -225,6 +229,7 @@ int tune(const Args& args) {
   sources.train = o.train;
   if (!o.batch.empty()) sources.batch = parse_count("--batch", o.batch);
   if (!o.micro_batch.empty()) sources.micro_batch = parse_count("--micro-batch", o.micro_batch);
+  if (!o.per_call_batch.empty()) sources.per_call_batch = parse_count("--per-call-batch", o.per_call_batch);
   auto bounded = [](const std::string& option, const std::string& text, int64_t most) {
     const int64_t v = parse_count(option, text);
     if (v > most) throw Error(ExitCode::Usage, fmt::format("{} {}: at most {}", option, text, most));

@@ -137,7 +137,7 @@ struct JitForwardKernel::Impl {
   ForwardPipeline fp;
   Pipeline pipeline;
   Target target;
-  int64_t last_peak = 0;
+  std::atomic<int64_t> last_peak{0};  // one kernel may run on several threads at once
 };
 
 JitForwardKernel::JitForwardKernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
@@ -167,7 +167,7 @@ JitForwardKernel::~JitForwardKernel() = default;
 
 void JitForwardKernel::run(const float* x, const float* w, const float* bias, float* y, const float* residual) {
   const ConvDescriptor& d = d_;
-  const int n = int(d.mb), g = int(d.g), cg = int(d.icg()), kg = int(d.ocg());
+  const int n = int(d.mb), g = int(d.g), cg = int(d.icg());
   using B = Halide::Buffer<float>;
   B in(const_cast<float*>(x), {cg, g, int(d.iw), int(d.ih), n});
   B wt = weights_view(d, panels_, w);
@@ -202,7 +202,7 @@ struct JitBackwardDataKernel::Impl {
   BackwardDataPipeline bp;
   Pipeline pipeline;
   Target target;
-  int64_t last_peak = 0;
+  std::atomic<int64_t> last_peak{0};  // one kernel may run on several threads at once
 };
 
 JitBackwardDataKernel::JitBackwardDataKernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
@@ -260,7 +260,7 @@ struct JitBackwardWeightsKernel::Impl {
   BackwardWeightsPipeline bp;
   Pipeline pipeline;
   Target target;
-  int64_t last_peak = 0;
+  std::atomic<int64_t> last_peak{0};  // one kernel may run on several threads at once
 };
 
 JitBackwardWeightsKernel::JitBackwardWeightsKernel(const ConvDescriptor& d, const ConvSchedule& s,

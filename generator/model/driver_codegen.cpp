@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "generator/model/batch_split.h"
 #include "schedules/errors.h"
 
 namespace convgen::model {
@@ -151,27 +152,37 @@ class Writer {
   const Plan& p_;
 };
 
-std::string elements_list(const Plan& p, const std::vector<int>& ids) {
+// The elements of each buffer over the whole batch (`calls` calls of the plan).
+std::string elements_list(const Plan& p, const std::vector<int>& ids, int64_t calls) {
   std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(p.buffers[ids[i]].elements());
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(p.buffers[ids[i]].elements() * calls);
   return s;
 }
 
 }  // namespace
 
-std::string driver_declaration(const std::string& name, const Graph& g, const Plan& p, const std::string& ns) {
+std::string driver_declaration(const std::string& name, const Graph& g, const Plan& p, const std::string& ns,
+                               int64_t calls) {
   std::string inputs_doc, outputs_doc;
   for (size_t i = 0; i < g.inputs.size(); ++i)
-    inputs_doc += fmt::format("//   inputs[{}]  '{}' {}\n", i, g.inputs[i], ints(g.value(g.inputs[i]).shape));
+    inputs_doc += fmt::format("//   inputs[{}]  '{}' {}\n", i, g.inputs[i],
+                              ints(whole_batch_shape(g.value(g.inputs[i]).shape, calls)));
   for (size_t i = 0; i < g.outputs.size(); ++i)
-    outputs_doc += fmt::format("//   outputs[{}] '{}' {}\n", i, g.outputs[i], ints(g.value(g.outputs[i]).shape));
+    outputs_doc += fmt::format("//   outputs[{}] '{}' {}\n", i, g.outputs[i],
+                               ints(whole_batch_shape(g.value(g.outputs[i]).shape, calls)));
+  const std::string memory =
+      calls == 1 ? fmt::format("an arena of {} floats", p.arena_floats)
+                 : fmt::format("run as {} calls of batch {}\n// over the OpenMP threads, an arena of {} floats per "
+                               "thread (the same bits on\n// every thread count),",
+                               calls, g.batch, p.arena_floats);
   return fmt::format(
-      "#include <cstdint>\n#include <string>\n#include <vector>\n\n"
+      "#include <cstdint>\n#include <memory>\n#include <string>\n#include <vector>\n\n"
+      "{split_forward}"
       "namespace {ns} {{\n\n"
-      "// The model's forward pass over a static plan: {1} steps, an arena of {2} floats and\n"
+      "// The model's forward pass over a static plan: {1} steps, {2} and\n"
       "// {3} floats of weights (read from the weights file `convgen compile` wrote beside\n"
       "// this header). Data is dense float32 in ONNX order:\n{4}{5}"
-      "// forward() is not reentrant (one arena per Model); use one Model per thread.\n"
+      "// forward() is not reentrant ({reentrant}); use one Model per thread.\n"
       "class Model {{\n"
       " public:\n"
       "  // Throws std::runtime_error naming the file when it is missing, truncated or\n"
@@ -182,32 +193,68 @@ std::string driver_declaration(const std::string& name, const Graph& g, const Pl
       "  static constexpr int64_t kOutputElements[kOutputs] = {{{9}}};\n"
       "  void forward(const float* const* inputs, float* const* outputs);\n\n"
       " private:\n"
-      "  std::vector<float> weights_, arena_;\n"
+      "{members}"
       "}};\n\n"
       "}}  // namespace {ns}\n",
-      name, p.steps.size(), p.arena_floats, p.weights_floats, inputs_doc, outputs_doc, g.inputs.size(),
-      g.outputs.size(), elements_list(p, p.inputs), elements_list(p, p.outputs), fmt::arg("ns", ns));
+      name, p.steps.size(), memory, p.weights_floats, inputs_doc, outputs_doc, g.inputs.size(), g.outputs.size(),
+      elements_list(p, p.inputs, calls), elements_list(p, p.outputs, calls), fmt::arg("ns", ns),
+      fmt::arg("split_forward", calls == 1 ? "" : "namespace convgen { class CallArenas; }\n\n"),
+      fmt::arg("reentrant", calls == 1 ? "one arena per Model" : "one set of arenas per Model"),
+      fmt::arg("members", calls == 1 ? "  std::vector<float> weights_, arena_;\n"
+                                     : "  std::vector<float> weights_;\n"
+                                       "  std::shared_ptr<convgen::CallArenas> arenas_;  // runtime/parallel/batch_calls.h\n"));
 }
 
 std::string driver_source(const std::string& name, const Graph& g, const Plan& p, const std::string& plan_key,
-                          const std::string& target, const std::string& provenance, const std::string& ns) {
+                          const std::string& target, const std::string& provenance, const std::string& ns,
+                          int64_t calls) {
   Writer w(p);
+  // One call's samples: a block of `elements` at call * elements (dimension 0 outermost).
+  const bool split = calls > 1;
+  const std::string in = split ? "    " : "  ";
+  auto at_call = [&](int64_t elements) { return split ? fmt::format(" + call * {}", elements) : std::string(); };
   std::string body;
-  for (size_t i = 0; i < p.inputs.size(); ++i)
-    body += fmt::format("  std::copy(inputs[{0}], inputs[{0}] + {1}, {2});\n", i, p.buffers[p.inputs[i]].elements(),
-                        w.pointer(p.inputs[i]));
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    const int64_t e = p.buffers[p.inputs[i]].elements();
+    body += fmt::format("{in}std::copy(inputs[{0}]{3}, inputs[{0}]{3} + {1}, {2});\n", i, e, w.pointer(p.inputs[i]),
+                        at_call(e), fmt::arg("in", in));
+  }
   for (const PlanStep& s : p.steps) {
     const std::string layer = s.kind == StepKind::Conv            ? ": " + s.descriptor.normalised()
                               : s.kind == StepKind::ConvTranspose ? ": backward-data of " + s.descriptor.normalised()
                                                                   : "";
-    body += fmt::format("  // {} ({}){}\n", s.node, op_name(s.op), layer);
-    body += "  " + w.step(s) + "\n";
+    body += fmt::format("{}// {} ({}){}\n", in, s.node, op_name(s.op), layer);
+    body += in + w.step(s) + "\n";
   }
   for (size_t i = 0; i < p.outputs.size(); ++i) {
-    const PlanBuffer& b = p.buffers[p.outputs[i]];
-    body += fmt::format("  std::copy({0}, {0} + {1}, outputs[{2}]);\n", w.pointer(p.outputs[i]), b.elements(), i);
+    const int64_t e = p.buffers[p.outputs[i]].elements();
+    body += fmt::format("{in}std::copy({0}, {0} + {1}, outputs[{2}]{3});\n", w.pointer(p.outputs[i]), e, i, at_call(e),
+                        fmt::arg("in", in));
   }
   (void)g;
+  if (split)
+    return fmt::format(
+        "{0}"
+        "#include \"{1}.h\"\n\n#include <algorithm>\n#include <cstdint>\n\n#include \"runtime/driver/model_runtime.h\"\n"
+        "#include \"runtime/parallel/batch_calls.h\"\n#include \"runtime/parallel/parallel_runtime.h\"\n\n"
+        "namespace {ns} {{\n\n"
+        "namespace {{\nconstexpr char kPlanKey[] = \"{2}\";\nconstexpr char kTarget[] = \"{target}\";\n}}  // namespace\n\n"
+        "constexpr int64_t Model::kInputElements[];\nconstexpr int64_t Model::kOutputElements[];\n\n"
+        "// A CPU without the kernels' features is refused before anything else.\n"
+        "Model::Model(const std::string& weights_path)\n"
+        "    : weights_((convgen::require_cpu_features(kTarget, \"model {1}\"),\n"
+        "                convgen::read_weights_file(weights_path, {3}, kPlanKey))),\n"
+        "      arenas_(std::make_shared<convgen::CallArenas>({4})) {{\n"
+        "  convgen::install_model_runtime();\n}}\n\n"
+        "// The batch as {calls} calls of the plan, spread over the threads, each thread on its own\n"
+        "// arena A (64-byte aligned: the plan's offsets are multiples of 64 bytes).\n"
+        "void Model::forward(const float* const* inputs, float* const* outputs) {{\n"
+        "  const float* const W = weights_.data();\n"
+        "  arenas_->run({calls}, [&](int64_t call, int, float* A) {{\n"
+        "    (void)W;\n{5}  }});\n}}\n\n"
+        "}}  // namespace {ns}\n",
+        provenance, name, plan_key, p.weights_floats, p.arena_floats, body, fmt::arg("ns", ns),
+        fmt::arg("target", target), fmt::arg("calls", calls));
   return fmt::format(
       "{0}"
       "#include \"{1}.h\"\n\n#include <algorithm>\n#include <cstdint>\n\n#include \"runtime/driver/model_runtime.h\"\n#include \"runtime/parallel/parallel_runtime.h\"\n\n"

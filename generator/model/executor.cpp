@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "generator/conv/jit.h"
+#include "generator/model/batch_split.h"
 #include "generator/model/kernels.h"
 #include "runtime/graph/operators.h"
 #include "runtime/ops/ops.h"
@@ -38,12 +39,13 @@ Tensor tensor_of(const Value& v) {
 }
 
 ModelExecutor::ModelExecutor(Graph graph, const TargetInfo& t, const std::string& records,
-                             std::vector<std::string>* why, int threads)
-    : g_(std::move(graph)), kernels_(std::make_unique<Kernels>()) {
+                             std::vector<std::string>* why, int threads, int64_t calls)
+    : g_(std::move(graph)), calls_(std::max<int64_t>(1, calls)), threads_(std::max(1, threads)),
+      kernels_(std::make_unique<Kernels>()) {
   const std::vector<PlannedKernel> planned = plan_kernels(g_, t, records, why);
   // Every OpenMP region of the run (kernels' parallel variants, element-wise ops, pooling)
   // takes exactly `threads`, 1 included: the bench's one-thread figures mean one thread.
-  omp_set_num_threads(std::max(1, threads));
+  omp_set_num_threads(threads_);
   for (const PlannedKernel& k : planned) {
     // The planned schedule, already its parallel variant: the same on every thread count.
     const ConvSchedule& s = k.selection.schedule;
@@ -61,7 +63,8 @@ ModelExecutor::ModelExecutor(Graph graph, const TargetInfo& t, const std::string
   plan_ = make_plan(g_, planned);
   const std::vector<float> blob = weights_blob(g_, plan_);
   weights_.assign(blob.begin(), blob.end());
-  arena_.assign(static_cast<size_t>(plan_.arena_floats), 0.0f);
+  if (calls_ == 1) arena_.assign(static_cast<size_t>(plan_.arena_floats), 0.0f);
+  else call_arenas_ = std::make_unique<CallArenas>(plan_.arena_floats);
   // The blob now holds every constant the plan reads: drop the graph's copies (half
   // the resident weights of AlexNet or VGG otherwise). Shapes and names stay.
   for (auto& [name, v] : g_.values) {
@@ -138,15 +141,21 @@ void run_plan_step(const PlanStep& s, const Plan& p, float* arena, const float* 
   }
 }
 
-std::vector<Tensor> ModelExecutor::run(const std::map<std::string, Tensor>& inputs) {
+std::vector<int64_t> ModelExecutor::batch_shape(const std::string& value) const {
+  return whole_batch_shape(g_.value(value).shape, calls_);
+}
+
+int64_t ModelExecutor::arena_floats_allocated() const {
+  return calls_ == 1 ? plan_.arena_floats : plan_.arena_floats * static_cast<int64_t>(call_arenas_->arenas());
+}
+
+void ModelExecutor::run_call(const std::map<std::string, Tensor>& inputs, int64_t call, float* arena,
+                             std::vector<Tensor>& outputs, std::vector<double>* ms) {
+  // Dimension 0 is outermost in ONNX order: a call's samples are one contiguous block.
   for (size_t i = 0; i < g_.inputs.size(); ++i) {
-    const std::string& name = g_.inputs[i];
-    auto it = inputs.find(name);
-    if (it == inputs.end()) throw Error(ExitCode::BadData, fmt::format("{}: no data for input '{}'", g_.source, name));
-    if (it->second.shape != g_.value(name).shape)
-      throw Error(ExitCode::BadData, fmt::format("{}: input '{}' has the wrong shape", g_.source, name));
     const PlanBuffer& b = plan_.buffers[plan_.inputs[i]];
-    copy_layout(view_of(it->second), View{arena_.data() + b.offset, b.shape, false});
+    const float* samples = inputs.at(g_.inputs[i]).data.data() + call * b.elements();
+    copy_layout(ConstView{samples, b.shape, false}, View{arena + b.offset, b.shape, false});
   }
   auto conv = [&](const PlanStep& s, const ConvOperands& o) {
     if (s.kind == StepKind::Conv) {
@@ -158,28 +167,50 @@ std::vector<Tensor> ModelExecutor::run(const std::map<std::string, Tensor>& inpu
     const ConvDescriptor& d = s.descriptor;
     if (o.bias) ops::add_channel_bias(o.y, d.mb * d.ih * d.iw, d.ic, o.bias);
   };
-  profile_.clear();
-  for (const PlanStep& s : plan_.steps) {
+  for (size_t k = 0; k < plan_.steps.size(); ++k) {
     const auto start = std::chrono::steady_clock::now();
-    run_plan_step(s, plan_, arena_.data(), weights_.data(), conv);
-    if (!profiling_) continue;
+    run_plan_step(plan_.steps[k], plan_, arena, weights_.data(), conv);
+    if (ms) (*ms)[k] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }
+  for (size_t i = 0; i < plan_.outputs.size(); ++i) {
+    const PlanBuffer& b = plan_.buffers[plan_.outputs[i]];
+    const float* src = b.constant ? weights_.data() + b.offset : arena + b.offset;
+    std::copy(src, src + b.elements(), outputs[i].data.begin() + call * b.elements());
+  }
+}
+
+std::vector<Tensor> ModelExecutor::run(const std::map<std::string, Tensor>& inputs) {
+  for (const std::string& name : g_.inputs) {
+    auto it = inputs.find(name);
+    if (it == inputs.end()) throw Error(ExitCode::BadData, fmt::format("{}: no data for input '{}'", g_.source, name));
+    if (it->second.shape != batch_shape(name))
+      throw Error(ExitCode::BadData, fmt::format("{}: input '{}' has the wrong shape", g_.source, name));
+  }
+  std::vector<Tensor> outputs;
+  for (const std::string& name : g_.outputs) outputs.emplace_back(batch_shape(name), false);
+  std::vector<double> ms(profiling_ ? plan_.steps.size() : 0, 0.0);
+  int64_t timed_calls = 1;  // the calls whose steps `ms` sums
+  if (calls_ == 1) {
+    run_call(inputs, 0, arena_.data(), outputs, profiling_ ? &ms : nullptr);
+  } else {
+    timed_calls = 0;
+    call_arenas_->run(calls_, [&](int64_t call, int thread, float* arena) {
+      if (thread == 0) ++timed_calls;
+      run_call(inputs, call, arena, outputs, profiling_ && thread == 0 ? &ms : nullptr);
+    });
+  }
+  profile_.clear();
+  for (size_t k = 0; k < ms.size(); ++k) {
+    const PlanStep& s = plan_.steps[k];
     StepTiming t;
     t.node = s.node;
     t.op = s.op;
-    t.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    t.ms = ms[k];
     if (s.kind == StepKind::Conv || s.kind == StepKind::ConvTranspose) {
-      t.flops = s.descriptor.flops();
+      t.flops = s.descriptor.flops() * static_cast<double>(timed_calls);
       t.workspace_bytes = kernels_->last_workspace_bytes(s.node);
     }
     profile_.push_back(t);
-  }
-  std::vector<Tensor> outputs;
-  for (int id : plan_.outputs) {
-    const PlanBuffer& b = plan_.buffers[id];
-    Tensor t(b.shape, false);
-    const float* src = b.constant ? weights_.data() + b.offset : arena_.data() + b.offset;
-    std::copy(src, src + b.elements(), t.data.begin());
-    outputs.push_back(std::move(t));
   }
   return outputs;
 }

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "generator/model/batch_split.h"
 #include "generator/model/fusion.h"
 #include "generator/model/kernels.h"
 #include "generator/onnx/import.h"
@@ -50,10 +51,16 @@ void add_model(const std::string& path, const TuneSources& src, const TargetInfo
                                                "ConvTranspose layers' are backward-data kernels, tuned with them); "
                                                "add fwd to --passes, or tune with --train",
                                                path));
-    model::ImportOptions import;
-    if (src.batch > 0) import.batch = src.batch;
-    model::Graph g = model::import_onnx(path, import);
-    model::fuse_for_inference(g, why);
+    const int64_t batch = src.batch > 0 ? src.batch : 1;
+    auto import_at = [&](int64_t b, std::vector<std::string>* fusions) {
+      model::ImportOptions import;
+      import.batch = b;
+      model::Graph g = model::import_onnx(path, import);
+      model::fuse_for_inference(g, fusions);
+      return g;
+    };
+    // At the per-call batch compile runs the batch in (generator/model/batch_split.h).
+    const model::Graph g = model::split_batch(import_at, batch, src.per_call_batch, why).graph;
     for (const model::PlannedKernel& k : model::plan_kernels(g, t, "", nullptr))
       for (const std::string& layer : k.layers) items.add(k.descriptor, k.pass, path + ":" + layer);
     return;

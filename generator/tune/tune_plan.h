@@ -19,6 +19,7 @@ struct TuneSources {
   bool train = false;
   int64_t batch = 0;        // models: the compile (or training) batch; TSV/descriptors: replaces mb; 0 = as given
   int64_t micro_batch = 0;  // --train: the trainer's micro-batch (0: its default)
+  int64_t per_call_batch = 0;  // inference models: compile's --per-call-batch (0: its default)
   // --train: the records file; its training record for the model (if any) sets the
   // micro-batch and parallel modes whose kernels are tuned, as `convgen train` runs them.
   std::string records;

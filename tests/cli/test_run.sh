@@ -32,6 +32,28 @@ cmp -s "$work/out1/output_0.pb" "$work/out5/output_0.pb" || fail "run --threads 
   --threads 0 >/dev/null 2>"$work/threads0"
 [[ $? -eq 2 ]] && grep -q "threads 0: expected a positive integer" "$work/threads0" || fail "run --threads 0: $(cat "$work/threads0")"
 
+# A batch of 4 splits into calls of one sample (lenet never mixes samples), --verbose says
+# so, and its outputs are the same bits on 1 and 3 threads; --per-call-batch 4 runs it
+# whole; a per-call batch that does not divide the batch is a usage error.
+/usr/bin/python3 - "$work/batch4.pb" <<'PY' || fail "batch-4 input"
+import sys, numpy as np
+from onnx import numpy_helper
+x = np.random.default_rng(7).standard_normal((4, 1, 28, 28)).astype(np.float32)
+open(sys.argv[1], "wb").write(numpy_helper.from_array(x, "data").SerializeToString())
+PY
+lenet="$root/models/lenet.onnx"
+"$convgen" run "$lenet" --input "$work/batch4.pb" --output-dir "$work/split1" --verbose >/dev/null 2>"$work/split.err" ||
+  fail "run batch 4: $(cat "$work/split.err")"
+grep -q "batch 4: 4 calls of batch 1" "$work/split.err" || fail "run --verbose does not say how the batch splits: $(cat "$work/split.err")"
+"$convgen" run "$lenet" --input "$work/batch4.pb" --output-dir "$work/split3" --threads 3 >/dev/null ||
+  fail "run batch 4 --threads 3"
+cmp -s "$work/split1/output_0.pb" "$work/split3/output_0.pb" || fail "split calls: --threads 3 changed the output"
+"$convgen" run "$lenet" --input "$work/batch4.pb" --output-dir "$work/whole" --per-call-batch 4 --verbose >/dev/null \
+  2>"$work/whole.err" || fail "run --per-call-batch 4: $(cat "$work/whole.err")"
+grep -q "batch 4: run whole (one call, as asked)" "$work/whole.err" || fail "--per-call-batch 4: $(cat "$work/whole.err")"
+expect_error 2 "--per-call-batch 3: not a divisor of the batch 4" run "$lenet" --input "$work/batch4.pb" \
+  --output-dir "$work/x" --per-call-batch 3
+
 # The scale rule: an error of 1e-6 of max |want| on the element nearest 0 fails the
 # per-element rule (rtol 1e-3, atol 1e-7) and passes the scale one (1e-5) -- unless it is
 # turned off or tightened; 1e-4 of max |want| fails both.

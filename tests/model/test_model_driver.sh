@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The generated drivers of the bundled models and driver_ops (built into one program, so four compiled
 # models link and run together) must give the same bits as the in-process executor
-# (`convgen run`) -- segmenter_tiny runs ConvTranspose, bilinear Resize and folded channel
+# (`convgen run`), split into calls of one sample where the model allows -- segmenter_tiny runs ConvTranspose, bilinear Resize and folded channel
 # shuffles; driver_ops a channel Gather, Max, Min, Mean, Convs with fused Clip, SiLU, HardSwish and
 # LeakyRelu epilogues, residual Adds fused into Convs, a Concat its Convs write in place and
 # SoftmaxCrossEntropyLoss -- and refuse
@@ -27,6 +27,10 @@ for model in lenet cifar10_full segmenter_tiny driver_ops; do
   # Bit for bit: the executor's output must equal the driver's exactly.
   "$convgen" check "$case_dir" --rtol 0 --atol 0 >"$work/out" 2>&1 || fail "$model: driver and executor differ: $(cat "$work/out")"
 done
+# At batch 2 lenet runs as two calls of one sample, each thread on its own arena (batch-level
+# parallel inference); driver_ops, whose loss binds labels for the whole batch, runs whole.
+grep -q 'arenas_->run(2, ' "$built/lenet/lenet.cpp" || fail "lenet: the batch is not split into calls"
+grep -q 'arenas_' "$built/driver_ops/driver_ops.cpp" && fail "driver_ops: split though its loss mixes samples"
 # driver_ops' residual blocks run as two +residual kernels, one with the Relu after the sum.
 [[ $(grep -c '+residual' "$built/driver_ops/driver_ops.cpp") -ge 2 ]] || fail "driver_ops: residual Adds not fused"
 grep -q '+residual+relu' "$built/driver_ops/driver_ops.cpp" || fail "driver_ops: Relu after the residual sum not fused"
