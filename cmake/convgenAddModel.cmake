@@ -19,7 +19,7 @@
 # (CONVGEN_CACHE_DIR, default <build>/convgen-cache), so builds never write to $HOME.
 #
 # BATCH: inference batch (default 1) or, with TRAIN, the mini-batch (default 64).
-# PER_CALL_BATCH: inference only, the calls the batch is split into over the threads
+# PER_CALL_BATCH: inference only, the samples per call when the batch runs as calls over the threads
 # (convgen compile --per-call-batch; default: convgen's, where the model allows).
 # SAMPLES: with TRAIN, data sizes whose last partial batch gets kernels (e.g. 60000 10000).
 # TARGET: a Halide target string (default host: the build machine's widest; pin one for

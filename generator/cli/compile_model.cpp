@@ -68,9 +68,10 @@ convgen::runtime (runtime/driver/model_runtime.h, runtime/ops/ops.h); from CMake
   --batch N            batch size bound to a dynamic batch dimension (default 1)
   --per-call-batch M   the driver runs the batch as calls of M samples, spread over
                        the OpenMP threads with an arena each (M divides N; M = N: one
-                       call). Default: the smallest M giving every convolution 64+
-                       output pixels a call, at most N/2, where the model provably
-                       never mixes samples (else one call; --verbose says why)
+                       call). Default (docs/model-import.md, Threads): the smallest M
+                       giving every spatial convolution 64+ output pixels a call, at
+                       most N/2, where the model provably never mixes samples (else
+                       one call; --verbose says why)
   --target STRING      Halide target (default host: the widest this CPU runs, AVX-512
                        where it has it, resolved and written into the provenance); pin
                        one, e.g. x86-64-linux-avx-avx2-f16c-fma-sse41, for other CPUs.

@@ -41,9 +41,10 @@ are bound as constants. The batch is the first input's leading dimension.
                        the outputs are the same bits for every T
   --per-call-batch M   run the batch as calls of M samples each, spread over the
                        threads (M divides the batch; M = the batch: one call). Default:
-                       the smallest M giving every convolution 64+ output pixels a
-                       call, at most half the batch, where the model provably never
-                       mixes samples (else one call; --verbose says why)
+                       the smallest M giving every spatial convolution 64+ output
+                       pixels a call, at most half the batch, where the model provably
+                       never mixes samples (else one call; --verbose says why;
+                       docs/model-import.md, Threads)
   --verbose            say per layer which kernel and schedule source were chosen
   --profile            per layer: ms, and for convolutions GF/s, % of the FMA peak
                        (measured in the same run) and workspace bytes (on stderr);
@@ -157,7 +158,7 @@ void print_profile(const std::vector<model::ModelExecutor::StepTiming>& profile,
              threads, threads > 1 ? "s" : "", peak, runs);
   if (calls > 1)
     fmt::print(stderr, "convgen: the batch runs as {} calls: per step, the first thread's time over its calls "
-                       "(GF/s and %pk of that thread; the peak is the threads')\n", calls);
+                       "(GF/s and %pk of that thread; the peak is the threads'; ws bytes not measured)\n", calls);
   fmt::print(stderr, "{:<28} {:<18} {:>9} {:>8} {:>5} {:>10}\n", "layer", "op", "ms", "GF/s", "%pk", "ws bytes");
   for (const auto& t : profile) {
     total_ms += t.ms;

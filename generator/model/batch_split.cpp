@@ -42,20 +42,37 @@ std::string mixing_reason(const Graph& g, const Node& n) {
       for (size_t i = 1; i < 5; ++i)
         if (std::string r = need_constant(i, "statistic or parameter"); !r.empty()) return r;
       return "";
-    case Op::Gemm:
+    case Op::Gemm: {
       if (!constant_input(g, n, 0) && a.trans_a) return "it transposes its computed first operand (samples become columns)";
       if (constant_input(g, n, 0)) return "its first operand is a constant multiplying the samples from the left";
-      return need_constant(1, "second operand");
+      if (std::string r = need_constant(1, "second operand"); !r.empty()) return r;
+      // C broadcasts to the output's rows: a computed C is per sample only as a full
+      // [samples, N] matrix, a constant one only when it has no rows of its own.
+      if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
+        const std::vector<int64_t>& c = g.value(n.inputs[2]).shape;
+        if (constant_input(g, n, 2) && c.size() == 2 && c[0] != 1)
+          return fmt::format("its addend '{}', a constant {}, has rows of its own against the samples", n.inputs[2],
+                             dims(c));
+        if (!constant_input(g, n, 2) && c.size() != 2)
+          return fmt::format("its addend '{}' is computed with shape {}, not one row per sample", n.inputs[2], dims(c));
+      }
+      return "";
+    }
     case Op::MatMul:
       if (constant_input(g, n, 0)) return "its first operand is a constant multiplying the samples from the left";
       if (rank_of(0) < 2) return "its first operand is a vector (the batch axis is the reduced one)";
       return need_constant(1, "second operand");
+    case Op::LayerNormalization:
+      if (a.axis == 0) return "its axis is the batch axis";
+      // A computed scale or bias would be one value per sample at one batch, per element at another.
+      for (size_t i = 1; i < 3; ++i)
+        if (std::string r = need_constant(i, i == 1 ? "scale" : "bias"); !r.empty()) return r;
+      return "";
     case Op::Softmax:
     case Op::LogSoftmax:
     case Op::Concat:
     case Op::Gather:
     case Op::Flatten:
-    case Op::LayerNormalization:
       return a.axis == 0 ? "its axis is the batch axis" : "";
     case Op::Transpose:
       return !a.perm.empty() && a.perm[0] != 0 ? "it moves the batch axis" : "";
@@ -75,10 +92,16 @@ std::string mixing_reason(const Graph& g, const Node& n) {
     case Op::Min: case Op::Sum: {
       // Broadcasting aligns trailing axes: a computed operand of lower rank would meet
       // the batch axis of another.
+      // A constant of the output's rank reaches axis 0: only with extent 1 there is it the
+      // same for every sample (PRelu's slope is not shape-checked against x by ONNX).
       const size_t rank = g.value(n.outputs[0]).shape.size();
-      for (size_t i = 0; i < n.inputs.size(); ++i)
-        if (!n.inputs[i].empty() && !constant_input(g, n, i) && rank_of(i) != rank)
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        if (n.inputs[i].empty()) continue;
+        if (!constant_input(g, n, i) && rank_of(i) != rank)
           return fmt::format("its computed operand '{}' broadcasts against the batch axis", n.inputs[i]);
+        if (constant_input(g, n, i) && rank_of(i) == rank && g.value(n.inputs[i]).shape[0] != 1)
+          return fmt::format("its constant operand '{}' has rows along the batch axis", n.inputs[i]);
+      }
       return "";
     }
     case Op::Relu: case Op::LeakyRelu: case Op::Clip: case Op::Sigmoid: case Op::MaxPool: case Op::AveragePool:
@@ -159,7 +182,8 @@ std::string batch_split_refusal(const Graph& whole, const Graph& per_call) {
 int64_t default_per_call_batch(const Graph& whole) {
   const int64_t B = whole.batch;
   if (B < 2) return B;
-  int64_t min_pixels = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+  int64_t min_pixels = kNone;
   for (const Node& n : whole.nodes)
     if (n.op == Op::Conv || n.op == Op::ConvTranspose) {
       // Spatial ones: a Gemm run as a 1x1 convolution of one pixel (a classifier head) is
@@ -167,6 +191,9 @@ int64_t default_per_call_batch(const Graph& whole) {
       const ConvDescriptor d = conv_layer_descriptor(whole, n);
       if (d.oh() * d.ow() > 1) min_pixels = std::min(min_pixels, d.oh() * d.ow());
     }
+  // No spatial convolution (an MLP): one sample a call would turn its matrix products
+  // into matrix-vector products.
+  if (min_pixels == kNone) return B;
   for (int64_t m = 1; m <= B / 2; ++m)
     if (B % m == 0 && m * min_pixels >= kMinPixelsPerCall) return m;
   // Too few pixels per image at any split of at least two calls: the largest such split.
@@ -197,7 +224,9 @@ SplitModel split_batch(const ImportAt& import_at, int64_t batch, int64_t per_cal
   if (m == batch)
     return finish(std::move(whole), whole_why,
                   fmt::format("batch {}: run whole (one call{})", batch,
-                              asked ? ", as asked" : ": no split of a single sample"));
+                              asked        ? ", as asked"
+                              : batch == 1 ? ": no split of a single sample"
+                                           : ": no spatial convolution, its matrix products stay whole"));
   std::string refusal;
   Graph per_call;
   try {

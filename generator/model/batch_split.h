@@ -2,9 +2,12 @@
 // calls of the same model imported at a per-call batch M, spread over the threads with
 // one arena each (runtime/parallel/batch_calls.h). Only where samples provably never
 // meet: the two imports must be the same graph but for the batch -- the same nodes, the
-// same constants, every other value the same shape with B samples against M -- and no
-// node may mix samples in a way shapes cannot show (a softmax over the batch axis,
-// a constant multiplied from the left, ...). Otherwise the model runs whole, as before.
+// same float constants, the attributes a shape input can set (a Reshape's shape but for
+// its batch dimension, Transpose's perm, axes, axis, indices, Slice and Pad) equal, every
+// computed value the same shape with B samples against M -- and no node may mix samples
+// in a way shapes cannot show (a softmax over the batch axis, a constant multiplied from
+// the left, an operand broadcast against the batch axis, ...). Otherwise the model runs
+// whole, as before.
 //
 // M is fixed by the model and B, never by the thread count, so every thread count runs the
 // same calls of the same kernels and gives the same bits.
@@ -30,7 +33,9 @@ std::string batch_split_refusal(const Graph& whole, const Graph& per_call);
 // kMinPixelsPerCall output pixels per call (M x P x Q) -- fewer leave the kernels' pixel
 // tiles short: resnet18 and regnet_y_400mf (7x7 layers) ran 8-14% slower at M = 1 than at
 // 2 on one thread (AMD Zen 5, AVX-512) -- at most B/2 so that there are at least two calls; B itself
-// (no split) for B = 1.
+// (no split) for B = 1. Where no divisor up to B/2 gives that many, the largest one
+// up to B/2 (a batch of 2 with 7x7 layers: two calls of 1). A model with no spatial
+// convolution runs whole (M = B): its matrix products would become matrix-vector ones.
 int64_t default_per_call_batch(const Graph& whole);
 constexpr int64_t kMinPixelsPerCall = 64;
 

@@ -188,6 +188,7 @@ std::string driver_declaration(const std::string& name, const Graph& g, const Pl
       "  // Throws std::runtime_error naming the file when it is missing, truncated or\n"
       "  // written by another compile.\n"
       "  explicit Model(const std::string& weights_path);\n"
+      "{copies}"
       "  static constexpr int kInputs = {6}, kOutputs = {7};\n"
       "  static constexpr int64_t kInputElements[kInputs] = {{{8}}};\n"
       "  static constexpr int64_t kOutputElements[kOutputs] = {{{9}}};\n"
@@ -202,7 +203,11 @@ std::string driver_declaration(const std::string& name, const Graph& g, const Pl
       fmt::arg("reentrant", calls == 1 ? "one arena per Model" : "one set of arenas per Model"),
       fmt::arg("members", calls == 1 ? "  std::vector<float> weights_, arena_;\n"
                                      : "  std::vector<float> weights_;\n"
-                                       "  std::shared_ptr<convgen::CallArenas> arenas_;  // runtime/parallel/batch_calls.h\n"));
+                                       "  std::shared_ptr<convgen::CallArenas> arenas_;  // runtime/parallel/batch_calls.h\n"),
+      fmt::arg("copies", calls == 1 ? ""
+                                    : "  // A copy would share the arenas: moved, never copied.\n"
+                                      "  Model(const Model&) = delete;\n  Model& operator=(const Model&) = delete;\n"
+                                      "  Model(Model&&) = default;\n  Model& operator=(Model&&) = default;\n"));
 }
 
 std::string driver_source(const std::string& name, const Graph& g, const Plan& p, const std::string& plan_key,

@@ -208,7 +208,8 @@ std::vector<Tensor> ModelExecutor::run(const std::map<std::string, Tensor>& inpu
     t.ms = ms[k];
     if (s.kind == StepKind::Conv || s.kind == StepKind::ConvTranspose) {
       t.flops = s.descriptor.flops() * static_cast<double>(timed_calls);
-      t.workspace_bytes = kernels_->last_workspace_bytes(s.node);
+      // Calls on several threads measure each other's heap: only a lone call's is its own.
+      t.workspace_bytes = calls_ == 1 ? kernels_->last_workspace_bytes(s.node) : 0;
     }
     profile_.push_back(t);
   }

@@ -22,9 +22,12 @@ class CallArenas {
   explicit CallArenas(int64_t floats) : floats_(floats) {}
 
   // Runs body(call, thread, arena) for every call in [0, calls), statically split over
-  // min(calls, omp_get_max_threads()) threads; inside, each thread's parallel loops run
-  // serially (OpenMP's default of one active level). Exceptions are caught per call; the one of the lowest
-  // call is rethrown after every call ended.
+  // omp_get_max_threads() threads; inside, each thread's parallel loops run serially
+  // (OpenMP's default of one active level). With fewer calls than threads, or inside a
+  // parallel region of the caller, the calls run one after another on the calling thread
+  // (thread 0, arena 0), their own loops taking the threads. Which thread runs a call never
+  // changes its bits. Exceptions are caught per call; the one of the lowest call is
+  // rethrown after every call ended.
   void run(int64_t calls, const std::function<void(int64_t call, int thread, float* arena)>& body);
 
   // The arenas allocated so far, and the floats of each (the memory they hold).

@@ -144,6 +144,16 @@ TEST_CASE("batch split: the default per-call batch", "[batch_split]") {
   CHECK(model::default_per_call_batch(importer(small)(8, nullptr)) == 2);
   CHECK(model::default_per_call_batch(importer(small)(3, nullptr)) == 1);
   CHECK(model::default_per_call_batch(importer(small)(2, nullptr)) == 1);
+  // No spatial convolution (an MLP): whole, its matrix products stay matrix products.
+  test::OnnxModelBuilder mlp(13);
+  mlp.input("x", {-1, 16}).output("y", 2).weights("w", {16, 8});
+  mlp.node("MatMul", {"x", "w"}, {"y"}, "fc");
+  const std::string mlp_path = mlp.write("mlp");
+  CHECK(model::default_per_call_batch(importer(mlp_path)(8, nullptr)) == 8);
+  std::vector<std::string> mlp_why;
+  CHECK(model::split_batch(importer(mlp_path), 8, 0, &mlp_why).calls == 1);
+  REQUIRE(!mlp_why.empty());
+  CHECK_THAT(mlp_why.back(), Catch::Contains("no spatial convolution"));
   std::vector<std::string> why;
   CHECK(model::split_batch(importer(small), 8, 0, &why).calls == 4);
   REQUIRE(!why.empty());
@@ -216,6 +226,58 @@ TEST_CASE("batch split: refused where samples may meet, naming the node or value
   CHECK_THAT(refusal(tiny(4, Op::Add, {4, 4}, lower(4)), tiny(1, Op::Add, {1, 4}, lower(1))),
              Catch::Contains("its computed operand 'v' broadcasts against the batch axis"));
 
+  // Operands ONNX does not shape-check against the samples: a Gemm addend with rows, a
+  // PRelu slope with rows along the batch axis, a computed LayerNormalization scale.
+  auto gemm = [](int64_t b, std::vector<int64_t> c_shape, bool c_constant) {
+    return [b, c_shape, c_constant](Graph& g, Node& n) {
+      g.values["w"] = constant("w", {4, 4}, std::vector<float>(16, 1.0f));
+      int64_t c_elements = 1;
+      for (int64_t d : c_shape) c_elements *= d;
+      if (c_constant) g.values["c"] = constant("c", c_shape, std::vector<float>(size_t(c_elements), 2.0f));
+      else g.values["c"] = Value{"c", c_shape}, g.inputs.push_back("c");
+      n.inputs = {"x", "w", "c"};
+      (void)b;
+    };
+  };
+  CHECK_THAT(refusal(tiny(4, Op::Gemm, {4, 4}, gemm(4, {4, 4}, true)), tiny(2, Op::Gemm, {2, 4}, gemm(2, {4, 4}, true))),
+             Catch::Equals("node n0 (Gemm): its addend 'c', a constant [4, 4], has rows of its own against the samples"));
+  CHECK(refusal(tiny(4, Op::Gemm, {4, 4}, gemm(4, {1, 4}, true)), tiny(2, Op::Gemm, {2, 4}, gemm(2, {1, 4}, true)))
+            .empty());
+  CHECK(refusal(tiny(4, Op::Gemm, {4, 4}, gemm(4, {4}, true)), tiny(2, Op::Gemm, {2, 4}, gemm(2, {4}, true))).empty());
+  CHECK_THAT(refusal(tiny(4, Op::Gemm, {4, 4}, gemm(4, {4}, false)), tiny(2, Op::Gemm, {2, 4}, gemm(2, {2}, false))),
+             Catch::Contains("its addend 'c' is computed with shape [4], not one row per sample"));
+  CHECK(refusal(tiny(4, Op::Gemm, {4, 4}, gemm(4, {4, 4}, false)), tiny(2, Op::Gemm, {2, 4}, gemm(2, {2, 4}, false)))
+            .empty());
+  auto slope = [](std::vector<int64_t> shape) {
+    return [shape](Graph& g, Node& n) {
+      g.values["s"] = constant("s", shape, std::vector<float>(size_t(shape[0] * shape[1]), 0.25f));
+      n.inputs = {"x", "s"};
+    };
+  };
+  CHECK_THAT(refusal(tiny(4, Op::PRelu, {4, 4}, slope({4, 4})), tiny(2, Op::PRelu, {2, 4}, slope({4, 4}))),
+             Catch::Contains("node n0 (PRelu): its constant operand 's' has rows along the batch axis"));
+  CHECK(refusal(tiny(4, Op::PRelu, {4, 4}, slope({1, 4})), tiny(2, Op::PRelu, {2, 4}, slope({1, 4}))).empty());
+  auto computed_scale = [](int64_t b) {
+    return [b](Graph& g, Node& n) {
+      n.attributes.axis = 1;
+      g.values["scale"] = Value{"scale", {b}};
+      g.inputs.push_back("scale");
+      n.inputs = {"x", "scale", ""};
+    };
+  };
+  CHECK_THAT(refusal(tiny(4, Op::LayerNormalization, {4, 4}, computed_scale(4)),
+                     tiny(1, Op::LayerNormalization, {1, 4}, computed_scale(1))),
+             Catch::Contains("its scale 'scale' is computed, not a constant") ||
+                 Catch::Contains("value 'scale' is [4] at batch 4 and [1] at batch 1"));
+  auto constant_scale = [](Graph& g, Node& n) {
+    n.attributes.axis = 1;
+    g.values["scale"] = constant("scale", {4}, {1, 2, 3, 4});
+    n.inputs = {"x", "scale", ""};
+  };
+  CHECK(refusal(tiny(4, Op::LayerNormalization, {4, 4}, constant_scale),
+                tiny(1, Op::LayerNormalization, {1, 4}, constant_scale))
+            .empty());
+
   // A fixed batch: the same shapes at both imports.
   CHECK_THAT(refusal(tiny(8, Op::Relu, {8, 4}), [] {
                Graph g = tiny(8, Op::Relu, {8, 4});
@@ -232,9 +294,13 @@ TEST_CASE("batch split: refused where samples may meet, naming the node or value
 }
 
 TEST_CASE("batch split: what split_batch does with a per-call batch asked for or refused", "[batch_split]") {
+  // A convolution (so the default splits), then a softmax over the batch.
   test::OnnxModelBuilder b(13);
-  b.input("x", {-1, 4}).output("y", 2);
-  auto& sm = b.node("Softmax", {"x"}, {"y"}, "over_batch");
+  b.input("x", {-1, 1, 8, 8}).output("y", 2).weights("w", {2, 1, 3, 3});
+  auto& conv = b.node("Conv", {"x", "w"}, {"c"}, "conv");
+  test::set_ints(conv, "pads", {1, 1, 1, 1});
+  b.node("Flatten", {"c"}, {"f"}, "flat");
+  auto& sm = b.node("Softmax", {"f"}, {"y"}, "over_batch");
   test::set_int(sm, "axis", 0);
   const std::string mixing = b.write("softmax_over_batch");
   // The default falls back to one call and says why.

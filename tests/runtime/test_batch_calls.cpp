@@ -74,3 +74,25 @@ TEST_CASE("batch calls: arenas start zeroed; the lowest failing call's error is 
   CHECK(ran.load() == 6);  // every call ran though two failed
   omp_set_num_threads(1);
 }
+
+TEST_CASE("batch calls: fewer calls than threads, or inside a parallel region, run on the calling thread",
+          "[batch_calls]") {
+  omp_set_num_threads(3);
+  CallArenas arenas(16);
+  std::vector<int> thread_of(2, -1);
+  arenas.run(2, [&](int64_t call, int thread, float*) { thread_of[static_cast<size_t>(call)] = thread; });
+  CHECK(thread_of == std::vector<int>{0, 0});
+  CHECK(arenas.arenas() == 1);
+  std::atomic<int> off_thread{0}, ran{0};
+#pragma omp parallel num_threads(2)
+  {
+    CallArenas inner(16);
+    inner.run(4, [&](int64_t, int thread, float*) {
+      ++ran;
+      off_thread += thread != 0;
+    });
+  }
+  CHECK(ran.load() == 8);
+  CHECK(off_thread.load() == 0);
+  omp_set_num_threads(1);
+}
