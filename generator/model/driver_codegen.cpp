@@ -237,32 +237,27 @@ std::string driver_source(const std::string& name, const Graph& g, const Plan& p
                         fmt::arg("in", in));
   }
   (void)g;
-  if (split)
-    return fmt::format(
-        "{0}"
-        "#include \"{1}.h\"\n\n#include <algorithm>\n#include <cstdint>\n\n#include \"runtime/driver/model_runtime.h\"\n"
-        "#include \"runtime/parallel/batch_calls.h\"\n#include \"runtime/parallel/parallel_runtime.h\"\n\n"
-        "namespace {ns} {{\n\n"
-        "namespace {{\nconstexpr char kPlanKey[] = \"{2}\";\nconstexpr char kTarget[] = \"{target}\";\n}}  // namespace\n\n"
-        "constexpr int64_t Model::kInputElements[];\nconstexpr int64_t Model::kOutputElements[];\n\n"
-        "// A CPU without the kernels' features is refused before anything else.\n"
-        "Model::Model(const std::string& weights_path)\n"
-        "    : weights_((convgen::require_cpu_features(kTarget, \"model {1}\"),\n"
-        "                convgen::read_weights_file(weights_path, {3}, kPlanKey))),\n"
-        "      arenas_(std::make_shared<convgen::CallArenas>({4})) {{\n"
-        "  convgen::install_model_runtime();\n}}\n\n"
-        "// The batch as {calls} calls of the plan, spread over the threads, each thread on its own\n"
-        "// arena A (64-byte aligned: the plan's offsets are multiples of 64 bytes).\n"
-        "void Model::forward(const float* const* inputs, float* const* outputs) {{\n"
-        "  const float* const W = weights_.data();\n"
-        "  arenas_->run({calls}, [&](int64_t call, int, float* A) {{\n"
-        "    (void)W;\n{5}  }});\n}}\n\n"
-        "}}  // namespace {ns}\n",
-        provenance, name, plan_key, p.weights_floats, p.arena_floats, body, fmt::arg("ns", ns),
-        fmt::arg("target", target), fmt::arg("calls", calls));
+  // The arena(s) and forward(): one arena A, or per-thread arenas A over the calls.
+  const std::string arena_init = split ? fmt::format("arenas_(std::make_shared<convgen::CallArenas>({}))", p.arena_floats)
+                                       : fmt::format("arena_({} + 15)", p.arena_floats);
+  const std::string forward =
+      split ? fmt::format("// The batch as {} calls of the plan, spread over the threads, each thread on its own\n"
+                          "// arena A (64-byte aligned: the plan's offsets are multiples of 64 bytes).\n"
+                          "void Model::forward(const float* const* inputs, float* const* outputs) {{\n"
+                          "  const float* const W = weights_.data();\n"
+                          "  arenas_->run({}, [&](int64_t call, int, float* A) {{\n"
+                          "    (void)W;\n{}  }});\n}}\n\n",
+                          calls, calls, body)
+            : "void Model::forward(const float* const* inputs, float* const* outputs) {\n"
+              "  // The plan places buffers at multiples of 64 bytes from A: A itself starts on a cache line.\n"
+              "  float* const A = reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(arena_.data()) + 63) &\n"
+              "                                           ~std::uintptr_t{63});\n"
+              "  const float* const W = weights_.data();\n"
+              "  (void)W;\n" + body + "}\n\n";
   return fmt::format(
       "{0}"
-      "#include \"{1}.h\"\n\n#include <algorithm>\n#include <cstdint>\n\n#include \"runtime/driver/model_runtime.h\"\n#include \"runtime/parallel/parallel_runtime.h\"\n\n"
+      "#include \"{1}.h\"\n\n#include <algorithm>\n#include <cstdint>\n\n#include \"runtime/driver/model_runtime.h\"\n"
+      "{batch_calls}#include \"runtime/parallel/parallel_runtime.h\"\n\n"
       "namespace {ns} {{\n\n"
       "namespace {{\nconstexpr char kPlanKey[] = \"{2}\";\nconstexpr char kTarget[] = \"{target}\";\n}}  // namespace\n\n"
       "constexpr int64_t Model::kInputElements[];\nconstexpr int64_t Model::kOutputElements[];\n\n"
@@ -270,16 +265,12 @@ std::string driver_source(const std::string& name, const Graph& g, const Plan& p
       "Model::Model(const std::string& weights_path)\n"
       "    : weights_((convgen::require_cpu_features(kTarget, \"model {1}\"),\n"
       "                convgen::read_weights_file(weights_path, {3}, kPlanKey))),\n"
-      "      arena_({4} + 15) {{\n"
+      "      {4} {{\n"
       "  convgen::install_model_runtime();\n}}\n\n"
-      "void Model::forward(const float* const* inputs, float* const* outputs) {{\n"
-      "  // The plan places buffers at multiples of 64 bytes from A: A itself starts on a cache line.\n"
-      "  float* const A = reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(arena_.data()) + 63) &\n"
-      "                                           ~std::uintptr_t{{63}});\n"
-      "  const float* const W = weights_.data();\n"
-      "  (void)W;\n{5}}}\n\n"
+      "{5}"
       "}}  // namespace {ns}\n",
-      provenance, name, plan_key, p.weights_floats, p.arena_floats, body, fmt::arg("ns", ns), fmt::arg("target", target));
+      provenance, name, plan_key, p.weights_floats, arena_init, forward, fmt::arg("ns", ns), fmt::arg("target", target),
+      fmt::arg("batch_calls", split ? "#include \"runtime/parallel/batch_calls.h\"\n" : ""));
 }
 
 }  // namespace convgen::model
