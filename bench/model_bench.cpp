@@ -18,7 +18,6 @@
 #include "bench/pass_timing.h"
 #include "generator/model/batch_split.h"
 #include "generator/model/executor.h"
-#include "generator/model/fusion.h"
 #include "generator/onnx/import.h"
 #include "runtime/probe/fma_probe.h"
 #include "schedules/errors.h"
@@ -62,12 +61,10 @@ int main(int argc, char** argv) {
     }
     if (path.empty() || batch < 1 || runs < 1 || per_call_batch < 0)
       throw convgen::Error(convgen::ExitCode::Usage, "see --help");
-    auto import_at = [&](int64_t b, std::vector<std::string>* fusions) {
+    auto import_at = [&](int64_t b) {
       convgen::model::ImportOptions options;
       options.batch = b;
-      convgen::model::Graph g = convgen::model::import_onnx(path, options);
-      convgen::model::fuse_for_inference(g, fusions);
-      return g;
+      return convgen::model::import_onnx(path, options);
     };
     convgen::model::SplitModel split = convgen::model::split_batch(import_at, batch, per_call_batch, nullptr);
     const convgen::TargetInfo t = convgen::target_info(target);

@@ -16,7 +16,6 @@
 #include "generator/kernel_cache/kernel_cache.h"
 #include "generator/model/batch_split.h"
 #include "generator/model/driver_codegen.h"
-#include "generator/model/fusion.h"
 #include "generator/model/kernels.h"
 #include "generator/model/plan.h"
 #include "generator/onnx/import.h"
@@ -468,12 +467,10 @@ int compile_model(const Args& args) {
   const int64_t per_call_batch = o.per_call_batch.empty() ? 0 : parse_count("--per-call-batch", o.per_call_batch);
 
   std::vector<std::string> why;
-  auto import_at = [&](int64_t b, std::vector<std::string>* fusions) {
-    model::ImportOptions import;
-    import.batch = b;
-    model::Graph g = model::import_onnx(o.model, import);
-    model::fuse_for_inference(g, fusions);
-    return g;
+  auto import_at = [&](int64_t b) {
+    model::ImportOptions options;
+    options.batch = b;
+    return model::import_onnx(o.model, options);
   };
   // The batch as calls of a per-call batch where the model allows: g is the per-call model.
   model::SplitModel split = model::split_batch(import_at, batch, per_call_batch, &why);

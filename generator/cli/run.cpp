@@ -13,7 +13,6 @@
 #include "generator/kernel_cache/kernel_cache.h"
 #include "generator/model/batch_split.h"
 #include "generator/model/executor.h"
-#include "generator/model/fusion.h"
 #include "generator/onnx/import.h"
 #include "generator/onnx/tensor_io.h"
 #include "runtime/probe/fma_probe.h"
@@ -119,12 +118,10 @@ Prepared prepare(const std::string& model_path, const std::vector<std::string>& 
     }
   }
   const int64_t batch = whole.batch;
-  auto import_at = [&](int64_t b, std::vector<std::string>* fusions) {
+  auto import_at = [&](int64_t b) {
     model::ImportOptions at = options;
     at.batch = b;
-    model::Graph g = b == batch ? std::move(whole) : model::import_onnx(model_path, at);
-    model::fuse_for_inference(g, fusions);
-    return g;
+    return b == batch ? std::move(whole) : model::import_onnx(model_path, at);
   };
   model::SplitModel split = model::split_batch(import_at, batch, per_call_batch, why);
   Prepared p{std::move(split.graph), {}, split.calls};

@@ -1,22 +1,20 @@
 #include "generator/model/batch_split.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
 #include <limits>
 
+#include "generator/model/fusion.h"
 #include "schedules/errors.h"
 
 namespace convgen::model {
 
 namespace {
 
-std::string dims(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
+std::string dims(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 bool constant_input(const Graph& g, const Node& n, size_t i) {
   return i < n.inputs.size() && !n.inputs[i].empty() && g.value(n.inputs[i]).is_constant;
@@ -209,7 +207,13 @@ std::vector<int64_t> whole_batch_shape(std::vector<int64_t> per_call_shape, int6
 
 SplitModel split_batch(const ImportAt& import_at, int64_t batch, int64_t per_call_batch, std::vector<std::string>* why) {
   std::vector<std::string> whole_why, per_call_why;
-  SplitModel whole{import_at(batch, &whole_why), 1};
+  // Imported and fused for inference, each with its own fusion lines.
+  auto fused_at = [&](int64_t b, std::vector<std::string>* fusions) {
+    Graph g = import_at(b);
+    fuse_for_inference(g, fusions);
+    return g;
+  };
+  SplitModel whole{fused_at(batch, &whole_why), 1};
   auto finish = [&](SplitModel m, const std::vector<std::string>& fusions, const std::string& line) {
     if (why) {
       why->insert(why->end(), fusions.begin(), fusions.end());
@@ -230,7 +234,7 @@ SplitModel split_batch(const ImportAt& import_at, int64_t batch, int64_t per_cal
   std::string refusal;
   Graph per_call;
   try {
-    per_call = import_at(m, &per_call_why);
+    per_call = fused_at(m, &per_call_why);
     refusal = batch_split_refusal(whole.graph, per_call);
   } catch (const Error& e) {
     refusal = fmt::format("importing at batch {} failed: {}", m, e.what());

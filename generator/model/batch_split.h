@@ -44,13 +44,13 @@ struct SplitModel {
   int64_t calls = 1;  // the calls per batch: B / per-call batch
 };
 
-// import_at(b, why): the model imported at batch b and fused for inference, its fusion
-// decisions into `why` (those of the import that runs reach the caller's). `per_call_batch`:
+// import_at(b): the model imported at batch b; split_batch fuses it for inference
+// (fuse_for_inference), the fusions of the graph it returns reaching `why`. `per_call_batch`:
 // 0 picks default_per_call_batch; B runs the batch whole. A per-call batch that does not
 // divide B is a Usage error; one asked for by the user that the model refuses is an
 // Unsupported error giving batch_split_refusal's reason; the default falls back to the
 // whole batch with that reason in `why`.
-using ImportAt = std::function<Graph(int64_t batch, std::vector<std::string>* why)>;
+using ImportAt = std::function<Graph(int64_t batch)>;
 SplitModel split_batch(const ImportAt& import_at, int64_t batch, int64_t per_call_batch, std::vector<std::string>* why);
 
 // A value's shape over the whole batch: dimension 0 times `calls`.

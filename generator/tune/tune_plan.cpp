@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include "generator/model/batch_split.h"
-#include "generator/model/fusion.h"
 #include "generator/model/kernels.h"
 #include "generator/onnx/import.h"
 #include "generator/train/prepare_graph.h"
@@ -52,12 +51,10 @@ void add_model(const std::string& path, const TuneSources& src, const TargetInfo
                                                "add fwd to --passes, or tune with --train",
                                                path));
     const int64_t batch = src.batch > 0 ? src.batch : 1;
-    auto import_at = [&](int64_t b, std::vector<std::string>* fusions) {
-      model::ImportOptions import;
-      import.batch = b;
-      model::Graph g = model::import_onnx(path, import);
-      model::fuse_for_inference(g, fusions);
-      return g;
+    auto import_at = [&](int64_t b) {
+      model::ImportOptions options;
+      options.batch = b;
+      return model::import_onnx(path, options);
     };
     // At the per-call batch compile runs the batch in (generator/model/batch_split.h).
     const model::Graph g = model::split_batch(import_at, batch, src.per_call_batch, why).graph;

@@ -22,13 +22,18 @@ using model::Value;
 namespace {
 
 model::ImportAt importer(const std::string& path) {
-  return [path](int64_t b, std::vector<std::string>* fusions) {
+  return [path](int64_t b) {
     model::ImportOptions options;
     options.batch = b;
-    Graph g = model::import_onnx(path, options);
-    model::fuse_for_inference(g, fusions);
-    return g;
+    return model::import_onnx(path, options);
   };
+}
+
+// The graph split_batch sees: imported at batch b, fused for inference.
+Graph fused(const std::string& path, int64_t b) {
+  Graph g = importer(path)(b);
+  model::fuse_for_inference(g);
+  return g;
 }
 
 std::map<std::string, Tensor> random_inputs(const model::ModelExecutor& exec, unsigned seed) {
@@ -132,8 +137,8 @@ TEST_CASE("batch split: every call gives its samples the bits they get alone, on
 TEST_CASE("batch split: the default per-call batch", "[batch_split]") {
   const std::string lenet = std::string(CONVGEN_MODELS_DIR) + "/lenet.onnx";
   // lenet's smallest convolution output is 8x8 = 64 pixels: one sample a call.
-  CHECK(model::default_per_call_batch(importer(lenet)(8, nullptr)) == 1);
-  CHECK(model::default_per_call_batch(importer(lenet)(1, nullptr)) == 1);
+  CHECK(model::default_per_call_batch(fused(lenet, 8)) == 1);
+  CHECK(model::default_per_call_batch(fused(lenet, 1)) == 1);
   // 7x7 outputs need two samples a call (98 pixels); a batch of 3 has no such split of two
   // or more calls, so its largest (1) is taken; a batch of 2 splits in two.
   test::OnnxModelBuilder b(13);
@@ -141,15 +146,15 @@ TEST_CASE("batch split: the default per-call batch", "[batch_split]") {
   auto& conv = b.node("Conv", {"x", "w"}, {"y"}, "conv");
   test::set_ints(conv, "pads", {1, 1, 1, 1});
   const std::string small = b.write("seven");
-  CHECK(model::default_per_call_batch(importer(small)(8, nullptr)) == 2);
-  CHECK(model::default_per_call_batch(importer(small)(3, nullptr)) == 1);
-  CHECK(model::default_per_call_batch(importer(small)(2, nullptr)) == 1);
+  CHECK(model::default_per_call_batch(fused(small, 8)) == 2);
+  CHECK(model::default_per_call_batch(fused(small, 3)) == 1);
+  CHECK(model::default_per_call_batch(fused(small, 2)) == 1);
   // No spatial convolution (an MLP): whole, its matrix products stay matrix products.
   test::OnnxModelBuilder mlp(13);
   mlp.input("x", {-1, 16}).output("y", 2).weights("w", {16, 8});
   mlp.node("MatMul", {"x", "w"}, {"y"}, "fc");
   const std::string mlp_path = mlp.write("mlp");
-  CHECK(model::default_per_call_batch(importer(mlp_path)(8, nullptr)) == 8);
+  CHECK(model::default_per_call_batch(fused(mlp_path, 8)) == 8);
   std::vector<std::string> mlp_why;
   CHECK(model::split_batch(importer(mlp_path), 8, 0, &mlp_why).calls == 1);
   REQUIRE(!mlp_why.empty());
