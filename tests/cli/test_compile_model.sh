@@ -73,6 +73,10 @@ diff -r "$work/t" "$work/t2" >/dev/null || fail "--train recompile differs"
 expect_error 2 "need --train" compile "$root/models/lenet.onnx" --samples 100 -o "$work/bad5"
 expect_error 2 "larger than --batch" compile "$root/models/lenet.onnx" --train --batch 8 --micro-batch 9 -o "$work/bad6"
 expect_error 2 "--samples" compile "$root/models/lenet.onnx" --train --samples 100,x -o "$work/bad7"
+expect_error 2 "--per-call-batch is for inference drivers" compile "$root/models/lenet.onnx" --train --per-call-batch 2 \
+  -o "$work/bad10"
+expect_error 2 "--per-call-batch 3: not a divisor of the batch 4" compile "$root/models/lenet.onnx" --batch 4 \
+  --per-call-batch 3 -o "$work/bad11"
 expect_error 7 "Hardmax" compile "$hardmax" --train -o "$work/bad8"
 
 if [[ $failures -eq 0 ]]; then echo "cli.compile_model: all checks passed"; else exit 1; fi

@@ -32,6 +32,8 @@ EOF
 grep -q "usage: convgen tune" "$work/help" || fail "tune --help: no usage line"
 expect_error 2 "--records" tune "$layer"
 expect_error 2 "nothing to tune" tune --records "$work/r.jsonl"
+expect_error 2 "--per-call-batch is for inference models" tune "$root/models/lenet.onnx" --train --per-call-batch 2 \
+  --records "$work/r.jsonl"
 expect_error 2 "--passes" tune "$layer" --records "$work/r.jsonl" --passes fwd,backward
 expect_error 2 "--train needs a model" tune "$layer" --records "$work/r.jsonl" --train
 expect_error 2 "--search" tune "$layer" --records "$work/r.jsonl" --search annealing
