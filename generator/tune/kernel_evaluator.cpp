@@ -23,7 +23,9 @@ struct KernelEvaluator::Kernel {
 
   // One call over the evaluator's tensors into `out` (y; dx; or dw and db).
   void run(const ConvDescriptor& d, const PassTensors& in, std::vector<FloatBuffer>& out) {
-    if (fwd) fwd->run(in.x.data(), in.w.data(), d.bias ? in.bias.data() : nullptr, out[0].data());
+    if (fwd)
+      fwd->run(in.x.data(), in.w.data(), d.bias ? in.bias.data() : nullptr, out[0].data(),
+               d.residual ? in.residual.data() : nullptr);
     if (bwd_data) bwd_data->run(in.dy.data(), in.w.data(), d.relu ? in.y.data() : nullptr, out[0].data());
     if (bwd_weights)
       bwd_weights->run(in.x.data(), in.dy.data(), d.relu ? in.y.data() : nullptr, out[0].data(),
@@ -51,10 +53,11 @@ FloatBuffer integers(size_t n, int range, std::mt19937& rng) {
 constexpr size_t kGuard = 64;
 
 // The pass's output tensors, NaN-filled so an element a kernel never writes fails, each
-// followed by kGuard NaNs.
+// followed by kGuard NaNs. A +outstride forward output is the whole channels-last tensor
+// the kernel writes its slice of: the other channels must stay NaN.
 std::vector<FloatBuffer> output_tensors(const ConvDescriptor& d, const std::string& pass) {
   const auto nan = std::numeric_limits<float>::quiet_NaN();
-  const size_t y = static_cast<size_t>(d.mb * d.oh() * d.ow() * d.oc), x = static_cast<size_t>(d.mb * d.ih * d.iw * d.ic),
+  const size_t y = static_cast<size_t>(d.mb * d.oh() * d.ow() * d.out_pixel_stride()), x = static_cast<size_t>(d.mb * d.ih * d.iw * d.ic),
                w = static_cast<size_t>(d.oc * d.icg() * d.kh * d.kw);
   if (pass == "fwd") return {FloatBuffer(y + kGuard, nan)};
   if (pass == "bwd_data") return {FloatBuffer(x + kGuard, nan)};
@@ -85,7 +88,8 @@ std::string first_difference(const std::vector<FloatBuffer>& got, const std::vec
     const size_t n = want[t].size() - kGuard;
     if (std::memcmp(got[t].data(), want[t].data(), n * sizeof(float)) == 0) continue;
     for (size_t i = 0; i < n; ++i)
-      if (!(got[t][i] == want[t][i]) && (exact || !close(got[t][i], want[t][i])))
+      if (!(got[t][i] == want[t][i]) && !(std::isnan(got[t][i]) && std::isnan(want[t][i])) &&
+          (exact || !close(got[t][i], want[t][i])))
         return fmt::format("{} element {} is {} where the reference gives {}", t == 0 ? "output" : "bias gradient", i,
                            got[t][i], want[t][i]);
   }
@@ -107,7 +111,7 @@ KernelEvaluator::KernelEvaluator(const ConvDescriptor& d, const std::string& pas
   const double exact = 16777216.0;
   auto worst = [&] {  // the largest magnitude a partial sum can reach
     const double product = pass == "fwd" ? rx * rw : pass == "bwd_data" ? rdy * rw : rx * rdy;
-    return terms * product + 4;  // + the bias
+    return terms * product + 4 + (d.residual ? 3 : 0);  // + the bias and the residual
   };
   while (worst() >= exact && (rx > 1 || rw > 1 || rdy > 1)) rx = std::max(1, rx - 1), rw = std::max(1, rw - 1), rdy = std::max(1, rdy - 1);
   if (worst() >= exact)
@@ -121,6 +125,7 @@ KernelEvaluator::KernelEvaluator(const ConvDescriptor& d, const std::string& pas
   const size_t y = static_cast<size_t>(d.mb * d.oh() * d.ow() * d.oc);
   in_.y = integers(y, 2, rng);  // only its sign matters: the ReLU mask
   in_.dy = integers(y, rdy, rng);
+  if (d.residual) in_.residual = integers(y, 3, rng);
 
   auto kernel = build(default_schedule);
   expected_ = output_tensors(d, pass);
@@ -128,9 +133,10 @@ KernelEvaluator::KernelEvaluator(const ConvDescriptor& d, const std::string& pas
   if (!guards_intact(expected_))
     throw Error(ExitCode::Internal, fmt::format("tune: {} {}: the analytic default ({}) wrote past its output",
                                                 d.normalised(), pass, describe(default_schedule)));
-  // The default against the plain reference, at sampled elements and both ends.
-  int64_t total = 0;
-  for (const auto& tensor : expected_) total += static_cast<int64_t>(tensor.size() - kGuard);
+  // The default against the plain reference, at sampled elements and both ends. Places
+  // are dense indices (a +outstride output's slice mapped to its pixels' strides below).
+  int64_t total = static_cast<int64_t>(pass == "fwd" ? y : expected_[0].size() - kGuard);
+  if (pass == "bwd_weights") total += static_cast<int64_t>(expected_[1].size() - kGuard);
   std::mt19937_64 pick(7);
   std::vector<int64_t> places = {0, total - 1};
   for (int i = 0; i < 512; ++i) places.push_back(static_cast<int64_t>(pick() % static_cast<uint64_t>(total)));
@@ -139,8 +145,9 @@ KernelEvaluator::KernelEvaluator(const ConvDescriptor& d, const std::string& pas
                         : pass == "bwd_data" ? reference_backward_data_at(d, in_, at)
                                              : reference_backward_weights_at(d, in_, at);
     const size_t first = expected_[0].size() - kGuard;
-    const float got = static_cast<size_t>(at) < first ? expected_[0][static_cast<size_t>(at)]
-                                                      : expected_[1][static_cast<size_t>(at) - first];
+    const int64_t stored = pass == "fwd" ? at / d.oc * d.out_pixel_stride() + at % d.oc : at;
+    const float got = static_cast<size_t>(stored) < first ? expected_[0][static_cast<size_t>(stored)]
+                                                          : expected_[1][static_cast<size_t>(stored) - first];
     if (static_cast<double>(got) != want && (activation_is_exact(d) || !close(got, want)))
       throw Error(ExitCode::Internal,
                   fmt::format("tune: {} {}: the analytic default ({}) gives {} at element {} where the plain reference "

@@ -44,6 +44,7 @@ double reference_forward_at(const ConvDescriptor& d, const PassTensors& in, int6
       }
     }
   }
+  if (d.residual) acc += in.residual[static_cast<size_t>(index)];
   return activated(d, acc);
 }
 

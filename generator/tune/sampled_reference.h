@@ -18,10 +18,12 @@ namespace convgen {
 // schedule that stages its input into an aligned workspace looks better than it is).
 struct PassTensors {
   FloatBuffer x, w, bias, y, dy;  // inputs (y: the forward output whose ReLU mask backward passes apply)
+  FloatBuffer residual;           // +residual layers: added before the activation, dense NHWK like y
 };
 
-// y[n][p][q][k], bias and the fused activation included (HardSwish and Silu by their
-// definition, which a kernel meets within rounding: activation_is_exact).
+// y[n][p][q][k] at the dense index (n, p, q, k) whatever the layer's +outstride, bias,
+// residual and the fused activation included (HardSwish and Silu by their definition,
+// which a kernel meets within rounding: activation_is_exact).
 double reference_forward_at(const ConvDescriptor& d, const PassTensors& in, int64_t index);
 // dx[n][h][w][c] (dY masked by y > 0 when the layer fused a ReLU).
 double reference_backward_data_at(const ConvDescriptor& d, const PassTensors& in, int64_t index);

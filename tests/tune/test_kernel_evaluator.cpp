@@ -135,3 +135,35 @@ TEST_CASE("the sampled reference certifies the default of strided, dilated, grou
     }
   }
 }
+
+TEST_CASE("fused inference layers tune: a residual is added, a +outstride slice leaves its neighbours alone",
+          "[tune]") {
+  // What `convgen tune MODEL` plans for ResNet's blocks and SqueezeNet's Concat. The
+  // evaluator once ran these without the residual (an internal error) and with a dense
+  // output buffer the strided kernel wrote past (a heap corruption).
+  const TargetInfo t = default_target();
+  for (const char* text : {"mb2ic16ih8oc16kh3ph1+bias+residual+relu", "mb1ic16ih8oc8kh1+outstride(24)",
+                           "mb1ic24ih6oc8kh3ph1+bias+residual+outstride(20)+clip(0,6)"}) {
+    const ConvDescriptor d = parse_descriptor(text);
+    CAPTURE(text);
+    const TuningSpace space(d, "fwd", t, Parallel::None);
+    const ConvSchedule def = space.normalise(analytic_schedule_for_pass(d, "fwd", t));
+    EvaluatorOptions o;
+    o.min_sample_seconds = 0.001;
+    KernelEvaluator ev(d, "fwd", t, def, o);  // the default against the sampled reference
+    const auto around = space.neighbours(def);
+    REQUIRE(!around.empty());
+    const CandidateResult r = ev.evaluate(around[0], 0);
+    CHECK(r.status == "ok");
+  }
+
+  // The reference counts the residual: the same element with and without it differs by it.
+  ConvDescriptor d = parse_descriptor("mb1ic1ih2oc1kh1+residual");
+  PassTensors in;
+  in.x = {1, 2, 3, 4};
+  in.w = {2};
+  in.residual = {10, 20, 30, 40};
+  CHECK(reference_forward_at(d, in, 3) == 2 * 4 + 40);
+  d.residual = false;
+  CHECK(reference_forward_at(d, in, 3) == 2 * 4);
+}
