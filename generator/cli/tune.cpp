@@ -387,7 +387,11 @@ int tune(const Args& args) {
     rows.push_back({item.layers.front(), item.pass, std::move(out)});
   }
 
-  // The final table: one row per layer and pass.
+  // The final table: one row per layer and pass. A long label keeps its end: a model's
+  // layers differ in their node names, not in the model's path.
+  auto fit = [](const std::string& label) {
+    return label.size() <= 40 ? label : "..." + label.substr(label.size() - 37);
+  };
   fmt::print("{:<40} {:<11} {:>9} {:>9} {:>6} {:>7} {:>6} {:>8}\n", "layer", "pass", "default", "tuned", "gain",
              "trials", "best@", "time");
   double log_gain = 0;
@@ -398,7 +402,7 @@ int tune(const Args& args) {
     log_gain += std::log(gain);
     seeded += out.transferred > 0;
     seed_found_best += out.transfer_won;
-    fmt::print("{:<40} {:<11} {:>9.1f} {:>9.1f} {:>5.2f}x {:>7} {:>6} {:>8}\n", row.layer.substr(0, 40), row.pass,
+    fmt::print("{:<40} {:<11} {:>9.1f} {:>9.1f} {:>5.2f}x {:>7} {:>6} {:>8}\n", fit(row.layer), row.pass,
                out.default_gflops, out.tuned_gflops, gain, out.trials,
                out.skipped ? std::string("-") : std::to_string(out.best_trial),
                out.skipped ? "done" : duration_text(out.seconds));
