@@ -106,6 +106,13 @@ std::vector<TuneItem> tune_items(const TuneSources& src, const TargetInfo& t, st
       if (src.batch > 0) d.mb = src.batch;
       validate(d);
       const std::string name = d.name.empty() ? d.normalised() : d.name;
+      // Refused before any kernel is tuned, not after the forward pass's.
+      const std::string inference_only = inference_only_flags(d);
+      for (const std::string& pass : src.passes)
+        if (pass != "fwd" && !inference_only.empty())
+          throw Error(ExitCode::Usage, fmt::format("tune: {}: {} is inference only: the {} pass does not exist for "
+                                                   "it; tune it with --passes fwd",
+                                                   input, inference_only, pass));
       for (const std::string& pass : src.passes) items.add(d, pass, name);
     }
   }

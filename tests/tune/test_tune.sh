@@ -40,6 +40,7 @@ expect_error 2 "--search" tune "$layer" --records "$work/r.jsonl" --search annea
 expect_error 2 "--budget" tune "$layer" --records "$work/r.jsonl" --budget 5x
 expect_error 2 "at most 64" tune "$layer" --records "$work/r.jsonl" --jobs 65
 expect_error 4 "missing.tsv" tune "$work/missing.tsv" --records "$work/r.jsonl"
+expect_error 2 "inference only" tune "$layer+residual" --records "$work/r.jsonl"
 [[ -e "$work/r.jsonl" ]] && fail "a refused command created the records file"
 
 # --- a run, and the same command again ---------------------------------------------------
