@@ -379,10 +379,10 @@ int tune(const Args& args) {
     if (log)
       *log << fmt::format(R"({{"event":"tuned","descriptor":"{}","pass":"{}","default_gflops":{:.3f},)"
                           R"("tuned_gflops":{:.3f},"trials":{},"replayed":{},"best_trial":{},"accepted":{},)"
-                          R"("skipped":{},"transferred":{},"seconds":{:.1f},"best_so_far":[{}]}})",
+                          R"("skipped":{},"transferred":{},"seconds":{:.1f},"schedule":"{}","best_so_far":[{}]}})",
                           d.normalised(), item.pass, out.default_gflops, out.tuned_gflops, out.trials, out.replayed,
                           out.best_trial, out.accepted, out.skipped, out.transferred, out.seconds,
-                          fmt::join(out.best_so_far_gflops, ","))
+                          describe(out.chosen.schedule), fmt::join(out.best_so_far_gflops, ","))
            << std::endl;
     rows.push_back({item.layers.front(), item.pass, std::move(out)});
   }

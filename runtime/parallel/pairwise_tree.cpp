@@ -1,0 +1,62 @@
+#include "runtime/parallel/pairwise_tree.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace convgen {
+
+namespace {
+
+int64_t tree_top(int64_t count) {
+  int64_t top = 1;
+  while (top < count) top *= 2;
+  return top;
+}
+
+}  // namespace
+
+std::vector<TreeNode> nodes_within(int64_t count, int64_t begin, int64_t end) {
+  if (begin < 0 || begin > end || end > count) throw std::invalid_argument("nodes_within: range outside the slots");
+  const int64_t top = tree_top(count);
+  std::vector<TreeNode> nodes;
+  for (int64_t x = begin; x < end;) {
+    // Grow while the parent starts here and ends inside the range (a node past the last
+    // slot ends at count: its missing half added nothing).
+    int64_t span = 1;
+    while (span * 2 <= top && x % (span * 2) == 0 && std::min(x + span * 2, count) <= end) span *= 2;
+    nodes.push_back({x, span});
+    x = std::min(x + span, count);
+  }
+  return nodes;
+}
+
+void finish_tree(int64_t count, const std::vector<TreeNode>& nodes, float* const* values, int64_t elem_begin,
+                 int64_t elem_end) {
+  // tree_sum's additions in its order, leaving out those inside a node (already in its
+  // value). An addition at level `stride` into slot i is inside the node holding slot i
+  // exactly when that node spans more than stride; otherwise nodes start at both i and
+  // i + stride (the covering nodes are aligned blocks), and their values are the operands.
+  std::vector<int64_t> node_at(static_cast<size_t>(count), -1), holder(static_cast<size_t>(count), -1);
+  int64_t covered = 0;
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    const TreeNode& n = nodes[k];
+    if (n.first != covered || n.span < 1 || n.first % n.span != 0)
+      throw std::invalid_argument("finish_tree: the nodes do not cover the slots in order");
+    node_at[static_cast<size_t>(n.first)] = static_cast<int64_t>(k);
+    covered = std::min(n.first + n.span, count);
+    for (int64_t s = n.first; s < covered; ++s) holder[static_cast<size_t>(s)] = static_cast<int64_t>(k);
+  }
+  if (covered != count) throw std::invalid_argument("finish_tree: the nodes do not cover the slots");
+  for (int64_t stride = 1; stride < count; stride *= 2) {
+    for (int64_t i = 0; i + stride < count; i += 2 * stride) {
+      if (nodes[static_cast<size_t>(holder[static_cast<size_t>(i)])].span > stride) continue;
+      if (node_at[static_cast<size_t>(i + stride)] < 0)
+        throw std::invalid_argument("finish_tree: the nodes are not the tree's (a node straddles an addition)");
+      float* to = values[node_at[static_cast<size_t>(i)]];
+      const float* from = values[node_at[static_cast<size_t>(i + stride)]];
+      for (int64_t e = elem_begin; e < elem_end; ++e) to[e] += from[e];
+    }
+  }
+}
+
+}  // namespace convgen

@@ -1,0 +1,105 @@
+// The pairwise tree split between holders of micro-batch ranges
+// (runtime/parallel/pairwise_tree.h): whatever the ranges -- any number of holders,
+// empty ones included -- each holder's nodes plus finish_tree give ops::tree_sum's bits.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "runtime/train/train_ops.h"
+#include "runtime/parallel/pairwise_tree.h"
+
+using convgen::TreeNode;
+
+namespace {
+
+constexpr int64_t kElems = 7;
+
+// Slots of values whose sums round differently in different orders.
+std::vector<std::vector<float>> random_slots(int64_t count, std::mt19937& rng) {
+  std::uniform_real_distribution<float> pick(-1.0f, 1.0f);
+  std::vector<std::vector<float>> slots(static_cast<size_t>(count), std::vector<float>(kElems));
+  for (auto& s : slots)
+    for (auto& v : s) v = pick(rng) * (1 << (rng() % 20));
+  return slots;
+}
+
+std::vector<float> tree_sum_of(std::vector<std::vector<float>> slots) {
+  std::vector<float*> p;
+  for (auto& s : slots) p.push_back(s.data());
+  convgen::ops::tree_sum(p.data(), static_cast<int64_t>(p.size()), 0, kElems);
+  return slots[0];
+}
+
+// Every holder forms its nodes from its own slots alone (tree_sum over the node's slots),
+// then one finisher combines all holders' nodes.
+std::vector<float> split_sum(const std::vector<std::vector<float>>& slots, const std::vector<int64_t>& cuts) {
+  const int64_t count = static_cast<int64_t>(slots.size());
+  std::vector<TreeNode> nodes;
+  std::vector<std::vector<float>> values;
+  for (size_t h = 0; h + 1 < cuts.size(); ++h) {
+    for (const TreeNode& n : convgen::nodes_within(count, cuts[h], cuts[h + 1])) {
+      std::vector<std::vector<float>> mine(slots.begin() + n.first,
+                                           slots.begin() + std::min(n.first + n.span, count));
+      nodes.push_back(n);
+      values.push_back(tree_sum_of(mine));
+    }
+  }
+  std::vector<float*> p;
+  for (auto& v : values) p.push_back(v.data());
+  convgen::finish_tree(count, nodes, p.data(), 0, kElems);
+  return values[0];
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("pairwise tree: any split into contiguous ranges gives tree_sum's bits", "[pairwise_tree]") {
+  std::mt19937 rng(42);
+  int differs_from_sequential = 0;
+  for (int64_t count = 1; count <= 19; ++count) {
+    const auto slots = random_slots(count, rng);
+    const std::vector<float> want = tree_sum_of(slots);
+    std::vector<float> sequential = slots[0];
+    for (int64_t s = 1; s < count; ++s)
+      for (int64_t e = 0; e < kElems; ++e) sequential[e] += slots[s][e];
+    differs_from_sequential += !same_bits(sequential, want);
+    // Every split into 1, 2 and 3 ranges (cut points anywhere, empty ranges included),
+    // and balanced splits over up to 8 holders as a trainer would make them.
+    std::vector<std::vector<int64_t>> splits;
+    for (int64_t a = 0; a <= count; ++a) {
+      splits.push_back({0, a, count});
+      for (int64_t b = a; b <= count; ++b) splits.push_back({0, a, b, count});
+    }
+    for (int64_t holders = 1; holders <= 8; ++holders) {
+      std::vector<int64_t> cuts;
+      for (int64_t h = 0; h <= holders; ++h) cuts.push_back(count * h / holders);
+      splits.push_back(cuts);
+    }
+    for (const auto& cuts : splits) {
+      INFO("count " << count << " cuts " << Catch::Detail::stringify(cuts));
+      CHECK(same_bits(split_sum(slots, cuts), want));
+    }
+  }
+  // The data tells orders apart, so the test fails for a finisher that sums otherwise.
+  CHECK(differs_from_sequential > 0);
+}
+
+TEST_CASE("pairwise tree: the nodes of a range cover it with the largest aligned blocks", "[pairwise_tree]") {
+  using V = std::vector<TreeNode>;
+  CHECK(convgen::nodes_within(8, 0, 8) == V{{0, 8}});
+  CHECK(convgen::nodes_within(8, 3, 8) == V{{3, 1}, {4, 4}});
+  CHECK(convgen::nodes_within(8, 1, 7) == V{{1, 1}, {2, 2}, {4, 2}, {6, 1}});
+  CHECK(convgen::nodes_within(5, 4, 5) == V{{4, 4}});  // past the last slot: nothing added
+  CHECK(convgen::nodes_within(5, 0, 5) == V{{0, 8}});
+  CHECK(convgen::nodes_within(6, 2, 2).empty());
+  CHECK_THROWS(convgen::nodes_within(6, 4, 7));
+  std::vector<float> a(1), b(1);
+  std::vector<float*> p = {a.data(), b.data()};
+  CHECK_THROWS(convgen::finish_tree(4, V{{0, 2}}, p.data(), 0, 1));            // a gap
+  CHECK_THROWS(convgen::finish_tree(4, V{{0, 1}, {1, 2}}, p.data(), 0, 1));    // not aligned
+}
