@@ -16,7 +16,8 @@ int64_t tree_top(int64_t count) {
 }  // namespace
 
 std::vector<TreeNode> nodes_within(int64_t count, int64_t begin, int64_t end) {
-  if (begin < 0 || begin > end || end > count) throw std::invalid_argument("nodes_within: range outside the slots");
+  if (begin < 0 || begin > end || end > count || count > (int64_t{1} << 62))
+    throw std::invalid_argument("nodes_within: range outside the slots");
   const int64_t top = tree_top(count);
   std::vector<TreeNode> nodes;
   for (int64_t x = begin; x < end;) {
@@ -36,11 +37,13 @@ void finish_tree(int64_t count, const std::vector<TreeNode>& nodes, float* const
   // value). An addition at level `stride` into slot i is inside the node holding slot i
   // exactly when that node spans more than stride; otherwise nodes start at both i and
   // i + stride (the covering nodes are aligned blocks), and their values are the operands.
+  if (count < 0 || count > (int64_t{1} << 62)) throw std::invalid_argument("finish_tree: slot count out of range");
   std::vector<int64_t> node_at(static_cast<size_t>(count), -1), holder(static_cast<size_t>(count), -1);
   int64_t covered = 0;
   for (size_t k = 0; k < nodes.size(); ++k) {
     const TreeNode& n = nodes[k];
-    if (n.first != covered || n.span < 1 || n.first % n.span != 0)
+    if (n.first != covered || n.first >= count || n.span < 1 || (n.span & (n.span - 1)) != 0 ||
+        n.first % n.span != 0)
       throw std::invalid_argument("finish_tree: the nodes do not cover the slots in order");
     node_at[static_cast<size_t>(n.first)] = static_cast<int64_t>(k);
     covered = std::min(n.first + n.span, count);

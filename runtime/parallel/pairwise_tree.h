@@ -2,7 +2,7 @@
 // ranges of them: what makes a sum over micro-batches the same bits whoever computes
 // its parts (threads today; processes, each holding a range of micro-batches, next).
 //
-// The tree is ops::tree_sum's (runtime/ops/train_ops.h): over `count` slots, level l
+// The tree is ops::tree_sum's (runtime/train/train_ops.h): over `count` slots, level l
 // adds slot i + 2^l into slot i for i a multiple of 2^(l+1). Its node (first, span) --
 // span a power of two, first a multiple of span, first < count -- is the sum of slots
 // [first, min(first + span, count)). A holder of slots [begin, end) can form alone

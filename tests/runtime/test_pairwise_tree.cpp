@@ -3,6 +3,7 @@
 // empty ones included -- each holder's nodes plus finish_tree give ops::tree_sum's bits.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -102,4 +103,29 @@ TEST_CASE("pairwise tree: the nodes of a range cover it with the largest aligned
   std::vector<float*> p = {a.data(), b.data()};
   CHECK_THROWS(convgen::finish_tree(4, V{{0, 2}}, p.data(), 0, 1));            // a gap
   CHECK_THROWS(convgen::finish_tree(4, V{{0, 1}, {1, 2}}, p.data(), 0, 1));    // not aligned
+  CHECK_THROWS(convgen::finish_tree(4, V{{0, 4}, {4, 1}}, p.data(), 0, 1));    // past the last slot
+  CHECK_THROWS(convgen::finish_tree(0, V{{0, 1}}, p.data(), 0, 1));
+  CHECK_THROWS(convgen::finish_tree(4, V{{0, 3}, {3, 1}}, p.data(), 0, 1));    // not a power of two
+}
+
+TEST_CASE("pairwise tree: single-slot nodes and element ranges finished in parts", "[pairwise_tree]") {
+  // Nodes need not be the largest: all single slots is the tree itself. Elements may be
+  // finished in disjoint parts (threads), each part leaving the others alone.
+  std::mt19937 rng(7);
+  for (int64_t count : {1, 2, 5, 13}) {
+    auto slots = random_slots(count, rng);
+    const std::vector<float> want = tree_sum_of(slots);
+    std::vector<TreeNode> nodes;
+    std::vector<float*> p;
+    for (int64_t s = 0; s < count; ++s) {
+      nodes.push_back({s, 1});
+      p.push_back(slots[static_cast<size_t>(s)].data());
+    }
+    const float untouched = slots[0][5];
+    convgen::finish_tree(count, nodes, p.data(), 0, 3);
+    if (count > 1) CHECK(slots[0][5] == untouched);
+    convgen::finish_tree(count, nodes, p.data(), 3, kElems);
+    INFO("count " << count);
+    CHECK(same_bits(slots[0], want));
+  }
 }
