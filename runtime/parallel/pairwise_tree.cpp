@@ -7,6 +7,9 @@ namespace convgen {
 
 namespace {
 
+// Beyond this many slots the doubling spans would overflow int64_t.
+constexpr int64_t kMaxSlots = int64_t{1} << 62;
+
 int64_t tree_top(int64_t count) {
   int64_t top = 1;
   while (top < count) top *= 2;
@@ -16,7 +19,7 @@ int64_t tree_top(int64_t count) {
 }  // namespace
 
 std::vector<TreeNode> nodes_within(int64_t count, int64_t begin, int64_t end) {
-  if (begin < 0 || begin > end || end > count || count > (int64_t{1} << 62))
+  if (begin < 0 || begin > end || end > count || count > kMaxSlots)
     throw std::invalid_argument("nodes_within: range outside the slots");
   const int64_t top = tree_top(count);
   std::vector<TreeNode> nodes;
@@ -36,8 +39,10 @@ void finish_tree(int64_t count, const std::vector<TreeNode>& nodes, float* const
   // tree_sum's additions in its order, leaving out those inside a node (already in its
   // value). An addition at level `stride` into slot i is inside the node holding slot i
   // exactly when that node spans more than stride; otherwise nodes start at both i and
-  // i + stride (the covering nodes are aligned blocks), and their values are the operands.
-  if (count < 0 || count > (int64_t{1} << 62)) throw std::invalid_argument("finish_tree: slot count out of range");
+  // i + stride (the checks below make the nodes aligned power-of-two blocks that tile the
+  // slots: a node holding i + stride and not starting there would overlap the node at i),
+  // and their values are the operands.
+  if (count < 0 || count > kMaxSlots) throw std::invalid_argument("finish_tree: slot count out of range");
   std::vector<int64_t> node_at(static_cast<size_t>(count), -1), holder(static_cast<size_t>(count), -1);
   int64_t covered = 0;
   for (size_t k = 0; k < nodes.size(); ++k) {
@@ -53,8 +58,6 @@ void finish_tree(int64_t count, const std::vector<TreeNode>& nodes, float* const
   for (int64_t stride = 1; stride < count; stride *= 2) {
     for (int64_t i = 0; i + stride < count; i += 2 * stride) {
       if (nodes[static_cast<size_t>(holder[static_cast<size_t>(i)])].span > stride) continue;
-      if (node_at[static_cast<size_t>(i + stride)] < 0)
-        throw std::invalid_argument("finish_tree: the nodes are not the tree's (a node straddles an addition)");
       float* to = values[node_at[static_cast<size_t>(i)]];
       const float* from = values[node_at[static_cast<size_t>(i + stride)]];
       for (int64_t e = elem_begin; e < elem_end; ++e) to[e] += from[e];
