@@ -39,6 +39,7 @@ set(CONVGEN_INSTALLED_HEADERS
   runtime/parallel/batch_calls.h
   runtime/parallel/kernel_heap.h
   runtime/parallel/parallel_runtime.h
+  runtime/parallel/process_group.h
   runtime/train/onnx_weights.h
   runtime/train/train_conv.h
   runtime/train/train_conv_aot.h

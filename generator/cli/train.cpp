@@ -22,6 +22,7 @@
 #include "generator/train/trainer_from_model.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/train_data.h"
+#include "runtime/distributed/mpi_process_group.h"
 #include "runtime/train/trainer.h"
 #include "runtime/train/trainer_state.h"
 #include "schedules/errors.h"
@@ -90,12 +91,22 @@ split reports pixel accuracy and mean IoU.
                        x86-64-linux-avx-avx2-f16c-fma-sse41). Results are bit-identical
                        for one target; pin it to compare runs across machines
   --verbose            kernels and schedules chosen, and why
+
+Over several processes: mpirun -np R convgen train MODEL --data SOURCE [options]. Rank r
+takes a contiguous range of each mini-batch's micro-batches (its threads take those
+whole) and decodes only their samples; the sums are finished across ranks in the same
+fixed tree, so weights, losses and checkpoints are bit-identical for every R and --threads,
+and a checkpoint resumes with any R. Rank 0 alone prints, logs, saves and checkpoints; it
+reads --resume's checkpoint and sends it to the others (no shared file system needed;
+each rank needs the data). Every rank must be given the same model, options and data
+(checked at start: exit 2 otherwise). docs/distributed.md.
 )";
 
 const char* kTrainExitCodes = R"(
 Exit codes: 0 done, 130 stopped by SIGINT (after the running step, checkpointing if
-asked; during set-up at once), 10 a non-finite loss or weights (the step is named),
-others as in docs/exit-codes.md.
+asked; during set-up at once; under mpirun SIGTERM too, every rank after the same step),
+10 a non-finite loss or weights (the step is named), others as in docs/exit-codes.md.
+Under mpirun a rank that fails ends every rank with its code (MPI_Abort).
 )";
 
 std::atomic<bool> g_interrupted{false};
@@ -230,20 +241,47 @@ std::string resume_key(const TrainSetup& s, int64_t micro_batch, const std::stri
          (s.lr_schedule == "cosine" ? fmt::format(" cosine_epochs={}", s.schedule_epochs) : std::string());
 }
 
-}  // namespace
+// Every rank of a run over several processes must train the same thing: each hashes
+// what shapes the run, the hashes are gathered, and every rank refuses the same way.
+void check_ranks_agree(ProcessGroup& group, const std::string& what) {
+  const std::string mine = sha256_hex(what);
+  const size_t width = mine.size();
+  std::vector<char> all(width * static_cast<size_t>(group.size()));
+  std::copy(mine.begin(), mine.end(), all.begin() + static_cast<ptrdiff_t>(width * static_cast<size_t>(group.rank())));
+  group.allgather(all.data() + width * static_cast<size_t>(group.rank()), all.data(),
+                  std::vector<int64_t>(static_cast<size_t>(group.size()), static_cast<int64_t>(width)));
+  for (int r = 1; r < group.size(); ++r)
+    if (!std::equal(all.begin(), all.begin() + static_cast<ptrdiff_t>(width), all.begin() + static_cast<ptrdiff_t>(width * r)))
+      throw Error(ExitCode::Usage,
+                  fmt::format("rank {} was given another model, options, data or kernel target than rank 0; every rank "
+                              "of a run must train the same",
+                              r));
+}
 
-int train_model(const Args& args) {
+// Whether any rank was interrupted: every rank stops after the same step.
+bool any_rank(ProcessGroup* group, bool flag) {
+  int64_t v = flag ? 1 : 0;
+  group->sum(&v, 1);
+  return v > 0;
+}
+
+int train_run(const Args& args, const std::shared_ptr<ProcessGroup>& group_owned) {
+  ProcessGroup* group = group_owned.get();
+  const bool lead = !group || group->rank() == 0;  // prints, logs, saves and checkpoints
   bool help = false;
   TrainSetup s = parse(args, &help);
   if (help) {
-    fmt::print("{}{}{}", kTrainUsage, kKernelCacheHelp, kTrainExitCodes);
+    if (lead) fmt::print("{}{}{}", kTrainUsage, kKernelCacheHelp, kTrainExitCodes);
     return 0;
   }
   learning_rate(s, 0);  // validates --lr-schedule before any work
   // From the start: a shell's background job inherits SIGINT ignored until a handler is
-  // installed, and set-up (importing, compiling kernels) takes seconds.
+  // installed, and set-up (importing, compiling kernels) takes seconds. mpirun forwards
+  // SIGINT to its ranks as SIGTERM.
   std::signal(SIGINT, on_sigint);
+  if (group) std::signal(SIGTERM, on_sigint);
   s.trainer.records = s.schedules;
+  s.trainer.group = group && group->size() > 1 ? group_owned : nullptr;
   const TargetInfo target = target_info(s.target);
   std::vector<std::string> why;
   auto trainer_owned = model::make_trainer(s.model, s.trainer, target, s.verbose ? &why : nullptr);
@@ -251,8 +289,10 @@ int train_model(const Args& args) {
   // Kernels are built when a batch size first needs them: with --verbose, the full
   // mini-batch's now, so their schedules (and where they came from) are printed up front.
   if (s.verbose) trainer.prepare(s.trainer.batch);
-  for (const auto& line : why) fmt::print(stderr, "{}\n", line);
-  if (s.verbose) fmt::print(stderr, "convgen: {}\n", kernel_cache_summary());
+  if (lead) {
+    for (const auto& line : why) fmt::print(stderr, "{}\n", line);
+    if (s.verbose) fmt::print(stderr, "convgen: {}\n", kernel_cache_summary());
+  }
 
   const model::TrainGraph& tg = trainer.graph();
   data::SampleSpec spec;
@@ -279,14 +319,14 @@ int train_model(const Args& args) {
   }
 
   // Where results go must be writable before any step runs, not after the last.
-  if (!s.save.empty()) {
+  if (!s.save.empty() && lead) {
     std::vector<std::string> names;
     for (const model::Parameter& p : trainer.parameters()) names.push_back(p.name);
     for (const auto& [name, data] : trainer.state_tensors()) names.push_back(name);
     model::check_initializers(s.model, names);
   }
   for (const std::string& path : {s.save}) {
-    if (path.empty()) continue;
+    if (path.empty() || !lead) continue;
     const std::filesystem::path parent = std::filesystem::path(path).has_parent_path()
                                              ? std::filesystem::path(path).parent_path()
                                              : std::filesystem::path(".");
@@ -295,26 +335,48 @@ int train_model(const Args& args) {
       throw Error(ExitCode::Io, fmt::format("{}: cannot write", path));
   }
   std::ofstream log;
-  if (!s.log.empty()) {
+  if (!s.log.empty() && lead) {
     log.open(s.log, s.resume.empty() ? std::ios::trunc : std::ios::app);  // a resumed run continues its log
     if (!log) throw Error(ExitCode::Io, fmt::format("{}: cannot write", s.log));
   }
   const std::string model_hash = sha256_file_hex(s.model);
   const std::string key = resume_key(s, trainer.micro_batch(), trainer.execution_key());
+  if (group && group->size() > 1)
+    // Also what decides which exchanges run: resuming (a broadcast) and a test split
+    // (evaluation's exchanges).
+    check_ranks_agree(*group, fmt::format("model={} key={} steps={} samples={} data_crc={:08x}{:08x} resume={} test={}",
+                                          model_hash, key, total_steps, count,
+                                          train::crc32_of(source.train.pixels.data(), source.train.pixels.size()),
+                                          train::crc32_of(source.train.labels.data(), source.train.labels.size()),
+                                          !s.resume.empty(), source.test ? source.test->count() : -1));
   int64_t start_step = 0, start_epoch = 0, start_position = 0;
   if (!s.resume.empty()) {
-    const train::Checkpoint c = train::load_checkpoint(s.resume);
+    // One rank reads the checkpoint and sends its bytes: no file system is shared.
+    std::string bytes;
+    if (lead) bytes = train::read_checkpoint_file(s.resume);
+    if (group && group->size() > 1) {
+      std::vector<char> shared(bytes.begin(), bytes.end());
+      group->broadcast(shared, 0);
+      bytes.assign(shared.begin(), shared.end());
+    }
+    const train::Checkpoint c = train::parse_checkpoint(bytes, train::checkpoint_path(s.resume));
     model::restore_checkpoint(c, train::checkpoint_path(s.resume), model_hash, key, trainer);
     start_step = c.step, start_epoch = c.epoch, start_position = c.position;
-    fmt::print(stderr, "resuming from {} at step {} (epoch {}, sample {})\n", train::checkpoint_path(s.resume),
-               start_step, start_epoch, start_position);
+    if (lead)
+      fmt::print(stderr, "resuming from {} at step {} (epoch {}, sample {})\n", train::checkpoint_path(s.resume),
+                 start_step, start_epoch, start_position);
   }
-  fmt::print(stderr, "training {} on {} ({} samples, {}x{}x{}, {} classes): batch {}, micro-batch {}, {} threads, {} steps\n",
+  if (lead)
+    fmt::print(stderr, "training {} on {} ({} samples, {}x{}x{}, {} classes): batch {}, micro-batch {}, {} threads, {} steps\n",
              s.model, s.data, count, spec.channels, spec.height, spec.width, spec.classes, batch,
              trainer.micro_batch(), s.trainer.threads, total_steps);
+  if (lead && group && group->size() > 1)
+    fmt::print(stderr, "over {} processes: each takes a contiguous range of every mini-batch's micro-batches\n",
+               group->size());
   const int64_t every = s.every > 0 ? s.every : per_epoch;
-  data::BatchStream stream(source.train, batch, s.shuffle, s.trainer.seed, norm, start_epoch, start_position);
-  if (!s.dump_order.empty()) {
+  data::BatchStream stream(source.train, batch, s.shuffle, s.trainer.seed, norm, start_epoch, start_position,
+                           [&trainer](int64_t n) { return trainer.samples_of_this_rank(n); });
+  if (!s.dump_order.empty() && lead) {
     std::ofstream order(s.dump_order);
     if (!order) throw Error(ExitCode::Io, fmt::format("{}: cannot write", s.dump_order));
     for (int64_t e = 0; e < epochs; ++e) {
@@ -325,19 +387,25 @@ int train_model(const Args& args) {
 
   trainer.prepare(std::min(batch, count));
   if (count % batch != 0) trainer.prepare(count % batch);
-  const bool tty = isatty(STDERR_FILENO);
+  const bool tty = lead && isatty(STDERR_FILENO);
   const auto start = std::chrono::steady_clock::now();
   double images = 0.0, last_loss = 0.0;
   int64_t step = start_step, epoch_next = start_epoch, position_next = start_position;
   auto checkpoint = [&] {
-    if (s.checkpoint.empty()) return;
+    if (s.checkpoint.empty() || !lead) return;
     train::save_checkpoint(s.checkpoint, model::make_checkpoint(trainer, model_hash, key, step, epoch_next, position_next,
                                                          s.trainer.seed, learning_rate(s, epoch_next)));
   };
   int64_t lr_epoch = -1;
   const int64_t first_step = start_step;
   g_training = true;
-  for (; step < total_steps && !g_interrupted;) {
+  // Whether to stop: this process's flag, or across ranks the flag they agreed on after
+  // the last step (a signal may reach the ranks at different moments; all must stop
+  // after the same step, or their exchanges would no longer match).
+  bool agreed_stop = false;
+  const bool several = group && group->size() > 1;
+  auto stopping = [&] { return several ? agreed_stop : bool(g_interrupted); };
+  for (; step < total_steps && !stopping();) {
     const int64_t epoch = epoch_next;
     if (epoch != lr_epoch) trainer.set_learning_rate(learning_rate(s, epoch)), lr_epoch = epoch;
     const data::Batch& b = stream.next();
@@ -369,20 +437,22 @@ int train_model(const Args& args) {
     ++step;
     position_next = b.first + b.count, epoch_next = b.epoch;
     if (position_next == count) position_next = 0, ++epoch_next;
-    if (step % every == 0 || step == total_steps || g_interrupted) checkpoint();
+    if (several) agreed_stop = any_rank(group, g_interrupted);
+    if (step % every == 0 || step == total_steps || stopping()) checkpoint();
   }
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (tty) fmt::print(stderr, "\n");
-  fmt::print("steps {} images {:.0f} seconds {:.2f} images_per_s {:.1f} last_loss {:.6f}\n", step - first_step, images, elapsed,
+  if (lead)
+    fmt::print("steps {} images {:.0f} seconds {:.2f} images_per_s {:.1f} last_loss {:.6f}\n", step - first_step, images, elapsed,
              images / elapsed, last_loss);
 
-  if (s.trainer.profile) {
+  if (s.trainer.profile && lead) {
     const double steps_run = double(std::max<int64_t>(1, step - first_step));
     for (const auto& t : trainer.profile())
       fmt::print(stderr, "{:<28} {:<20} {:<10} {:8.3f} ms/step (thread time)\n", t.node, t.op, t.pass,
                  1e3 * t.seconds / steps_run);
   }
-  if (source.test && !g_interrupted) {
+  if (source.test && !stopping()) {
     const data::Dataset& test = *source.test;
     std::vector<int64_t> order(static_cast<size_t>(test.count()));
     for (int64_t i = 0; i < test.count(); ++i) order[i] = i;
@@ -391,7 +461,8 @@ int train_model(const Args& args) {
     int64_t correct = 0, labelled = 0;
     std::vector<int64_t> per_class(static_cast<size_t>(3 * tg.classes), 0);
     for (int64_t first = 0; first < test.count(); first += batch) {
-      data::decode_batch(test, order, first, std::min(batch, test.count() - first), norm, &b);
+      const int64_t n = std::min(batch, test.count() - first);
+      data::decode_batch(test, order, first, n, norm, &b, trainer.samples_of_this_rank(n));
       const model::StepStats st = trainer.evaluate(b.pixels.data(), b.labels.data(), b.count);
       loss += st.loss * double(st.labelled);
       correct += st.correct;
@@ -399,7 +470,9 @@ int train_model(const Args& args) {
       for (size_t c = 0; c < per_class.size(); ++c) per_class[c] += st.per_class[c];
     }
     const double mean_loss = labelled > 0 ? loss / double(labelled) : 0.0;
-    if (tg.label_elements == 1) {
+    if (!lead) {
+      // rank 0 reports
+    } else if (tg.label_elements == 1) {
       fmt::print("test_accuracy {:.4f} test_loss {:.6f} ({} samples)\n", double(correct) / double(test.count()),
                  mean_loss, test.count());
     } else {
@@ -417,14 +490,36 @@ int train_model(const Args& args) {
                  mean_loss, test.count(), labelled);
     }
   }
-  if (!s.save.empty()) {
+  if (!s.save.empty() && lead) {
     std::map<std::string, std::vector<float>> trained;
     for (const model::Parameter& p : trainer.parameters()) trained[p.name] = p.value;
     for (const auto& [name, data] : trainer.state_tensors()) trained[name] = data;
     model::save_onnx_with_initializers(s.model, trained, s.save);
     fmt::print("saved {}\n", s.save);
   }
-  return g_interrupted ? 130 : 0;
+  return stopping() ? 130 : 0;
+}
+
+}  // namespace
+
+int train_model(const Args& args) {
+  // Under mpirun: one process group for the run. Started on its own, no MPI call at all.
+  std::shared_ptr<MpiProcessGroup> group;
+  if (launched_by_mpirun()) group = std::make_shared<MpiProcessGroup>();
+  if (!group || group->size() == 1) return train_run(args, group);
+  try {
+    return train_run(args, group);
+  } catch (const Error& e) {
+    // The others may be waiting for this rank in a collective: end them all.
+    std::fprintf(stderr, "convgen: rank %d: %s\n", group->rank(), e.what());
+    group->abort(static_cast<int>(e.code()));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "convgen: rank %d: internal error: %s\n", group->rank(), e.what());
+    group->abort(static_cast<int>(ExitCode::Internal));
+  } catch (...) {
+    std::fprintf(stderr, "convgen: rank %d: internal error: an unknown exception\n", group->rank());
+    group->abort(static_cast<int>(ExitCode::Internal));
+  }
 }
 
 }  // namespace convgen::cli

@@ -348,7 +348,12 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c) {
 
 Checkpoint load_checkpoint(const std::string& dir) {
   const std::string path = checkpoint_path(dir);
-  const std::string in = read_whole_file(path);
+  return parse_checkpoint(read_whole_file(path), path);
+}
+
+std::string read_checkpoint_file(const std::string& dir) { return read_whole_file(checkpoint_path(dir)); }
+
+Checkpoint parse_checkpoint(const std::string& in, const std::string& path) {
   const uint64_t size = in.size();
   auto truncated = [&](uint64_t needed) {
     return bad_data(path, "truncated (" + std::to_string(size) + " bytes, expected " +

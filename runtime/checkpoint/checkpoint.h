@@ -75,6 +75,11 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c);
 // or foreign file, or a version this convgen does not read ("...: checkpoint version 2
 // is not supported (this convgen reads 1)").
 Checkpoint load_checkpoint(const std::string& dir);
+// DIR/checkpoint.cgck's bytes, unchecked (errors as load_checkpoint's for a missing or
+// unreadable file); and load_checkpoint from such bytes, for a rank that received them
+// from the rank that read the file (`path` names the file in messages).
+std::string read_checkpoint_file(const std::string& dir);
+Checkpoint parse_checkpoint(const std::string& bytes, const std::string& path);
 
 // CRC-32 (IEEE 802.3, zlib's crc32) of bytes.
 uint32_t crc32_of(const void* data, size_t bytes, uint32_t start = 0);

@@ -340,7 +340,7 @@ Normalization parse_normalization(const std::string& text, int64_t channels) {
 }
 
 void decode_batch(const Dataset& set, const std::vector<int64_t>& order, int64_t first, int64_t count,
-                  const Normalization& norm, Batch* out) {
+                  const Normalization& norm, Batch* out, BatchPart part) {
   const auto channels = static_cast<size_t>(set.channels);
   const auto fits = [&](const std::vector<float>& v) { return v.size() == 1 || v.size() == channels; };
   if (!fits(norm.mean) || !fits(norm.stddev))
@@ -367,7 +367,8 @@ void decode_batch(const Dataset& set, const std::vector<int64_t>& order, int64_t
   out->pixels.resize(static_cast<size_t>(count) * bytes);
   const auto label_elements = static_cast<size_t>(set.label_elements);
   out->labels.resize(static_cast<size_t>(count) * label_elements);
-  for (int64_t k = 0; k < count; ++k) {
+  const int64_t part_end = part.second < 0 ? count : std::min(part.second, count);
+  for (int64_t k = std::max<int64_t>(part.first, 0); k < part_end; ++k) {
     const int64_t sample = order[static_cast<size_t>(first + k)];
     if (sample < 0 || sample >= set.count())
       throw Error(ExitCode::Internal, set.name + ": sample " + std::to_string(sample) + " is out of range");
@@ -385,12 +386,13 @@ void decode_batch(const Dataset& set, const std::vector<int64_t>& order, int64_t
 // --- BatchStream -----------------------------------------------------------------------
 
 BatchStream::BatchStream(const Dataset& set, int64_t batch, bool shuffle, uint64_t seed, Normalization norm,
-                         int64_t start_epoch, int64_t start_position)
+                         int64_t start_epoch, int64_t start_position, std::function<BatchPart(int64_t)> part)
     : set_(set),
       batch_(batch),
       shuffle_(shuffle),
       seed_(seed),
       norm_(std::move(norm)),
+      part_(std::move(part)),
       epoch_(start_epoch),
       position_(start_position) {
   if (batch_ < 1) throw Error(ExitCode::Usage, "the batch size must be positive, not " + std::to_string(batch_));
@@ -440,7 +442,7 @@ int64_t BatchStream::batches_per_epoch() const { return (set_.count() + batch_ -
 
 void BatchStream::decode_next(Batch* out) {
   const int64_t count = std::min(batch_, set_.count() - position_);
-  decode_batch(set_, order_, position_, count, norm_, out);
+  decode_batch(set_, order_, position_, count, norm_, out, part_ ? part_(count) : BatchPart{0, -1});
   out->epoch = epoch_;
   position_ += count;
   if (position_ == set_.count()) {

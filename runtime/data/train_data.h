@@ -19,10 +19,12 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace convgen::data {
@@ -101,8 +103,11 @@ struct Batch {
 // Decodes samples order[first .. first+count) of `set` into `out` (resized to fit; its
 // epoch is left alone). Pixel = (static_cast<float>(byte) / 255.0f - mean[c]) / std[c],
 // exactly that float expression (scripts/torch-train-reference reproduces it).
+// `part`, when given, is the batch's samples [part.first, part.second) to decode (a rank
+// of a run over several processes reads only its own); the others are left as they were.
+using BatchPart = std::pair<int64_t, int64_t>;
 void decode_batch(const Dataset& set, const std::vector<int64_t>& order, int64_t first, int64_t count,
-                  const Normalization& norm, Batch* out);
+                  const Normalization& norm, Batch* out, BatchPart part = {0, -1});
 
 // Batches of one pass over a data set in a given order per epoch, the next one decoded on a
 // background thread while the caller trains on the current one. Batches are
@@ -112,8 +117,10 @@ class BatchStream {
   // Starts at (epoch, position); position must be a multiple of `batch` or 0 (or the
   // set's count: the next epoch's start). Usage error on a bad batch, position or
   // normalization, or an empty set. The worker starts decoding at once.
+  // `part` (when set) gives, for a batch of n samples, the part of it to decode.
   BatchStream(const Dataset& set, int64_t batch, bool shuffle, uint64_t seed, Normalization norm,
-              int64_t start_epoch = 0, int64_t start_position = 0);
+              int64_t start_epoch = 0, int64_t start_position = 0,
+              std::function<BatchPart(int64_t)> part = nullptr);
   ~BatchStream();
   BatchStream(const BatchStream&) = delete;
   BatchStream& operator=(const BatchStream&) = delete;
@@ -135,6 +142,7 @@ class BatchStream {
   const bool shuffle_;
   const uint64_t seed_;
   const Normalization norm_;
+  const std::function<BatchPart(int64_t)> part_;
   // The worker's alone once it runs: where the next batch to decode starts.
   int64_t epoch_, position_;
   std::vector<int64_t> order_;  // of epoch_

@@ -43,6 +43,7 @@ Trainer::Trainer(TrainGraph graph, const TrainerOptions& options, const TargetIn
   if (!make_conv) throw Error(ExitCode::Internal, "trainer: no convolution factory");
   s.target = t;
   s.why = why;
+  s.group = s.options.group.get();
   s.make_conv = std::move(make_conv);
   s.tg = std::move(graph);
   s.index_values();
@@ -98,6 +99,10 @@ StepStats Trainer::train_step(const float* pixels, const int32_t* labels, int64_
   return impl_->run_batch(pixels, labels, count, true);
 }
 
+std::pair<int64_t, int64_t> Trainer::samples_of_this_rank(int64_t count) const {
+  return impl_->distributed() ? impl_->samples_of_rank(count, impl_->group->rank()) : std::pair<int64_t, int64_t>(0, count);
+}
+
 StepStats Trainer::evaluate(const float* pixels, const int32_t* labels, int64_t count) {
   return impl_->run_batch(pixels, labels, count, false);
 }
@@ -106,11 +111,14 @@ void Trainer::forward(const float* pixels, int64_t count, float* logits) {
   Impl& s = *impl_;
   const std::vector<int32_t> no_labels(static_cast<size_t>(std::max<int64_t>(count, 0) * s.tg.label_elements), 0);
   s.run_batch(pixels, no_labels.data(), count, false);
+  // Across ranks, every rank's logits to every rank first.
+  if (s.distributed()) s.share_samples(s.batch_act[s.logits].data(), s.values[s.logits].sample_elements);
   // Each micro-batch's logits, in sample order, dense (a segmentation map is NCHW).
   float* out = logits;
   for (int64_t i = 0; i < s.active; ++i) {
-    Impl::Slot& slot = s.slots[i];
-    const ConstView v = s.view(slot, s.logits);
+    const int64_t n = std::min(s.m, count - i * s.m);
+    const float* from = s.batch_act[s.logits].data() + i * s.m * s.values[s.logits].sample_elements;
+    const ConstView v{from, s.shape_at(s.logits, n), s.values[s.logits].channels_last};
     copy_layout(v, View{out, v.shape, false});
     out += v.elements();
   }
@@ -126,7 +134,9 @@ std::vector<std::vector<float>> Trainer::last_gradients() const {
                                       out.back().data());
       continue;
     }
-    const FloatBuffer& g = s.deferred_param[p] ? s.deferred_grad[p] : s.slots.at(0).param_grad[p];  // the tree's root
+    const FloatBuffer& g = s.deferred_param[p]   ? s.deferred_grad[p]
+                           : s.distributed() ? s.reduced_grad.at(p)
+                                             : s.slots.at(0).param_grad[p];  // the tree's root
     out.emplace_back(g.begin(), g.end());
   }
   return out;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "runtime/graph/train_graph.h"
+#include "runtime/parallel/process_group.h"
 #include "runtime/train/train_conv.h"
 #include "schedules/conv_schedule.h"
 
@@ -73,6 +74,13 @@ struct TrainerOptions {
   // that is not a Conv node, or a layer missing, is a BadRecord error naming the source.
   std::map<std::string, ParallelMode> recorded_modes;
   std::string recorded_modes_source;  // e.g. "the training record in FILE", for messages
+  // The processes the run spans (docs/distributed.md; `mpirun -np R convgen train`), or
+  // null for one. Rank r runs the micro-batches rank_range(micro-batches, r, R) gives it;
+  // every sum over micro-batches is still the one fixed tree, finished across ranks
+  // (runtime/parallel/pairwise_tree.h), so every rank holds the same weights after every
+  // step, bit-identical to one process with any thread count. Not part of any key: it
+  // changes who computes what, never a bit.
+  std::shared_ptr<ProcessGroup> group;
 };
 
 // Parses "NODE=MODE[,NODE=MODE...]" (MODE: micro-batch or whole-batch; NODE * is every
@@ -145,8 +153,13 @@ class Trainer {
   // One SGD step on `count` samples (1 <= count <= batch): pixels dense NCHW floats,
   // labels in [0, classes) or the ignored label, one per sample or (a segmentation
   // model's [N, K, H, W] logits) H x W per sample. The loss is the mean over the labelled
-  // positions.
+  // positions. With a process group, only this rank's samples (samples_of_this_rank) are
+  // read; the statistics returned are the whole mini-batch's on every rank.
   StepStats train_step(const float* pixels, const int32_t* labels, int64_t count);
+  // The samples [first, end) of a batch of `count` whose pixels and labels this process
+  // reads (its ranks' micro-batches; the whole batch without a group). The others may be
+  // left undecoded.
+  std::pair<int64_t, int64_t> samples_of_this_rank(int64_t count) const;
   // Forward only (test accuracy): no state changes.
   StepStats evaluate(const float* pixels, const int32_t* labels, int64_t count);
   // Forward only, the logits out: count x classes floats, row per sample, or a

@@ -298,17 +298,19 @@ void Trainer::Impl::batched_conv(Action a, size_t node, const Guard& guarded) {
   const float* w = L.crop ? L.cropped_w.data() : data_of(first, id(n.inputs[1]));
   // The micro-batches' activations are consecutive slices of one mini-batch buffer.
   if (a == Action::ConvForward) {
+    if (distributed()) share_samples(batch_act[x].data(), values[x].sample_elements);
     const float* bias = n.inputs.size() > 2 && !n.inputs[2].empty() ? data_of(first, id(n.inputs[2])) : nullptr;
     const float* wf = weights_for(node, *k, kForwardPanels, w);
     guarded([&] { k->forward(batch_act[x].data(), wf, bias, batch_act[y].data()); });
     return;
   }
   // dY, a mini-batch buffer (whole-batch layer): zero where nothing downstream reached it.
-  for (int64_t s = 0; s < active; ++s) {
+  for (int64_t s = own_begin; s < own_end; ++s) {
     Slot& slot = slots[s];
     if (!slot.grad_written[y]) std::fill(slot.grad[y].begin(), slot.grad[y].end(), 0.0f);
     slot.grad_written[y] = 1;
   }
+  if (distributed()) share_samples(batch_grad[y].data(), values[y].sample_elements);
   if (!values[x].requires_grad) return;
   const int64_t sample = values[x].sample_elements;
   conv_dx.resize(static_cast<size_t>(batch_count * sample));
@@ -318,7 +320,7 @@ void Trainer::Impl::batched_conv(Action a, size_t node, const Guard& guarded) {
   // Into each micro-batch's gradient of x (its own buffer, or added to what another reader
   // of x wrote), as the micro-batch's backward would have.
 #pragma omp parallel for schedule(static, 1) num_threads(options.threads)
-  for (int64_t s = 0; s < active; ++s)
+  for (int64_t s = own_begin; s < own_end; ++s)
     guarded([&] {
       Slot& slot = slots[s];
       const Target t = target_for(slot, x);

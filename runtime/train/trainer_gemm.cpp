@@ -47,7 +47,7 @@ auto Trainer::Impl::gemm_shape(size_t node) const -> GemmShape {
 void Trainer::Impl::batched_gemm(Action a, size_t node, const Guard& guarded) {
   const GemmShape sh = gemm_shape(node);
   BatchedGemm& bg = batched.at(node);
-  const int64_t rows = batch_count, micro = active;
+  const int64_t rows = batch_count;
   Slot& first = slots[0];
   const float* w = data_of(first, sh.w);
   if (a == Action::GemmForward) {
@@ -57,9 +57,10 @@ void Trainer::Impl::batched_gemm(Action a, size_t node, const Guard& guarded) {
     gemm_dy.resize(static_cast<size_t>(rows * sh.n));
     gemm_da.resize(static_cast<size_t>(rows * sh.k));
   }
-  // Gather the micro-batches' rows in sample order.
+  // Gather the micro-batches' rows in sample order (across ranks: this rank's, then
+  // every rank's rows to every rank).
 #pragma omp parallel for schedule(static, 1) num_threads(options.threads)
-  for (int64_t s = 0; s < micro; ++s)
+  for (int64_t s = own_begin; s < own_end; ++s)
     guarded([&] {
       Slot& slot = slots[s];
       if (a == Action::GemmForward) {
@@ -70,6 +71,10 @@ void Trainer::Impl::batched_gemm(Action a, size_t node, const Guard& guarded) {
         std::copy(slot.grad[sh.y].begin(), slot.grad[sh.y].end(), gemm_dy.begin() + s * m * sh.n);
       }
     });
+  if (distributed()) {
+    if (a == Action::GemmForward) share_samples(bg.a.data(), sh.k);
+    else share_samples(gemm_dy.data(), sh.n);
+  }
   if (TrainConv* conv = gemm_conv(node, rows)) {
     // Y = A W^T + b is a 1x1 convolution of a 1 x B "image" of K channels: convgen's
     // generated kernels, the samples as the pixels they tile.
@@ -83,7 +88,7 @@ void Trainer::Impl::batched_gemm(Action a, size_t node, const Guard& guarded) {
       const float* wd = weights_for(node, *conv, kBackwardDataPanels, w);
       if (values[sh.a].requires_grad) guarded([&] { conv->backward_data(gemm_dy.data(), wd, nullptr, gemm_da.data()); });
     }
-    scatter_gemm(a, sh, micro, guarded);
+    scatter_gemm(a, sh, guarded);
     return;
   }
   if (a == Action::GemmForward) {
@@ -99,7 +104,7 @@ void Trainer::Impl::batched_gemm(Action a, size_t node, const Guard& guarded) {
         ops::sgemm_1t(false, sh.trans_b, rows, cols, sh.k, sh.alpha, bg.a.data(), sh.k,
                       sh.trans_b ? w + j0 * sh.k : w + j0, sh.trans_b ? sh.k : sh.n, 1.0f, gemm_y.data() + j0, sh.n);
       });
-    scatter_gemm(a, sh, micro, guarded);
+    scatter_gemm(a, sh, guarded);
     return;
   }
   // Backward: dA blocks (columns of dA), dW blocks (rows of dW), db columns: one list.
@@ -139,13 +144,13 @@ void Trainer::Impl::batched_gemm(Action a, size_t node, const Guard& guarded) {
         }
       }
     });
-  scatter_gemm(a, sh, micro, guarded);
+  scatter_gemm(a, sh, guarded);
 }
 
-void Trainer::Impl::scatter_gemm(Action a, const GemmShape& sh, int64_t micro, const Guard& guarded) {
+void Trainer::Impl::scatter_gemm(Action a, const GemmShape& sh, const Guard& guarded) {
   if (a == Action::GemmBackward && !values[sh.a].requires_grad) return;
 #pragma omp parallel for schedule(static, 1) num_threads(options.threads)
-  for (int64_t s = 0; s < micro; ++s)
+  for (int64_t s = own_begin; s < own_end; ++s)
     guarded([&] {
       Slot& slot = slots[s];
       if (a == Action::GemmForward) {

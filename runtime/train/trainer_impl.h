@@ -312,8 +312,8 @@ struct Trainer::Impl {
   void batched_gemm(Action a, size_t node, const Guard& guarded);
 
   // The whole-mini-batch results back into the micro-batches: Y rows (forward), dA rows
-  // (backward, added when the value already has a gradient).
-  void scatter_gemm(Action a, const GemmShape& sh, int64_t micro, const Guard& guarded);
+  // (backward, added when the value already has a gradient), this rank's micro-batches.
+  void scatter_gemm(Action a, const GemmShape& sh, const Guard& guarded);
 
   void index_values();
 
@@ -426,6 +426,37 @@ struct Trainer::Impl {
   void plan_updates();
   void update_chunk(const UpdateChunk& chunk);
   void drain_updates(const std::vector<UpdateChunk>& chunks, std::atomic<size_t>& next);
+
+  // ---- Across processes (trainer_distributed.cpp; docs/distributed.md) ------------------
+  // Rank r runs micro-batches [own_begin, own_end) (rank_range over the mini-batch's). What
+  // a barrier's combine reads of other micro-batches is copied from their ranks first:
+  // BatchNormalization's per-micro-batch sums, the rows of a batched Gemm or Conv, a
+  // whole-batch layer's activations and output gradient; each rank then computes the
+  // combine itself, the same bits on every rank. The micro-batch weight gradients are
+  // finished across ranks by the tree (reduce_gradients_across_ranks). Without a group,
+  // or with one rank, none of this runs.
+  ProcessGroup* group = nullptr;
+  int64_t own_begin = 0, own_end = 0;
+  std::vector<FloatBuffer> reduced_grad;  // per micro-batch-mode parameter: the tree's sum
+  bool distributed() const { return group && group->size() > 1; }
+  // rank_range's micro-batches of `rank` for a mini-batch of `count` samples, as samples.
+  std::pair<int64_t, int64_t> samples_of_rank(int64_t count, int rank) const;
+  // Every rank's samples of a mini-batch buffer (sample_elements floats per sample) to
+  // every rank, in place.
+  void share_samples(float* base, int64_t sample_elements);
+  // Every micro-batch's partial sums of BatchNormalization node `node` to every rank.
+  void share_bn_partials(size_t node);
+  // What the whole-batch weight gradients of `layers` read (input, output gradient, the
+  // output where a ReLU is fused) to every rank.
+  void share_whole_batch_inputs(const std::vector<size_t>& layers);
+  // The micro-batch gradient of every parameter that has one, summed by the fixed tree
+  // over all micro-batches: each rank forms the tree nodes inside its range, the owner of
+  // each element chunk finishes the tree over every rank's nodes, and an all-gather copies
+  // the finished chunks to every rank (reduced_grad).
+  void reduce_gradients_across_ranks();
+  // The step's per-micro-batch losses (in micro-batch order) and summed counts, every
+  // rank's, into `losses` and `stats`.
+  void share_step_stats(std::vector<double>& losses, StepStats& stats);
 };
 
 }  // namespace convgen::model

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <mutex>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -132,10 +133,14 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
   }
   active = micro;
   batch_count = count;
+  own_begin = 0, own_end = micro;
+  if (distributed()) std::tie(own_begin, own_end) = rank_range(micro, group->rank(), group->size());
   // The mean is over the labelled positions of the whole mini-batch, so every
   // micro-batch's gradient is scaled by the same count (none labelled: no gradient).
+  // Across ranks, each counts its own samples' and the counts are added.
   int64_t labelled = 0;
-  for (int64_t i = 0, n = count * tg.label_elements; i < n; ++i) {
+  const auto [own_first, own_last] = distributed() ? samples_of_rank(count, group->rank()) : std::pair<int64_t, int64_t>(0, count);
+  for (int64_t i = own_first * tg.label_elements, n = own_last * tg.label_elements; i < n; ++i) {
     if (labels[i] == options.ignore_label) continue;
     if (labels[i] < 0 || labels[i] >= tg.classes)
       throw Error(ExitCode::BadData, fmt::format("trainer: label {} at position {} of the batch is outside [0, {}) and "
@@ -143,6 +148,7 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
                                                  labels[i], i, tg.classes));
     ++labelled;
   }
+  if (distributed()) group->sum(&labelled, 1);
   const double scale = labelled > 0 ? 1.0 / double(labelled) : 0.0;
   const std::vector<Phase>& phases = train ? train_phases : eval_phases;
   auto run = [&](size_t phase, int64_t i) {
@@ -179,6 +185,7 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
         gemm_seconds[3 * p.combine_node + (p.combine == Action::ConvForward ? 0 : 1)] +=
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * options.threads;
     } else if (p.combine != Action::Forward) {
+      if (distributed()) share_bn_partials(p.combine_node);
       guarded([&] { combine(p.combine, p.combine_node); });
     }
   };
@@ -198,7 +205,7 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
     const Clock::time_point phase_start = profile ? Clock::now() : Clock::time_point{};
     if (train) pack_panels(static_cast<int64_t>(ph), true);
     if (intra) {
-      for (int64_t i = 0; i < micro && !failed; ++i) guarded([&] { run(ph, i); });
+      for (int64_t i = own_begin; i < own_end && !failed; ++i) guarded([&] { run(ph, i); });
     } else {
       std::fill(busy.begin(), busy.end(), 0.0);
       next_ready = 0;
@@ -208,12 +215,14 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
       {
         const int thread = omp_get_thread_num(), team = omp_get_num_threads();
         const Clock::time_point start = profile ? Clock::now() : Clock::time_point{};
-        for (int64_t i = thread; i < micro; i += team) guarded([&] { run(ph, i); });
+        for (int64_t i = own_begin + thread; i < own_end; i += team) guarded([&] { run(ph, i); });
         drain_whole_batch_gradients(ready, next_ready, count, guarded);
         drain_updates(*updates, next_update);
         if (profile) busy[static_cast<size_t>(thread)] += since(start);
       }
-      if (train) {
+      // Across ranks the whole-batch gradients need every rank's activations, and the
+      // updates every rank's gradients: both wait for the end (docs/distributed.md).
+      if (train && !distributed()) {
         ready = phases[ph].weight_gradients_ready;
         updates = &updates_after[ph];
       }
@@ -241,7 +250,22 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
     next_update = 0;
     std::atomic<size_t> next_final{0};
     const std::vector<UpdateChunk>& final_updates = updates_after.back();
-    if (intra) {
+    if (distributed()) {
+      // Every whole-batch gradient over the whole mini-batch on every rank (the same
+      // kernel on the same data: the same bits), then the micro-batch gradients finished
+      // across ranks, then every update on every rank.
+      std::vector<size_t> all;
+      for (const Phase& p : phases) all.insert(all.end(), p.weight_gradients_ready.begin(), p.weight_gradients_ready.end());
+      share_whole_batch_inputs(all);
+      drain_whole_batch_gradients(all, next_ready, count, guarded);
+      if (!failed) guarded([&] { reduce_gradients_across_ranks(); });
+      std::vector<UpdateChunk> every;
+      for (const std::vector<UpdateChunk>& chunks : updates_after) every.insert(every.end(), chunks.begin(), chunks.end());
+      if (!failed) {
+#pragma omp parallel num_threads(options.threads)
+        drain_updates(every, next_update);
+      }
+    } else if (intra) {
       std::vector<size_t> all;
       for (const Phase& p : phases) all.insert(all.end(), p.weight_gradients_ready.begin(), p.weight_gradients_ready.end());
       drain_whole_batch_gradients(all, next_ready, count, guarded);
@@ -267,11 +291,12 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
   std::vector<double> losses(static_cast<size_t>(micro));
   StepStats stats;
   if (!train) stats.per_class.assign(static_cast<size_t>(3 * tg.classes), 0);
-  for (int64_t i = 0; i < micro; ++i) {
+  for (int64_t i = own_begin; i < own_end; ++i) {
     losses[i] = slots[i].loss;
     stats.correct += slots[i].counts.correct;
     for (size_t c = 0; c < stats.per_class.size(); ++c) stats.per_class[c] += slots[i].counts.per_class[c];
   }
+  if (distributed()) share_step_stats(losses, stats);
   for (int64_t stride = 1; stride < micro; stride *= 2)
     for (int64_t i = 0; i + stride < micro; i += 2 * stride) losses[i] += losses[i + stride];
   stats.loss = labelled > 0 ? losses[0] / double(labelled) : 0.0;

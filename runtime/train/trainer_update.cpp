@@ -67,7 +67,7 @@ void Trainer::Impl::update_chunk(const UpdateChunk& w) {
                     options.lr, options.momentum, options.weight_decay, first);
     return;
   }
-  const float* g = deferred_param[w.p] ? deferred_grad[w.p].data() : nullptr;
+  const float* g = deferred_param[w.p] ? deferred_grad[w.p].data() : distributed() ? reduced_grad[w.p].data() : nullptr;
   if (!g) {
     grads.resize(static_cast<size_t>(active));
     for (int64_t s = 0; s < active; ++s) {

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "runtime/train/train_ops.h"
 #include "runtime/parallel/pairwise_tree.h"
+#include "runtime/parallel/process_group.h"
 
 using convgen::TreeNode;
 
@@ -128,4 +130,25 @@ TEST_CASE("pairwise tree: single-slot nodes and element ranges finished in parts
     INFO("count " << count);
     CHECK(same_bits(slots[0], want));
   }
+}
+
+TEST_CASE("rank_range: contiguous ranges in rank order, sizes within one, ranks without items", "[pairwise_tree]") {
+  for (int64_t count : {0, 1, 2, 3, 7, 16, 17})
+    for (int ranks : {1, 2, 3, 4, 5}) {
+      INFO("count " << count << " ranks " << ranks);
+      int64_t next = 0, smallest = count, largest = 0;
+      for (int r = 0; r < ranks; ++r) {
+        const auto [b, e] = convgen::rank_range(count, r, ranks);
+        CHECK(b == next);
+        CHECK(e >= b);
+        smallest = std::min(smallest, e - b), largest = std::max(largest, e - b);
+        next = e;
+      }
+      CHECK(next == count);
+      CHECK(largest - smallest <= 1);
+    }
+  // The larger ranges first: 7 over 3 is 3, 2, 2.
+  CHECK(convgen::rank_range(7, 0, 3) == std::pair<int64_t, int64_t>(0, 3));
+  CHECK(convgen::rank_range(7, 2, 3) == std::pair<int64_t, int64_t>(5, 7));
+  CHECK(convgen::rank_range(1, 2, 3) == std::pair<int64_t, int64_t>(1, 1));
 }

@@ -1,0 +1,114 @@
+#include "runtime/distributed/mpi_process_group.h"
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "schedules/errors.h"
+
+namespace convgen {
+
+namespace {
+
+void check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(rc, text, &length);
+  throw Error(ExitCode::Internal, fmt::format("MPI: {} failed: {}", what, std::string(text, static_cast<size_t>(length))));
+}
+
+// MPI's counts and displacements are ints: one collective moves under 2 GiB per rank.
+std::vector<int> as_ints(const std::vector<int64_t>& bytes, const char* what) {
+  std::vector<int> out(bytes.size());
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (bytes[i] < 0 || bytes[i] > INT_MAX)
+      throw Error(ExitCode::Unsupported, fmt::format("MPI: {} of {} bytes from one rank (2 GiB at most)", what, bytes[i]));
+    out[i] = static_cast<int>(bytes[i]);
+  }
+  return out;
+}
+
+std::vector<int> offsets(const std::vector<int>& counts, const char* what) {
+  std::vector<int> out(counts.size());
+  int64_t at = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    out[i] = static_cast<int>(at);
+    at += counts[i];
+    if (at > INT_MAX) throw Error(ExitCode::Unsupported, fmt::format("MPI: {} of over 2 GiB in all", what));
+  }
+  return out;
+}
+
+}  // namespace
+
+bool launched_by_mpirun() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"})
+    if (std::getenv(name)) return true;
+  return false;
+}
+
+struct MpiProcessGroup::Comm {
+  MPI_Comm comm = MPI_COMM_NULL;
+};
+
+MpiProcessGroup::MpiProcessGroup() : comm_(std::make_unique<Comm>()) {
+  int provided = 0;
+  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  if (provided < MPI_THREAD_FUNNELED) {
+    MPI_Finalize();
+    throw Error(ExitCode::MissingDependency, "MPI: this MPI library does not support threads (MPI_THREAD_FUNNELED)");
+  }
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_->comm), "MPI_Comm_dup");
+  check(MPI_Comm_rank(comm_->comm, &rank_), "MPI_Comm_rank");
+  check(MPI_Comm_size(comm_->comm, &size_), "MPI_Comm_size");
+}
+
+MpiProcessGroup::~MpiProcessGroup() {
+  if (comm_->comm != MPI_COMM_NULL) MPI_Comm_free(&comm_->comm);
+  MPI_Finalize();
+}
+
+void MpiProcessGroup::allgather(const void* mine, void* all, const std::vector<int64_t>& bytes) {
+  const std::vector<int> counts = as_ints(bytes, "allgather"), at = offsets(counts, "allgather");
+  char* base = static_cast<char*>(all);
+  // In place when `mine` is already this rank's block of `all`.
+  const void* send = mine == base + at[static_cast<size_t>(rank_)] ? MPI_IN_PLACE : mine;
+  check(MPI_Allgatherv(send, counts[static_cast<size_t>(rank_)], MPI_BYTE, all, counts.data(), at.data(), MPI_BYTE,
+                       comm_->comm),
+        "MPI_Allgatherv");
+}
+
+void MpiProcessGroup::alltoall(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                               const std::vector<int64_t>& recv_bytes) {
+  const std::vector<int> sc = as_ints(send_bytes, "alltoall"), rc = as_ints(recv_bytes, "alltoall");
+  const std::vector<int> sd = offsets(sc, "alltoall"), rd = offsets(rc, "alltoall");
+  check(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_->comm),
+        "MPI_Alltoallv");
+}
+
+void MpiProcessGroup::sum(int64_t* values, int64_t count) {
+  if (count > INT_MAX) throw Error(ExitCode::Unsupported, "MPI: a sum of over 2^31 integers");
+  check(MPI_Allreduce(MPI_IN_PLACE, values, static_cast<int>(count), MPI_INT64_T, MPI_SUM, comm_->comm),
+        "MPI_Allreduce");
+}
+
+void MpiProcessGroup::broadcast(std::vector<char>& bytes, int root) {
+  int64_t size = static_cast<int64_t>(bytes.size());
+  check(MPI_Bcast(&size, 1, MPI_INT64_T, root, comm_->comm), "MPI_Bcast");
+  if (size > INT_MAX) throw Error(ExitCode::Unsupported, "MPI: a broadcast of over 2 GiB");
+  bytes.resize(static_cast<size_t>(size));
+  check(MPI_Bcast(bytes.data(), static_cast<int>(size), MPI_BYTE, root, comm_->comm), "MPI_Bcast");
+}
+
+void MpiProcessGroup::barrier() { check(MPI_Barrier(comm_->comm), "MPI_Barrier"); }
+
+void MpiProcessGroup::abort(int exit_code) {
+  MPI_Abort(comm_->comm != MPI_COMM_NULL ? comm_->comm : MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
+}
+
+}  // namespace convgen
