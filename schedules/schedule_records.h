@@ -27,8 +27,10 @@ struct ScheduleKey {
 // What a measurement depended on besides the key: a record measured on another CPU
 // still applies (the key decides correctness, not speed); `--verbose` notes the difference.
 // The tuner's timing method: 1 = tensors at a plain vector's 16-byte offset (records of
-// version 3 and older), 2 = cache-line aligned tensors, as the runtime stores them.
-inline constexpr int kTimingMethod = 2;
+// version 3 and older), 2 = cache-line aligned tensors, as the runtime stores them, 3 =
+// the same, each candidate's times scaled by the default timed beside it
+// (relative_to_reference, schedules/tune/timing_rule.h).
+inline constexpr int kTimingMethod = 3;
 
 struct Provenance {
   std::string cpu;            // CPU model name, as /proc/cpuinfo gives it

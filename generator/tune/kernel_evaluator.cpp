@@ -157,6 +157,7 @@ KernelEvaluator::KernelEvaluator(const ConvDescriptor& d, const std::string& pas
   const int64_t budget = std::max<int64_t>(d.im2col_bytes() / 20, int64_t(1) << 20);
   workspace_limit_ = std::max(budget, kernel->workspace());
   built_[describe(default_schedule)] = kernel;
+  default_kernel_ = kernel;
 }
 
 KernelEvaluator::~KernelEvaluator() = default;
@@ -268,10 +269,23 @@ CandidateResult KernelEvaluator::check(const ConvSchedule& s) {
 CandidateResult KernelEvaluator::evaluate(const ConvSchedule& s, double best_so_far) {
   std::shared_ptr<Kernel> kernel;
   CandidateResult r = check_candidate(s, &kernel);
-  if (r.status == "ok") {
-    const int64_t reps = calibrate(*kernel);
-    r.stats = time_until_stable([&] { return sample_seconds(*kernel, reps); }, options_.rule, best_so_far);
+  if (r.status != "ok") return r;
+  // Timing method 3: the default beside every candidate, its times scaled to the phase
+  // the layer's tuning started in (relative_to_reference).
+  Kernel& def = *default_kernel_;
+  if (reference_seconds_ == 0) {
+    default_reps_ = calibrate(def);
+    reference_seconds_ =
+        time_until_stable([&] { return sample_seconds(def, default_reps_); }, options_.rule, 0).min_seconds;
   }
+  const double before = sample_seconds(def, default_reps_);
+  const int64_t reps = calibrate(*kernel);
+  // The early stop compares raw samples: the best so far in this phase's units.
+  const double raw_best = best_so_far > 0 ? best_so_far * before / reference_seconds_ : 0;
+  const TimingStats raw =
+      time_until_stable([&] { return sample_seconds(*kernel, reps); }, options_.rule, raw_best);
+  const double after = sample_seconds(def, default_reps_);
+  r.stats = relative_to_reference(raw, reference_seconds_, std::min(before, after));
   return r;
 }
 

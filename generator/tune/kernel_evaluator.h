@@ -62,6 +62,9 @@ class KernelEvaluator : public CandidateEvaluator {
   std::vector<FloatBuffer> expected_scratch_;  // a candidate's outputs
   int64_t workspace_limit_ = 0;
   std::map<std::string, std::shared_ptr<Kernel>> built_;  // prepared, by describe()
+  std::shared_ptr<Kernel> default_kernel_;
+  int64_t default_reps_ = 0;
+  double reference_seconds_ = 0;  // the default's best time at the first evaluate()
   std::map<std::string, std::string> build_errors_;
 
   std::shared_ptr<Kernel> build(const ConvSchedule& s, KernelSource source = KernelSource::Cache) const;

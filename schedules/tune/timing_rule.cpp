@@ -22,6 +22,14 @@ TimingStats summarise(std::vector<double> samples) {
   return st;
 }
 
+TimingStats relative_to_reference(TimingStats candidate, double reference, double beside) {
+  if (reference <= 0 || beside <= 0) return candidate;
+  const double scale = reference / beside;
+  candidate.min_seconds *= scale;
+  candidate.median_seconds *= scale;
+  return candidate;
+}
+
 TimingStats time_until_stable(const std::function<double()>& sample, const TimingRule& rule, double best_so_far) {
   std::vector<double> samples;
   while (true) {

@@ -28,6 +28,14 @@ TimingStats summarise(std::vector<double> samples);
 // stops; `best_so_far` (0 = none) lets a clearly slower candidate stop early.
 TimingStats time_until_stable(const std::function<double()>& sample, const TimingRule& rule, double best_so_far);
 
+// Timing method 3 (docs/tuning.md, "Timing that survives noise"): a candidate's samples
+// in the units of the moment the layer's tuning started. `reference` is the default's
+// best time then; `beside` the default's best of the samples taken just before and just
+// after the candidate's. The machine's speed changes in phases (a VM's slow and fast
+// spells, seconds long) that move every kernel alike; scaling by reference / beside
+// cancels them, so candidates timed in different phases compare fairly.
+TimingStats relative_to_reference(TimingStats candidate, double reference, double beside);
+
 // True when `candidate` beats `reference` by more than the noise both showed: its
 // median is lower by more than the larger of their spreads (and at least `floor`).
 bool beats_beyond_noise(const TimingStats& candidate, const TimingStats& reference, double floor = 0.01);

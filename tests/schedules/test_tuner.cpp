@@ -144,7 +144,7 @@ TEST_CASE("records version 4: trial and tuned lines read back as written, byte f
   const ScheduleRecord trial = sample_trial();
   const std::string line = to_json_line(trial);
   CHECK(line.find(R"("version":4,"kind":"trial")") != std::string::npos);
-  CHECK(line.find(R"("variant":"none","timing_method":2})") != std::string::npos);
+  CHECK(line.find(R"("variant":"none","timing_method":3})") != std::string::npos);
   const ScheduleRecord back = parse_record_line(line, "t:1");
   CHECK(back == trial);
   CHECK(to_json_line(back) == line);
@@ -179,7 +179,7 @@ TEST_CASE("a version-3 trial reads as timing method 1 and is never replayed by t
   // comparable with today's aligned ones, so a resumed run measures those schedules again.
   std::string v3 = to_json_line(sample_trial());
   v3.replace(v3.find(R"("version":4)"), 11, R"("version":3)");
-  v3.replace(v3.find(R"(,"timing_method":2)"), 18, "");
+  v3.replace(v3.find(R"(,"timing_method":3)"), 18, "");
   const ScheduleRecord old = parse_record_line(v3, "old.jsonl:1");
   CHECK(old.tuning.provenance.timing_method == 1);
   CHECK(old.schedule == sample_trial().schedule);
@@ -535,6 +535,21 @@ TEST_CASE("the timing rule stops when the best runs agree, or early when clearly
   CHECK(calls == 3);  // twice the best so far: stopped at min_samples
   CHECK(beats_beyond_noise(summarise({0.90, 0.91, 0.92}), summarise({1.0, 1.01, 1.02})));
   CHECK_FALSE(beats_beyond_noise(summarise({0.97, 0.99, 1.01}), summarise({1.0, 1.05, 1.06})));
+}
+
+TEST_CASE("timing method 3: a candidate timed in a slow phase is scaled back by the default beside it",
+          "[tune][timing]") {
+  // The default took 1.0 s when the layer's tuning started and 1.25 s beside this
+  // candidate (a slow phase): the candidate's 1.0 s is 0.8 s in the start's units.
+  const TimingStats raw = summarise({1.0, 1.02, 1.01});
+  const TimingStats st = relative_to_reference(raw, 1.0, 1.25);
+  CHECK(st.min_seconds == Approx(0.8));
+  CHECK(st.median_seconds == Approx(1.01 * 0.8));
+  CHECK(st.spread == raw.spread);
+  CHECK(st.count == raw.count);
+  // No reference yet, or none beside: unchanged.
+  CHECK(relative_to_reference(raw, 0, 1.25).min_seconds == raw.min_seconds);
+  CHECK(relative_to_reference(raw, 1.0, 0).min_seconds == raw.min_seconds);
 }
 
 TEST_CASE("similar tuned layers seed the search, most similar first", "[tune][search]") {
