@@ -268,6 +268,7 @@ bool any_rank(ProcessGroup* group, bool flag) {
 int train_run(const Args& args, const std::shared_ptr<ProcessGroup>& group_owned) {
   ProcessGroup* group = group_owned.get();
   const bool lead = !group || group->rank() == 0;  // prints, logs, saves and checkpoints
+  const bool several = group && group->size() > 1;  // else: exactly the one-process run
   bool help = false;
   TrainSetup s = parse(args, &help);
   if (help) {
@@ -281,7 +282,7 @@ int train_run(const Args& args, const std::shared_ptr<ProcessGroup>& group_owned
   std::signal(SIGINT, on_sigint);
   if (group) std::signal(SIGTERM, on_sigint);
   s.trainer.records = s.schedules;
-  s.trainer.group = group && group->size() > 1 ? group_owned : nullptr;
+  s.trainer.group = several ? group_owned : nullptr;
   const TargetInfo target = target_info(s.target);
   std::vector<std::string> why;
   auto trainer_owned = model::make_trainer(s.model, s.trainer, target, s.verbose ? &why : nullptr);
@@ -341,7 +342,7 @@ int train_run(const Args& args, const std::shared_ptr<ProcessGroup>& group_owned
   }
   const std::string model_hash = sha256_file_hex(s.model);
   const std::string key = resume_key(s, trainer.micro_batch(), trainer.execution_key());
-  if (group && group->size() > 1)
+  if (several)
     // Also what decides which exchanges run: resuming (a broadcast) and a test split
     // (evaluation's exchanges).
     check_ranks_agree(*group, fmt::format("model={} key={} steps={} samples={} data_crc={:08x}{:08x} resume={} test={}",
@@ -354,11 +355,7 @@ int train_run(const Args& args, const std::shared_ptr<ProcessGroup>& group_owned
     // One rank reads the checkpoint and sends its bytes: no file system is shared.
     std::string bytes;
     if (lead) bytes = train::read_checkpoint_file(s.resume);
-    if (group && group->size() > 1) {
-      std::vector<char> shared(bytes.begin(), bytes.end());
-      group->broadcast(shared, 0);
-      bytes.assign(shared.begin(), shared.end());
-    }
+    if (several) group->broadcast(bytes, 0);
     const train::Checkpoint c = train::parse_checkpoint(bytes, train::checkpoint_path(s.resume));
     model::restore_checkpoint(c, train::checkpoint_path(s.resume), model_hash, key, trainer);
     start_step = c.step, start_epoch = c.epoch, start_position = c.position;
@@ -370,7 +367,7 @@ int train_run(const Args& args, const std::shared_ptr<ProcessGroup>& group_owned
     fmt::print(stderr, "training {} on {} ({} samples, {}x{}x{}, {} classes): batch {}, micro-batch {}, {} threads, {} steps\n",
              s.model, s.data, count, spec.channels, spec.height, spec.width, spec.classes, batch,
              trainer.micro_batch(), s.trainer.threads, total_steps);
-  if (lead && group && group->size() > 1)
+  if (lead && several)
     fmt::print(stderr, "over {} processes: each takes a contiguous range of every mini-batch's micro-batches\n",
                group->size());
   const int64_t every = s.every > 0 ? s.every : per_epoch;
@@ -403,7 +400,6 @@ int train_run(const Args& args, const std::shared_ptr<ProcessGroup>& group_owned
   // the last step (a signal may reach the ranks at different moments; all must stop
   // after the same step, or their exchanges would no longer match).
   bool agreed_stop = false;
-  const bool several = group && group->size() > 1;
   auto stopping = [&] { return several ? agreed_stop : bool(g_interrupted); };
   for (; step < total_steps && !stopping();) {
     const int64_t epoch = epoch_next;

@@ -96,15 +96,13 @@ void MpiProcessGroup::sum(int64_t* values, int64_t count) {
         "MPI_Allreduce");
 }
 
-void MpiProcessGroup::broadcast(std::vector<char>& bytes, int root) {
+void MpiProcessGroup::broadcast(std::string& bytes, int root) {
   int64_t size = static_cast<int64_t>(bytes.size());
   check(MPI_Bcast(&size, 1, MPI_INT64_T, root, comm_->comm), "MPI_Bcast");
   if (size > INT_MAX) throw Error(ExitCode::Unsupported, "MPI: a broadcast of over 2 GiB");
   bytes.resize(static_cast<size_t>(size));
   check(MPI_Bcast(bytes.data(), static_cast<int>(size), MPI_BYTE, root, comm_->comm), "MPI_Bcast");
 }
-
-void MpiProcessGroup::barrier() { check(MPI_Barrier(comm_->comm), "MPI_Barrier"); }
 
 void MpiProcessGroup::abort(int exit_code) {
   MPI_Abort(comm_->comm != MPI_COMM_NULL ? comm_->comm : MPI_COMM_WORLD, exit_code);

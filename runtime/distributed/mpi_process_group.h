@@ -30,8 +30,7 @@ class MpiProcessGroup final : public ProcessGroup {
   void alltoall(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
                 const std::vector<int64_t>& recv_bytes) override;
   void sum(int64_t* values, int64_t count) override;
-  void broadcast(std::vector<char>& bytes, int root) override;
-  void barrier();
+  void broadcast(std::string& bytes, int root) override;
 
   // Ends every rank of the launch with `exit_code` (MPI_Abort): what a rank does when it
   // fails while the others may be waiting in a collective for it.

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -32,7 +33,7 @@ class ProcessGroup {
   // Element-wise sums over the ranks, in place: integers, exact in any order.
   virtual void sum(int64_t* values, int64_t count) = 0;
   // Rank `root`'s bytes to every rank (their vectors are resized to it).
-  virtual void broadcast(std::vector<char>& bytes, int root) = 0;
+  virtual void broadcast(std::string& bytes, int root) = 0;
 };
 
 // The part of `count` items (micro-batches, elements) rank `rank` of `ranks` holds:

@@ -19,6 +19,15 @@ std::pair<int64_t, int64_t> Trainer::Impl::samples_of_rank(int64_t count, int ra
   return {std::min(b * m, count), std::min(e * m, count)};
 }
 
+std::vector<int64_t> Trainer::Impl::bytes_per_rank(int64_t bytes_per_micro_batch) const {
+  std::vector<int64_t> bytes;
+  for (int r = 0; r < group->size(); ++r) {
+    const auto [b, e] = rank_range(active, r, group->size());
+    bytes.push_back((e - b) * bytes_per_micro_batch);
+  }
+  return bytes;
+}
+
 void Trainer::Impl::share_samples(float* base, int64_t sample_elements) {
   const int ranks = group->size();
   std::vector<int64_t> bytes(static_cast<size_t>(ranks));
@@ -35,12 +44,7 @@ void Trainer::Impl::share_bn_partials(size_t node) {
   const auto size = static_cast<size_t>(2 * values[x].shape[1]);  // both sums per channel
   std::vector<double> all(static_cast<size_t>(active) * size);
   for (int64_t i = own_begin; i < own_end; ++i) std::copy_n(slots[i].bn_partial[node].begin(), size, all.begin() + i * size);
-  std::vector<int64_t> bytes;
-  for (int r = 0; r < group->size(); ++r) {
-    const auto [b, e] = rank_range(active, r, group->size());
-    bytes.push_back((e - b) * int64_t(size * sizeof(double)));
-  }
-  group->allgather(all.data() + own_begin * size, all.data(), bytes);
+  group->allgather(all.data() + own_begin * size, all.data(), bytes_per_rank(int64_t(size * sizeof(double))));
   for (int64_t i = 0; i < active; ++i) {
     Slot& slot = slots[i];
     if (slot.bn_partial.size() < tg.graph.nodes.size()) slot.bn_partial.resize(tg.graph.nodes.size());
@@ -191,12 +195,7 @@ void Trainer::Impl::reduce_gradients_across_ranks() {
 }
 
 void Trainer::Impl::share_step_stats(std::vector<double>& losses, StepStats& stats) {
-  std::vector<int64_t> bytes;
-  for (int r = 0; r < group->size(); ++r) {
-    const auto [b, e] = rank_range(active, r, group->size());
-    bytes.push_back((e - b) * int64_t(sizeof(double)));
-  }
-  group->allgather(losses.data() + own_begin, losses.data(), bytes);
+  group->allgather(losses.data() + own_begin, losses.data(), bytes_per_rank(int64_t(sizeof(double))));
   std::vector<int64_t> counts = {stats.correct};
   counts.insert(counts.end(), stats.per_class.begin(), stats.per_class.end());
   group->sum(counts.data(), int64_t(counts.size()));

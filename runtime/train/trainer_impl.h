@@ -441,6 +441,8 @@ struct Trainer::Impl {
   bool distributed() const { return group && group->size() > 1; }
   // rank_range's micro-batches of `rank` for a mini-batch of `count` samples, as samples.
   std::pair<int64_t, int64_t> samples_of_rank(int64_t count, int rank) const;
+  // What each rank gives to an all-gather of `bytes_per_micro_batch` per micro-batch it runs.
+  std::vector<int64_t> bytes_per_rank(int64_t bytes_per_micro_batch) const;
   // Every rank's samples of a mini-batch buffer (sample_elements floats per sample) to
   // every rank, in place.
   void share_samples(float* base, int64_t sample_elements);
