@@ -8,6 +8,11 @@ int register_tile_pixels(const ConvDescriptor& d, const ConvSchedule& s) {
   return static_cast<int>(std::min<int64_t>(s.nr, d.oh() * d.ow()));
 }
 
+int row_aligned_tile(const ConvDescriptor& d, const ConvSchedule& s) {
+  const int nr = register_tile_pixels(d, s);
+  return (s.strategy == Strategy::Gemm && nr > 1 && d.ow() % nr == 0) ? nr : 0;
+}
+
 int reduction_block(const ConvDescriptor& d, const ConvSchedule& s) {
   // GEMM only. Depthwise tiles run across groups, whose reductions are short; blocking
   // them mis-compiled under Halide 14 when a ragged channel tile met a ragged pixel tile

@@ -12,6 +12,15 @@ namespace convgen {
 // nest tiles by it and the algorithm's padded-row test groups pixels by it.
 int register_tile_pixels(const ConvDescriptor& d, const ConvSchedule& s);
 
+// GEMM register tiles start at multiples of NR (the pixel split is exact whenever NR
+// divides the output width). When it does and NR > 1, a tile never straddles two rows,
+// so the algorithm states its pixels' columns as the tile's first column plus the
+// pixel's place in the tile: one base and constant offsets per tile, where pix % Q per
+// pixel kept one address register per pixel (generator/conv/algorithm.cpp). Returns that
+// NR, or 0 when tiles may straddle rows. Tiles inside rows of their own (skips padded
+// columns, partitioned depthwise borders) are not this case.
+int row_aligned_tile(const ConvDescriptor& d, const ConvSchedule& s);
+
 // Input channels per reduction block actually used: 0 when the schedule's kc covers
 // all of C/g (the whole reduction runs per register tile).
 int reduction_block(const ConvDescriptor& d, const ConvSchedule& s);

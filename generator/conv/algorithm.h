@@ -80,10 +80,15 @@ struct ConvAlgorithm {
 // schedule guarantees (row tiles unrolled, kernel columns unrolled) so that Halide drops
 // the padded taps' FMAs outright -- oneDNN's left/right border code, generated.
 //
+// aligned_tile > 1 (row_aligned_tile, kernel_plan.h): the register tiles are that many
+// pixels, start at multiples of it and never straddle rows. A pixel's row and column are
+// then stated through its tile's first pixel, exact for every pix (the tile divides Q),
+// so Halide folds them to one base per tile plus the pixel's constant offset.
+//
 // stage_flat_rows: the schedule stages the padded input and it has fewer channels than a
 // vector in one group, so the staged rows are (column, channel) flat (stages_flat_rows).
 ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr, int skip_padded_rows,
-                             bool skip_padded_columns, bool partition_borders, bool stage_flat_rows,
+                             int aligned_tile, bool skip_padded_columns, bool partition_borders, bool stage_flat_rows,
                              const Halide::Func& input, const Halide::Func& weights, const Halide::Func& bias,
                              const Halide::Func& residual,
                              const ForwardBuildOptions& options);

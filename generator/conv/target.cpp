@@ -97,8 +97,12 @@ Func define_scheduled_forward(const ConvDescriptor& d, const ConvSchedule& sched
   if (skip_rows) explain(why, "kernel rows that fall on top/bottom padding left out of each tile's reduction");
   const bool skip_columns = skips_padded_columns(d, s, t) && !options.output_is_staged;
   const bool partition_borders = partitions_depthwise_borders(d, s, options.output_is_staged);
-  ConvAlgorithm a = define_forward(d, s.strategy, mr, skip_rows ? register_tile_pixels(d, s) : 0, skip_columns,
-                                   partition_borders, stages_flat_input_rows(d, s, t), input, weights, bias, residual,
+  // Tiles inside rows of their own (skip_columns) are split per row by the loop nest.
+  const int aligned_tile = skip_columns ? 0 : row_aligned_tile(d, s);
+  if (aligned_tile) explain(why, fmt::format("tiles of {} pixels never straddle the {}-pixel rows: one tap base per tile",
+                                             aligned_tile, d.ow()));
+  ConvAlgorithm a = define_forward(d, s.strategy, mr, skip_rows ? register_tile_pixels(d, s) : 0, aligned_tile,
+                                   skip_columns, partition_borders, stages_flat_input_rows(d, s, t), input, weights, bias, residual,
                                    options);
   a.may_shift_pixel_tail = !options.output_is_staged;
   a.weights_transposed = options.weights_transposed;

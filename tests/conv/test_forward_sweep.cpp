@@ -12,6 +12,7 @@
 
 #include "generator/conv/jit.h"
 #include "generator/conv/pipeline.h"
+#include "schedules/kernel_plan.h"
 #include "schedules/schedule_records.h"
 #include "schedules/weight_panels.h"
 #include "tests/common/guarded_output.h"
@@ -314,6 +315,41 @@ TEST_CASE("analytic default: 32-register tile choices run exact as chosen", "[sw
       CHECK(s.nr == sh.nr32);
       if (d.kh * d.kw == 1) CHECK(s.pack_input == PackInput::None);
     }
+    check_kernel(d, s, t);
+  }
+}
+
+// Register tiles whose NR divides the output width never straddle rows, and the kernel
+// states their taps from the tile's first pixel (row_aligned_tile). Exact whatever the
+// staging, reduction blocking, pixel blocks, threads and epilogue; the cycled sweep
+// meets them by chance, these for certain.
+TEST_CASE("row-aligned register tiles run exact", "[sweep]") {
+  const TargetInfo t = sweep_target();
+  struct Case {
+    const char* layer;
+    const char* schedule;  // field=value words over a GEMM tile of two vectors
+  };
+  const Case cases[] = {
+      // an RGB stem in small: 3 channels, stride 2, top/left padding, 14-pixel rows
+      {"mb2ic3ih28iw28oc32kh3kw3sh2sw2pt1pb1pl1pr1+bias+relu", "nr=7 pack_input=image"},
+      {"mb2ic3ih28iw28oc32kh3kw3sh2sw2pt1pb1pl1pr1+bias+relu", "nr=7 pack_input=rows nc=21"},
+      {"mb2ic3ih28iw28oc32kh3kw3sh2sw2pt1pb1pl1pr1", "nr=7 pack_input=none parallel=pixels"},
+      {"mb2ic3ih28iw28oc32kh3kw3sh2sw2pt1pb1pl1pr1", "nr=2 pack_input=panel"},
+      // channels blocked by kc, pixel blocks, 12-pixel rows, a residual
+      {"mb1ic20ih12iw12oc24kh3kw3pt1pb1pl1pr1+residual", "nr=4 kc=8 pack_input=image"},
+      {"mb1ic20ih12iw12oc24kh3kw3pt1pb1pl1pr1", "nr=6 nc=30 pack_input=rows loop_order=channels_outer"},
+      {"mb2ic16ih12iw12oc40kh3kw3pt1pb1pl1pr1+relu", "nr=3 parallel=images"},
+      // 1x1 over 32-pixel rows, one vector of channels, unpadded input read in place
+      {"mb2ic8ih4iw32oc16kh1kw1+bias", "nr=8 pack_input=none"},
+  };
+  for (const Case& c : cases) {
+    const ConvDescriptor d = parse_descriptor(c.layer);
+    ConvSchedule s;
+    s.strategy = Strategy::Gemm;
+    s.mr = 2 * t.vector_floats;
+    apply_schedule_overrides(c.schedule, &s);
+    INFO(c.layer << "  schedule: " << describe(s));
+    REQUIRE(row_aligned_tile(d, s) == s.nr);
     check_kernel(d, s, t);
   }
 }
