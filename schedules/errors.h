@@ -21,6 +21,7 @@ enum class ExitCode : int {
   CheckFailed = 9,      // convgen check: some output differs from the expected data
   NonFiniteLoss = 10,   // convgen train: a step's loss is NaN or infinite
   Busy = 11,            // convgen tune: another process is tuning into the same records file
+  RankTimeout = 12,     // convgen train under mpirun: a rank did not reach an exchange in time
 };
 
 class Error : public std::runtime_error {

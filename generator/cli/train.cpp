@@ -100,13 +100,17 @@ and a checkpoint resumes with any R. Rank 0 alone prints, logs, saves and checkp
 reads --resume's checkpoint and sends it to the others (no shared file system needed;
 each rank needs the data). Every rank must be given the same model, options and data
 (checked at start: exit 2 otherwise). docs/distributed.md.
+  --rank-timeout S     after start-up, a rank that does not reach an exchange within S
+                       seconds (time it spends building kernels not counted) ends the
+                       run on every rank with exit code 12, named (default 600; 0: off)
 )";
 
 const char* kTrainExitCodes = R"(
 Exit codes: 0 done, 130 stopped by SIGINT (after the running step, checkpointing if
 asked; during set-up at once; under mpirun SIGTERM too, every rank after the same step),
-10 a non-finite loss or weights (the step is named), others as in docs/exit-codes.md.
-Under mpirun a rank that fails ends every rank with its code (MPI_Abort).
+10 a non-finite loss or weights (the step is named), 12 under mpirun a rank that hangs
+(--rank-timeout), others as in docs/exit-codes.md. Under mpirun a rank that fails ends
+every rank with its code (MPI_Abort).
 )";
 
 std::atomic<bool> g_interrupted{false};
@@ -126,6 +130,7 @@ struct TrainSetup {
   std::string model, data, log, dump_order, save, schedules, target, normalize, lr_schedule = "constant";
   std::string checkpoint, resume;
   int64_t every = 0;
+  double rank_timeout = 600;  // seconds; 0: no watchdog over the ranks
   model::TrainerOptions trainer;
   int64_t epochs = 1, steps = 0, synthetic_count = 6000;
   int64_t schedule_epochs = 1;  // the epochs the run spans (--epochs, or --steps' worth): cosine's T_max
@@ -183,6 +188,11 @@ TrainSetup parse(const Args& args, bool* help) {
       if (!digits || std::stoi(v) > 255)
         throw Error(ExitCode::Usage, fmt::format("--ignore-index: '{}' is not a label byte in [0, 255]", v));
       s.trainer.ignore_label = std::stoi(v);
+      continue;
+    }
+    if (r.value("--rank-timeout", &v)) {
+      s.rank_timeout = parse_float("--rank-timeout", v);
+      if (s.rank_timeout < 0) throw Error(ExitCode::Usage, fmt::format("--rank-timeout: '{}' is negative", v));
       continue;
     }
     if (r.value("--lr", &v)) { s.trainer.lr = parse_float("--lr", v); continue; }
@@ -345,11 +355,13 @@ int train_run(const Args& args, const std::shared_ptr<ProcessGroup>& group_owned
   if (several)
     // Also what decides which exchanges run: resuming (a broadcast) and a test split
     // (evaluation's exchanges).
-    check_ranks_agree(*group, fmt::format("model={} key={} steps={} samples={} data_crc={:08x}{:08x} resume={} test={}",
+    check_ranks_agree(*group, fmt::format("model={} key={} steps={} samples={} data_crc={:08x}{:08x} resume={} test={} "
+                                          "rank_timeout={}",
                                           model_hash, key, total_steps, count,
                                           train::crc32_of(source.train.pixels.data(), source.train.pixels.size()),
                                           train::crc32_of(source.train.labels.data(), source.train.labels.size()),
-                                          !s.resume.empty(), source.test ? source.test->count() : -1));
+                                          !s.resume.empty(), source.test ? source.test->count() : -1,
+                                          s.rank_timeout));
   int64_t start_step = 0, start_epoch = 0, start_position = 0;
   if (!s.resume.empty()) {
     // One rank reads the checkpoint and sends its bytes: no file system is shared.
@@ -363,6 +375,9 @@ int train_run(const Args& args, const std::shared_ptr<ProcessGroup>& group_owned
       fmt::print(stderr, "resuming from {} at step {} (epoch {}, sample {})\n", train::checkpoint_path(s.resume),
                  start_step, start_epoch, start_position);
   }
+  // Start-up is over (model, data, agreement, resume): from here a rank that stops
+  // arriving at the exchanges is a fault, not a slow start (docs/distributed.md).
+  if (several) group->watch(s.rank_timeout);
   if (lead)
     fmt::print(stderr, "training {} on {} ({} samples, {}x{}x{}, {} classes): batch {}, micro-batch {}, {} threads, {} steps\n",
              s.model, s.data, count, spec.channels, spec.height, spec.width, spec.classes, batch,

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/distributed/arrival_watch.h"
 #include "schedules/errors.h"
 
 namespace convgen {
@@ -53,6 +54,7 @@ bool launched_by_mpirun() {
 
 struct MpiProcessGroup::Comm {
   MPI_Comm comm = MPI_COMM_NULL;
+  std::unique_ptr<ArrivalWatch> watch;  // made with the group: its communicator is a collective's
 };
 
 MpiProcessGroup::MpiProcessGroup() : comm_(std::make_unique<Comm>()) {
@@ -65,43 +67,89 @@ MpiProcessGroup::MpiProcessGroup() : comm_(std::make_unique<Comm>()) {
   check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_->comm), "MPI_Comm_dup");
   check(MPI_Comm_rank(comm_->comm, &rank_), "MPI_Comm_rank");
   check(MPI_Comm_size(comm_->comm, &size_), "MPI_Comm_size");
+  comm_->watch = std::make_unique<ArrivalWatch>(comm_->comm);
 }
 
 MpiProcessGroup::~MpiProcessGroup() {
+  comm_->watch.reset();
   if (comm_->comm != MPI_COMM_NULL) MPI_Comm_free(&comm_->comm);
   MPI_Finalize();
 }
+
+void MpiProcessGroup::watch(double seconds) {
+  if (size_ > 1) comm_->watch->arm(seconds);
+}
+
+void MpiProcessGroup::busy(bool on) { comm_->watch->busy(on); }
+
+void MpiProcessGroup::arrive(const char* what) { comm_->watch->arrive(what); }
+
+bool MpiProcessGroup::watching() const { return comm_->watch->armed(); }
 
 void MpiProcessGroup::allgather(const void* mine, void* all, const std::vector<int64_t>& bytes) {
   const std::vector<int> counts = as_ints(bytes, "allgather"), at = offsets(counts, "allgather");
   char* base = static_cast<char*>(all);
   // In place when `mine` is already this rank's block of `all`.
   const void* send = mine == base + at[static_cast<size_t>(rank_)] ? MPI_IN_PLACE : mine;
-  check(MPI_Allgatherv(send, counts[static_cast<size_t>(rank_)], MPI_BYTE, all, counts.data(), at.data(), MPI_BYTE,
-                       comm_->comm),
-        "MPI_Allgatherv");
+  arrive("all-gather");
+  const int mine_count = counts[static_cast<size_t>(rank_)];
+  if (!watching()) {
+    check(MPI_Allgatherv(send, mine_count, MPI_BYTE, all, counts.data(), at.data(), MPI_BYTE, comm_->comm),
+          "MPI_Allgatherv");
+    return;
+  }
+  MPI_Request r = MPI_REQUEST_NULL;
+  check(MPI_Iallgatherv(send, mine_count, MPI_BYTE, all, counts.data(), at.data(), MPI_BYTE, comm_->comm, &r),
+        "MPI_Iallgatherv");
+  comm_->watch->finish(&r, "all-gather");
 }
 
 void MpiProcessGroup::alltoall(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
                                const std::vector<int64_t>& recv_bytes) {
   const std::vector<int> sc = as_ints(send_bytes, "alltoall"), rc = as_ints(recv_bytes, "alltoall");
   const std::vector<int> sd = offsets(sc, "alltoall"), rd = offsets(rc, "alltoall");
-  check(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_->comm),
-        "MPI_Alltoallv");
+  arrive("all-to-all");
+  if (!watching()) {
+    check(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_->comm),
+          "MPI_Alltoallv");
+    return;
+  }
+  MPI_Request r = MPI_REQUEST_NULL;
+  check(MPI_Ialltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_->comm, &r),
+        "MPI_Ialltoallv");
+  comm_->watch->finish(&r, "all-to-all");
 }
 
 void MpiProcessGroup::sum(int64_t* values, int64_t count) {
   if (count > INT_MAX) throw Error(ExitCode::Unsupported, "MPI: a sum of over 2^31 integers");
-  check(MPI_Allreduce(MPI_IN_PLACE, values, static_cast<int>(count), MPI_INT64_T, MPI_SUM, comm_->comm),
-        "MPI_Allreduce");
+  arrive("integer sum");
+  if (!watching()) {
+    check(MPI_Allreduce(MPI_IN_PLACE, values, static_cast<int>(count), MPI_INT64_T, MPI_SUM, comm_->comm),
+          "MPI_Allreduce");
+    return;
+  }
+  MPI_Request r = MPI_REQUEST_NULL;
+  check(MPI_Iallreduce(MPI_IN_PLACE, values, static_cast<int>(count), MPI_INT64_T, MPI_SUM, comm_->comm, &r),
+        "MPI_Iallreduce");
+  comm_->watch->finish(&r, "integer sum");
 }
 
 void MpiProcessGroup::broadcast(std::string& bytes, int root) {
   int64_t size = static_cast<int64_t>(bytes.size());
-  check(MPI_Bcast(&size, 1, MPI_INT64_T, root, comm_->comm), "MPI_Bcast");
+  arrive("broadcast");
+  auto bcast = [&](void* data, int count, MPI_Datatype type) {
+    if (!watching()) {
+      check(MPI_Bcast(data, count, type, root, comm_->comm), "MPI_Bcast");
+      return;
+    }
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Ibcast(data, count, type, root, comm_->comm, &r), "MPI_Ibcast");
+    comm_->watch->finish(&r, "broadcast");
+  };
+  bcast(&size, 1, MPI_INT64_T);
   if (size > INT_MAX) throw Error(ExitCode::Unsupported, "MPI: a broadcast of over 2 GiB");
   bytes.resize(static_cast<size_t>(size));
-  check(MPI_Bcast(bytes.data(), static_cast<int>(size), MPI_BYTE, root, comm_->comm), "MPI_Bcast");
+  bcast(bytes.data(), static_cast<int>(size), MPI_BYTE);
 }
 
 void MpiProcessGroup::abort(int exit_code) {

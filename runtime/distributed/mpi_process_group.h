@@ -31,6 +31,10 @@ class MpiProcessGroup final : public ProcessGroup {
                 const std::vector<int64_t>& recv_bytes) override;
   void sum(int64_t* values, int64_t count) override;
   void broadcast(std::string& bytes, int root) override;
+  // ArrivalWatch (arrival_watch.h): every exchange waits for the other ranks' arrival
+  // notices first, at most `seconds` of time they are not busy.
+  void watch(double seconds) override;
+  void busy(bool on) override;
 
   // Ends every rank of the launch with `exit_code` (MPI_Abort): what a rank does when it
   // fails while the others may be waiting in a collective for it.
@@ -39,6 +43,8 @@ class MpiProcessGroup final : public ProcessGroup {
  private:
   struct Comm;
   std::unique_ptr<Comm> comm_;
+  void arrive(const char* what);
+  bool watching() const;  // armed: collectives run non-blocking under the watch
   int rank_ = 0, size_ = 1;
 };
 

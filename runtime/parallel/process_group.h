@@ -34,6 +34,15 @@ class ProcessGroup {
   virtual void sum(int64_t* values, int64_t count) = 0;
   // Rank `root`'s bytes to every rank (their vectors are resized to it).
   virtual void broadcast(std::string& bytes, int root) = 0;
+
+  // A watchdog over the exchanges, armed by every rank at the same point (after start-up):
+  // from then on a rank that does not reach an exchange within `seconds`, not counting
+  // time it spends busy, ends the run on every rank, named. 0 leaves it off. A group
+  // without one (a single process) ignores both calls.
+  virtual void watch(double seconds) { (void)seconds; }
+  // This rank starts (true) or ends (false) work whose length does not mean it hangs --
+  // building kernels -- which ranks waiting for it then do not count.
+  virtual void busy(bool on) { (void)on; }
 };
 
 // The part of `count` items (micro-batches, elements) rank `rank` of `ranks` holds:

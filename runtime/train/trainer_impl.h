@@ -321,8 +321,10 @@ struct Trainer::Impl {
   void ensure_kernels(int64_t n);
 
   // Every kernel a mini-batch of `count` samples needs: its micro-batch sizes' and its
-  // whole-mini-batch Gemm layers'.
+  // whole-mini-batch Gemm layers'. Across ranks, building them is reported busy
+  // (ProcessGroup::busy): the other ranks' watchdogs do not count it.
   void ensure_batch_kernels(int64_t count);
+  std::vector<int64_t> prepared_counts;  // the counts ensure_batch_kernels has seen
 
   // The whole-batch buffers of every activation and gradient (first call only).
   void allocate_batch_buffers();

@@ -1,6 +1,7 @@
 // Setting up: what the trainer knows of each value, the layers' kernels, a micro-batch's buffers.
 #include "runtime/train/trainer_impl.h"
 
+#include <algorithm>
 #include <map>
 
 #include <fmt/format.h>
@@ -130,6 +131,18 @@ void Trainer::Impl::ensure_kernels(int64_t n) {
 }
 
 void Trainer::Impl::ensure_batch_kernels(int64_t count) {
+  if (std::find(prepared_counts.begin(), prepared_counts.end(), count) != prepared_counts.end()) return;
+  // Compiling (or loading) kernels can take minutes, and one rank's kernel cache may be
+  // cold where another's is warm: the others' watchdogs are told not to count it.
+  struct Busy {
+    ProcessGroup* group;
+    explicit Busy(ProcessGroup* g) : group(g) {
+      if (group) group->busy(true);
+    }
+    ~Busy() {
+      if (group) group->busy(false);
+    }
+  } busy(distributed() ? group : nullptr);
   const int64_t micro = (count + m - 1) / m, last = count - (micro - 1) * m;
   ensure_kernels(m);
   if (last != m) ensure_kernels(last);
@@ -144,6 +157,7 @@ void Trainer::Impl::ensure_batch_kernels(int64_t count) {
                                  layer.batched ? "every pass" : "weight gradient", count, k->describe()));
     layer.whole_batch.emplace(count, k);
   }
+  prepared_counts.push_back(count);
 }
 
 void Trainer::Impl::allocate_batch_buffers() {

@@ -43,7 +43,7 @@ grep -q "usage: convgen train" "$work/help" || fail "train --help: no usage line
 value_options=(--data=synthetic --batch=8 --micro-batch=8 --epochs=1 --steps=1 --lr=0.1
   --momentum=0.9 --weight-decay=0 --lr-schedule=constant --threads=1 --conv-impl=generated --seed=1
   --normalize=0,1 --synthetic-count=10 --ignore-index=255 --log=x --dump-order=x --save=x --checkpoint=x --every=1
-  --resume=x --schedules=x --target=x --cache-dir=x --parallel-mode=conv1=whole-batch)
+  --resume=x --schedules=x --target=x --cache-dir=x --parallel-mode=conv1=whole-batch --rank-timeout=5)
 flag_options=(--intra-kernel --profile --no-shuffle --verbose --no-cache)
 documented=()
 for o in "${value_options[@]}" "${flag_options[@]}"; do documented+=("${o%%=*}"); done
@@ -67,6 +67,7 @@ expect_error 2 "missing MODEL" train
 expect_error 2 "missing --data" train "$lenet"
 expect_error 2 "unknown option '--bogus'" train "$lenet" --data synthetic --bogus
 expect_error 2 "--lr: 'x' is not a number" train "$lenet" --data synthetic --lr x
+expect_error 2 "--rank-timeout: '-1' is negative" train "$lenet" --data synthetic --rank-timeout -1
 expect_error 2 "--batch 0" train "$lenet" --data synthetic --batch 0
 expect_error 2 "--steps -3" train "$lenet" --data synthetic --steps -3
 expect_error 2 "unknown data source 'nope'" train "$lenet" --data nope

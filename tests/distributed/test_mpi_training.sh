@@ -6,7 +6,8 @@
 # weight gradients of cropped layers) -- with a partial last batch that leaves ranks
 # without samples; a checkpoint written on 2 ranks resumes on 3 as if never stopped;
 # ranks given other options refuse at start (exit 2, on every rank); a rank that fails
-# ends the run with its code. docs/distributed.md.
+# ends the run with its code; one that hangs is named and ends the run (exit 12), one
+# that compiles its kernels while the others wait does not. docs/distributed.md.
 # Usage: test_mpi_training.sh CONVGEN ROOT [REAL_MODELS_DIR]
 set -u
 convgen="$1"
@@ -115,6 +116,43 @@ grep -q "rank 1 was given another model, options, data or kernel target than ran
 code=$?
 [[ $code -eq 8 || $code -eq 4 ]] || fail "missing checkpoint on 2 ranks: mpirun exited $code, want 8 or 4: $(cat "$work/err")"
 grep -q "convgen: rank 0: .*checkpoint.cgck" "$work/err" || fail "missing checkpoint on 2 ranks: no message from rank 0: $(cat "$work/err")"
+
+# A rank that hangs (stopped with SIGSTOP after a few steps): the others name it and
+# every rank ends with exit code 12 within --rank-timeout plus start-up slack.
+"${mpi[@]}" -np 3 "$convgen" train "$root/models/lenet.onnx" "${sig[@]}" --epochs 1000 --log "$work/hang.log" \
+  --rank-timeout 2 >"$work/hang.out" 2>"$work/hang.err" &
+launcher=$!
+for _ in $(seq 300); do [[ -f "$work/hang.log" && $(wc -l <"$work/hang.log") -ge 3 ]] && break; sleep 0.1; done
+stopped=""
+for pid in $(pgrep -P "$launcher"); do
+  tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=2' && stopped=$pid
+done
+if [[ -z "$stopped" ]]; then
+  fail "hang: rank 2's process not found among mpirun's children"
+  kill -TERM "$launcher"
+else
+  kill -STOP "$stopped"
+  for _ in $(seq 300); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$launcher" 2>/dev/null; then
+    fail "hang: mpirun still running 30 s after rank 2 stopped"
+    kill -KILL "$launcher"
+  fi
+  kill -KILL "$stopped" 2>/dev/null
+fi
+wait "$launcher"
+code=$?
+[[ $code -eq 12 ]] || fail "hang: mpirun exited $code, want 12: $(tail -n 5 "$work/hang.err")"
+grep -Eq "rank [01]: rank 2 (did not reach exchange|went silent)" "$work/hang.err" || fail "hang: no rank named rank 2: $(tail -n 5 "$work/hang.err")"
+
+# Building kernels is not hanging: one rank without the kernel cache compiles every
+# kernel while the others, their cache warm, wait for it with a 1-second timeout.
+"$convgen" train "$root/models/lenet.onnx" "${common[@]}" --steps 3 --save "$work/cold.single.onnx" \
+  --cache-dir "$work/warm" >"$work/out" 2>"$work/err" || fail "warming the cache exited $?"
+"${mpi[@]}" -np 2 "$convgen" train "$root/models/lenet.onnx" "${common[@]}" --steps 3 --cache-dir "$work/warm" \
+  --rank-timeout 1 --save "$work/cold.np3.onnx" : -np 1 "$convgen" train "$root/models/lenet.onnx" "${common[@]}" \
+  --steps 3 --no-cache --rank-timeout 1 >"$work/cold.out" 2>"$work/cold.err" ||
+  fail "a rank compiling its kernels: mpirun exited $?: $(tail -n 3 "$work/cold.err")"
+cmp -s "$work/cold.single.onnx" "$work/cold.np3.onnx" || fail "a rank compiling its kernels: weights differ from one process"
 
 [[ $failures -eq 0 ]] || exit 1
 echo "mpi training: all checks passed"
