@@ -80,7 +80,11 @@ ConvAlgorithm define_forward(const ConvDescriptor& d, Strategy strategy, int mr,
     throw std::logic_error("define_forward: a row-aligned tile must divide the output width");
   auto column = [&](Expr pix) -> Expr {
     if (aligned_tile <= 1) return pix % q_extent;
-    return ((pix / aligned_tile) * aligned_tile) % q_extent + pix % aligned_tile;
+    // In [0, Q) for every pix, which bounds inference cannot see: unpromised it takes
+    // columns up to Q + NR - 2, and a kernel staging the input copied (read) that many
+    // columns past the image (AddressSanitizer, the small-images trainer tests).
+    return unsafe_promise_clamped(((pix / aligned_tile) * aligned_tile) % q_extent + pix % aligned_tile, 0,
+                                  q_extent - 1);
   };
   auto row = [&](Expr pix) -> Expr {
     if (aligned_tile <= 1) return pix / q_extent;
