@@ -44,6 +44,19 @@ std::vector<int> offsets(const std::vector<int>& counts, const char* what) {
   return out;
 }
 
+// One collective: MPI's blocking call when the watch is off (no change from a run
+// without it), else its non-blocking twin, waited for by the watch.
+template <typename Blocking, typename Start>
+void collective(ArrivalWatch& watch, const char* what, Blocking blocking, Start start) {
+  if (!watch.armed()) {
+    blocking();
+    return;
+  }
+  MPI_Request r = MPI_REQUEST_NULL;
+  start(&r);
+  watch.finish(&r, what);
+}
+
 }  // namespace
 
 bool launched_by_mpirun() {
@@ -82,69 +95,66 @@ void MpiProcessGroup::watch(double seconds) {
 
 void MpiProcessGroup::busy(bool on) { comm_->watch->busy(on); }
 
-void MpiProcessGroup::arrive(const char* what) { comm_->watch->arrive(what); }
-
-bool MpiProcessGroup::watching() const { return comm_->watch->armed(); }
-
 void MpiProcessGroup::allgather(const void* mine, void* all, const std::vector<int64_t>& bytes) {
   const std::vector<int> counts = as_ints(bytes, "allgather"), at = offsets(counts, "allgather");
   char* base = static_cast<char*>(all);
   // In place when `mine` is already this rank's block of `all`.
   const void* send = mine == base + at[static_cast<size_t>(rank_)] ? MPI_IN_PLACE : mine;
-  arrive("all-gather");
   const int mine_count = counts[static_cast<size_t>(rank_)];
-  if (!watching()) {
-    check(MPI_Allgatherv(send, mine_count, MPI_BYTE, all, counts.data(), at.data(), MPI_BYTE, comm_->comm),
-          "MPI_Allgatherv");
-    return;
-  }
-  MPI_Request r = MPI_REQUEST_NULL;
-  check(MPI_Iallgatherv(send, mine_count, MPI_BYTE, all, counts.data(), at.data(), MPI_BYTE, comm_->comm, &r),
-        "MPI_Iallgatherv");
-  comm_->watch->finish(&r, "all-gather");
+  ArrivalWatch& watch = *comm_->watch;
+  watch.arrive("all-gather");
+  collective(
+      watch, "all-gather",
+      [&] {
+        check(MPI_Allgatherv(send, mine_count, MPI_BYTE, all, counts.data(), at.data(), MPI_BYTE, comm_->comm),
+              "MPI_Allgatherv");
+      },
+      [&](MPI_Request* r) {
+        check(MPI_Iallgatherv(send, mine_count, MPI_BYTE, all, counts.data(), at.data(), MPI_BYTE, comm_->comm, r),
+              "MPI_Iallgatherv");
+      });
 }
 
 void MpiProcessGroup::alltoall(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
                                const std::vector<int64_t>& recv_bytes) {
   const std::vector<int> sc = as_ints(send_bytes, "alltoall"), rc = as_ints(recv_bytes, "alltoall");
   const std::vector<int> sd = offsets(sc, "alltoall"), rd = offsets(rc, "alltoall");
-  arrive("all-to-all");
-  if (!watching()) {
-    check(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_->comm),
-          "MPI_Alltoallv");
-    return;
-  }
-  MPI_Request r = MPI_REQUEST_NULL;
-  check(MPI_Ialltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_->comm, &r),
-        "MPI_Ialltoallv");
-  comm_->watch->finish(&r, "all-to-all");
+  ArrivalWatch& watch = *comm_->watch;
+  watch.arrive("all-to-all");
+  collective(
+      watch, "all-to-all",
+      [&] {
+        check(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_->comm),
+              "MPI_Alltoallv");
+      },
+      [&](MPI_Request* r) {
+        check(MPI_Ialltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_->comm,
+                             r),
+              "MPI_Ialltoallv");
+      });
 }
 
 void MpiProcessGroup::sum(int64_t* values, int64_t count) {
   if (count > INT_MAX) throw Error(ExitCode::Unsupported, "MPI: a sum of over 2^31 integers");
-  arrive("integer sum");
-  if (!watching()) {
-    check(MPI_Allreduce(MPI_IN_PLACE, values, static_cast<int>(count), MPI_INT64_T, MPI_SUM, comm_->comm),
-          "MPI_Allreduce");
-    return;
-  }
-  MPI_Request r = MPI_REQUEST_NULL;
-  check(MPI_Iallreduce(MPI_IN_PLACE, values, static_cast<int>(count), MPI_INT64_T, MPI_SUM, comm_->comm, &r),
-        "MPI_Iallreduce");
-  comm_->watch->finish(&r, "integer sum");
+  const int n = static_cast<int>(count);
+  ArrivalWatch& watch = *comm_->watch;
+  watch.arrive("integer sum");
+  collective(
+      watch, "integer sum",
+      [&] { check(MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_INT64_T, MPI_SUM, comm_->comm), "MPI_Allreduce"); },
+      [&](MPI_Request* r) {
+        check(MPI_Iallreduce(MPI_IN_PLACE, values, n, MPI_INT64_T, MPI_SUM, comm_->comm, r), "MPI_Iallreduce");
+      });
 }
 
 void MpiProcessGroup::broadcast(std::string& bytes, int root) {
   int64_t size = static_cast<int64_t>(bytes.size());
-  arrive("broadcast");
+  ArrivalWatch& watch = *comm_->watch;
+  watch.arrive("broadcast");  // once: the size and the bytes are one exchange
   auto bcast = [&](void* data, int count, MPI_Datatype type) {
-    if (!watching()) {
-      check(MPI_Bcast(data, count, type, root, comm_->comm), "MPI_Bcast");
-      return;
-    }
-    MPI_Request r = MPI_REQUEST_NULL;
-    check(MPI_Ibcast(data, count, type, root, comm_->comm, &r), "MPI_Ibcast");
-    comm_->watch->finish(&r, "broadcast");
+    collective(
+        watch, "broadcast", [&] { check(MPI_Bcast(data, count, type, root, comm_->comm), "MPI_Bcast"); },
+        [&](MPI_Request* r) { check(MPI_Ibcast(data, count, type, root, comm_->comm, r), "MPI_Ibcast"); });
   };
   bcast(&size, 1, MPI_INT64_T);
   if (size > INT_MAX) throw Error(ExitCode::Unsupported, "MPI: a broadcast of over 2 GiB");

@@ -43,8 +43,6 @@ class MpiProcessGroup final : public ProcessGroup {
  private:
   struct Comm;
   std::unique_ptr<Comm> comm_;
-  void arrive(const char* what);
-  bool watching() const;  // armed: collectives run non-blocking under the watch
   int rank_ = 0, size_ = 1;
 };
 
