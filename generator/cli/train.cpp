@@ -12,7 +12,10 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <cstdio>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -23,6 +26,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/train_data.h"
 #include "runtime/distributed/mpi_process_group.h"
+#include "runtime/parallel/pairwise_tree.h"
 #include "runtime/train/trainer.h"
 #include "runtime/train/trainer_state.h"
 #include "schedules/errors.h"
@@ -69,6 +73,8 @@ split reports pixel accuracy and mean IoU.
   --conv-impl I        generated (default: convgen's kernels) or im2col-blis (the baseline:
                        explicit im2col + BLIS SGEMM, one im2col buffer per thread)
   --profile            per node and pass: milliseconds per step (on stderr, at the end)
+  --profile-json FILE  the same as JSON, with each layer's gradient size and how it crosses
+                       ranks: the input of scripts/predict-scaling (docs/distributed.md)
   --seed N             shuffle and dropout seed (default 0)
   --no-shuffle         samples in file order every epoch
   --normalize M,S      pixels (x/255 - M) / S (per channel: M1,..,Mc,S1,..,Sc)
@@ -128,7 +134,7 @@ void on_sigint(int) {
 
 struct TrainSetup {
   std::string model, data, log, dump_order, save, schedules, target, normalize, lr_schedule = "constant";
-  std::string checkpoint, resume;
+  std::string checkpoint, resume, profile_json;
   int64_t every = 0;
   double rank_timeout = 600;  // seconds; 0: no watchdog over the ranks
   model::TrainerOptions trainer;
@@ -202,6 +208,7 @@ TrainSetup parse(const Args& args, bool* help) {
     if (r.flag("--intra-kernel")) { s.trainer.intra_kernel = true; continue; }
     if (kernel_cache_option(r)) continue;
     if (r.flag("--profile")) { s.trainer.profile = true; continue; }
+    if (r.value("--profile-json", &s.profile_json)) { s.trainer.profile = true; continue; }
     if (r.flag("--verbose") || r.flag("-v")) { s.verbose = true; continue; }
     if (!r.peek().empty() && r.peek()[0] == '-')
       throw Error(ExitCode::Usage, fmt::format("train: unknown option '{}' (see --help)", r.peek()));
@@ -215,6 +222,72 @@ TrainSetup parse(const Args& args, bool* help) {
   // CPU with other features is refused rather than silently different.
   s.target = target_info(s.target.empty() ? "host" : s.target).target;
   return s;
+}
+
+// `text` to `path` through a temporary file beside it and a rename: a reader never sees
+// half of it. Io error naming the path.
+void write_text_file(const std::string& path, const std::string& text) {
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!(out << text) || !out.flush()) {
+      std::remove(tmp.c_str());
+      throw Error(ExitCode::Io, fmt::format("{}: cannot write", tmp));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error(ExitCode::Io, fmt::format("{}: cannot write", path));
+  }
+}
+
+// --profile-json: what --profile prints, per step, with each layer's gradient size and
+// how it crosses ranks (Trainer::layer_exchanges), for scripts/predict-scaling. Written
+// whole to a temporary file and renamed, like every file convgen writes.
+void write_profile_json(const TrainSetup& s, const model::Trainer& trainer, const ProcessGroup* group, int64_t steps) {
+  const double per_step = 1e3 / double(std::max<int64_t>(1, steps));  // seconds in total -> ms per step
+  std::map<std::string, std::map<std::string, double>> node_ms;
+  std::string step_parts;
+  for (const model::NodeTime& t : trainer.profile()) {
+    if (t.node == "(step)") {
+      step_parts += fmt::format("{}\n    \"{}\": {:.6f}", step_parts.empty() ? "" : ",", json_escape(t.op), t.seconds * per_step);
+      continue;
+    }
+    node_ms[t.node][t.pass] += t.seconds * per_step;
+  }
+  std::string layers;
+  std::set<std::string> with_parameters;
+  for (const model::Trainer::LayerExchange& e : trainer.layer_exchanges()) {
+    with_parameters.insert(e.node);
+    auto ms = [&](const char* pass) {
+      const auto n = node_ms.find(e.node);
+      if (n == node_ms.end()) return 0.0;
+      const auto p = n->second.find(pass);
+      return p == n->second.end() ? 0.0 : p->second;
+    };
+    layers += fmt::format(
+        "{}\n    {{\"node\": \"{}\", \"op\": \"{}\", \"forward_ms\": {:.6f}, \"backward_ms\": {:.6f}, "
+        "\"gradient_floats\": {}, \"exchange\": \"{}\", \"shared_floats_per_sample\": {}, \"bucket\": {}}}",
+        layers.empty() ? "" : ",", json_escape(e.node), json_escape(e.op), ms("forward"), ms("backward"), e.gradient_floats,
+        e.by_tree ? "tree" : "activations", e.shared_per_sample, e.by_tree ? e.bucket : -1);
+  }
+  // Nodes without parameters: their time is computed on every rank's own micro-batches.
+  double other_forward = 0, other_backward = 0;
+  for (const auto& [node, passes] : node_ms) {
+    if (with_parameters.count(node)) continue;
+    for (const auto& [pass, ms] : passes) (pass == "forward" ? other_forward : other_backward) += ms;
+  }
+  const model::Trainer::ExchangeVolume v = trainer.exchange_volume();
+  const std::string text = fmt::format(
+      "{{\n  \"format\": \"convgen-train-profile/1\",\n  \"model\": \"{}\",\n  \"target\": \"{}\",\n"
+      "  \"batch\": {},\n  \"micro_batch\": {},\n  \"threads\": {},\n  \"ranks\": {},\n  \"steps\": {},\n"
+      "  \"step_ms\": {{{}\n  }},\n  \"other_nodes_ms\": {{\"forward\": {:.6f}, \"backward\": {:.6f}}},\n"
+      "  \"received_bytes_per_step\": {:.1f},\n  \"gradient_exchange_bytes_per_step\": {:.1f},\n"
+      "  \"ring_bytes_per_step\": {:.1f},\n  \"layers\": [{}\n  ]\n}}\n",
+      json_escape(s.model), json_escape(s.target), s.trainer.batch, trainer.micro_batch(), s.trainer.threads,
+      group ? group->size() : 1, steps, step_parts, other_forward, other_backward, double(v.received) * per_step / 1e3,
+      double(v.gradients) * per_step / 1e3, double(v.ring) * per_step / 1e3, layers);
+  write_text_file(s.profile_json, text);
 }
 
 // The learning rate of an epoch under --lr-schedule (PyTorch's closed forms).
@@ -382,9 +455,32 @@ int train_run(const Args& args, const std::shared_ptr<ProcessGroup>& group_owned
     fmt::print(stderr, "training {} on {} ({} samples, {}x{}x{}, {} classes): batch {}, micro-batch {}, {} threads, {} steps\n",
              s.model, s.data, count, spec.channels, spec.height, spec.width, spec.classes, batch,
              trainer.micro_batch(), s.trainer.threads, total_steps);
-  if (lead && several)
-    fmt::print(stderr, "over {} processes: each takes a contiguous range of every mini-batch's micro-batches\n",
-               group->size());
+  if (lead && several) {
+    // The split of a full mini-batch, and what finishing the gradient tree over it moves.
+    const int64_t micro = (batch + trainer.micro_batch() - 1) / trainer.micro_batch();
+    const std::vector<int64_t> cuts = tree_aligned_cuts(micro, group->size());
+    std::string sizes;
+    for (size_t r = 0; r + 1 < cuts.size(); ++r) sizes += fmt::format("{}{}", r ? "," : "", cuts[r + 1] - cuts[r]);
+    const double ratio = tree_exchange_vs_ring(micro, cuts);
+    fmt::print(stderr,
+               "over {} processes: each takes a contiguous range of every mini-batch's micro-batches ({} of {}); "
+               "finishing the gradient tree moves {:.2f}x the bytes of a ring all-reduce\n",
+               group->size(), sizes, micro, ratio);
+    // Ranges that are single tree nodes move no more than a ring: say which micro-batch
+    // size would get closest (another size is another run: its bits differ).
+    int64_t better = 0;
+    double best = ratio;
+    for (int64_t mb = 1; mb <= batch; ++mb) {
+      const int64_t n = (batch + mb - 1) / mb;
+      if (batch % mb != 0 || n < group->size()) continue;
+      const double r = tree_exchange_vs_ring(n, tree_aligned_cuts(n, group->size()));
+      if (r < best - 1e-9 || (better && r < best + 1e-9 && std::abs(mb - trainer.micro_batch()) < std::abs(better - trainer.micro_batch())))
+        best = r, better = mb;
+    }
+    if (better && best < ratio - 1e-9)
+      fmt::print(stderr, "  (--micro-batch {} would make it {:.2f}x; the micro-batch size is part of what the bits depend on)\n",
+                 better, best);
+  }
   const int64_t every = s.every > 0 ? s.every : per_epoch;
   data::BatchStream stream(source.train, batch, s.shuffle, s.trainer.seed, norm, start_epoch, start_position,
                            [&trainer](int64_t n) { return trainer.samples_of_this_rank(n); });
@@ -457,11 +553,23 @@ int train_run(const Args& args, const std::shared_ptr<ProcessGroup>& group_owned
     fmt::print("steps {} images {:.0f} seconds {:.2f} images_per_s {:.1f} last_loss {:.6f}\n", step - first_step, images, elapsed,
              images / elapsed, last_loss);
 
+  if (!s.profile_json.empty() && lead)
+    write_profile_json(s, trainer, group, step - first_step);
   if (s.trainer.profile && lead) {
     const double steps_run = double(std::max<int64_t>(1, step - first_step));
     for (const auto& t : trainer.profile())
-      fmt::print(stderr, "{:<28} {:<20} {:<10} {:8.3f} ms/step (thread time)\n", t.node, t.op, t.pass,
-                 1e3 * t.seconds / steps_run);
+      fmt::print(stderr, "{:<28} {:<20} {:<10} {:8.3f} ms/step{}\n", t.node, t.op, t.pass, 1e3 * t.seconds / steps_run,
+                 t.node == "(step)" ? "" : " (thread time)");
+    if (several) {
+      // Rank 0's figures; every rank's exchange of the gradients moves about the same.
+      const model::Trainer::ExchangeVolume v = trainer.exchange_volume();
+      fmt::print(stderr, "{:<28} {:<20} {:<10} {:8.3f} MB/step from the other ranks\n", "(step)", "received", "rank 0",
+                 double(v.received) / 1e6 / steps_run);
+      if (v.ring > 0)
+        fmt::print(stderr, "{:<28} {:<20} {:<10} {:8.3f} MB/step: {:.2f}x a ring all-reduce's {:.3f}\n", "(step)",
+                   "gradient exchange", "rank 0", double(v.gradients) / 1e6 / steps_run, double(v.gradients) / double(v.ring),
+                   double(v.ring) / 1e6 / steps_run);
+    }
   }
   if (source.test && !stopping()) {
     const data::Dataset& test = *source.test;

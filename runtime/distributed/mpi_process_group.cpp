@@ -4,6 +4,8 @@
 
 #include <climits>
 #include <cstdlib>
+#include <map>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -68,6 +70,15 @@ bool launched_by_mpirun() {
 struct MpiProcessGroup::Comm {
   MPI_Comm comm = MPI_COMM_NULL;
   std::unique_ptr<ArrivalWatch> watch;  // made with the group: its communicator is a collective's
+  // Posted exchanges by ticket: the request and the count and offset arrays MPI reads
+  // until the exchange completes (std::map: they stay in place).
+  struct Posted {
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::vector<int> send_counts, send_at, recv_counts, recv_at;
+    const char* what = "";
+  };
+  std::map<Ticket, Posted> posted;
+  Ticket next_ticket = 1;
 };
 
 MpiProcessGroup::MpiProcessGroup() : comm_(std::make_unique<Comm>()) {
@@ -160,6 +171,48 @@ void MpiProcessGroup::broadcast(std::string& bytes, int root) {
   if (size > INT_MAX) throw Error(ExitCode::Unsupported, "MPI: a broadcast of over 2 GiB");
   bytes.resize(static_cast<size_t>(size));
   bcast(bytes.data(), static_cast<int>(size), MPI_BYTE);
+}
+
+ProcessGroup::Ticket MpiProcessGroup::start_alltoall(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                                                     const std::vector<int64_t>& recv_bytes) {
+  const Ticket ticket = comm_->next_ticket++;
+  Comm::Posted& p = comm_->posted[ticket];
+  p.what = "all-to-all";
+  p.send_counts = as_ints(send_bytes, "alltoall"), p.recv_counts = as_ints(recv_bytes, "alltoall");
+  p.send_at = offsets(p.send_counts, "alltoall"), p.recv_at = offsets(p.recv_counts, "alltoall");
+  check(MPI_Ialltoallv(send, p.send_counts.data(), p.send_at.data(), MPI_BYTE, recv, p.recv_counts.data(),
+                       p.recv_at.data(), MPI_BYTE, comm_->comm, &p.request),
+        "MPI_Ialltoallv");
+  return ticket;
+}
+
+ProcessGroup::Ticket MpiProcessGroup::start_allgather(const void* mine, void* all, const std::vector<int64_t>& bytes) {
+  const Ticket ticket = comm_->next_ticket++;
+  Comm::Posted& p = comm_->posted[ticket];
+  p.what = "all-gather";
+  p.recv_counts = as_ints(bytes, "allgather"), p.recv_at = offsets(p.recv_counts, "allgather");
+  char* base = static_cast<char*>(all);
+  const void* send = mine == base + p.recv_at[static_cast<size_t>(rank_)] ? MPI_IN_PLACE : mine;
+  check(MPI_Iallgatherv(send, p.recv_counts[static_cast<size_t>(rank_)], MPI_BYTE, all, p.recv_counts.data(),
+                        p.recv_at.data(), MPI_BYTE, comm_->comm, &p.request),
+        "MPI_Iallgatherv");
+  return ticket;
+}
+
+bool MpiProcessGroup::test(Ticket ticket) {
+  const auto it = comm_->posted.find(ticket);
+  if (it == comm_->posted.end()) throw Error(ExitCode::Internal, fmt::format("MPI: no posted exchange {}", ticket));
+  if (it->second.request == MPI_REQUEST_NULL) return true;
+  int done = 0;
+  check(MPI_Test(&it->second.request, &done, MPI_STATUS_IGNORE), "MPI_Test");  // a finished request becomes null
+  return done != 0;
+}
+
+void MpiProcessGroup::complete(Ticket ticket) {
+  const auto it = comm_->posted.find(ticket);
+  if (it == comm_->posted.end()) throw Error(ExitCode::Internal, fmt::format("MPI: no posted exchange {}", ticket));
+  comm_->watch->finish(&it->second.request, it->second.what);  // at once if it already finished
+  comm_->posted.erase(it);
 }
 
 void MpiProcessGroup::abort(int exit_code) {

@@ -31,6 +31,13 @@ class MpiProcessGroup final : public ProcessGroup {
                 const std::vector<int64_t>& recv_bytes) override;
   void sum(int64_t* values, int64_t count) override;
   void broadcast(std::string& bytes, int root) override;
+  // Non-blocking MPI collectives on the group's communicator, without arrival notices
+  // (posting is not a meeting point); complete() waits under the watch's heartbeats.
+  Ticket start_alltoall(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                        const std::vector<int64_t>& recv_bytes) override;
+  Ticket start_allgather(const void* mine, void* all, const std::vector<int64_t>& bytes) override;
+  bool test(Ticket ticket) override;
+  void complete(Ticket ticket) override;
   // ArrivalWatch (arrival_watch.h): every exchange waits for the other ranks' arrival
   // notices first, at most `seconds` of time they are not busy.
   void watch(double seconds) override;

@@ -36,4 +36,20 @@ std::vector<TreeNode> nodes_within(int64_t count, int64_t begin, int64_t end);
 void finish_tree(int64_t count, const std::vector<TreeNode>& nodes, float* const* values, int64_t elem_begin,
                  int64_t elem_end);
 
+// How `count` slots are split between `holders` (ranks) that each hold a contiguous range,
+// in holder order: holders + 1 cut points, range h = [cuts[h], cuts[h + 1]). The sizes
+// differ by at most one, as rank_range's (process_group.h), so the work is balanced; among
+// those splits, the one whose ranges form the fewest tree nodes in all (nodes_within),
+// larger ranges first on ties. Every node a holder forms is one value per gradient element
+// it sends when the tree is finished across holders, so fewer nodes move fewer bytes
+// (tree_exchange_vs_ring). The bits never depend on the split (finish_tree's contract).
+std::vector<int64_t> tree_aligned_cuts(int64_t count, int holders);
+
+// The values per gradient element that reach other holders when the tree over the ranges
+// `cuts` is finished as the trainer does (each holder's node values for chunk c to the
+// chunk's owner, then an all-gather of the finished chunks, chunks of equal size), as a
+// multiple of a ring all-reduce's 2(R - 1): (mean nodes per holder + 1) / 2. 1.0 when
+// every range is a single node; 1.0 for one holder (nothing moves).
+double tree_exchange_vs_ring(int64_t count, const std::vector<int64_t>& cuts);
+
 }  // namespace convgen

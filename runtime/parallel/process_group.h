@@ -35,6 +35,29 @@ class ProcessGroup {
   // Rank `root`'s bytes to every rank (their vectors are resized to it).
   virtual void broadcast(std::string& bytes, int root) = 0;
 
+  // Exchanges that run beside computation (docs/distributed.md, "Overlap"): start_*
+  // posts one and returns its ticket at once; test(ticket) lets posted exchanges advance
+  // (OpenMPI moves a non-blocking collective only inside MPI calls) and says at once
+  // whether that one is done; complete(ticket) returns when it is done. The caller leaves the buffers and
+  // the bytes lists alone until then. Every rank starts the same exchanges in the same
+  // order relative to all its exchanges, and completes them in the order started. By
+  // default the exchange runs, blocking, at start.
+  using Ticket = int64_t;
+  virtual Ticket start_alltoall(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                                const std::vector<int64_t>& recv_bytes) {
+    alltoall(send, send_bytes, recv, recv_bytes);
+    return 0;
+  }
+  virtual Ticket start_allgather(const void* mine, void* all, const std::vector<int64_t>& bytes) {
+    allgather(mine, all, bytes);
+    return 0;
+  }
+  virtual bool test(Ticket ticket) {
+    (void)ticket;
+    return true;
+  }
+  virtual void complete(Ticket ticket) { (void)ticket; }
+
   // A watchdog over the exchanges, armed by every rank at the same point (after start-up):
   // from then on a rank that does not reach an exchange within `seconds`, not counting
   // time it spends busy, ends the run on every rank, named. 0 leaves it off. A group
@@ -45,7 +68,8 @@ class ProcessGroup {
   virtual void busy(bool on) { (void)on; }
 };
 
-// The part of `count` items (micro-batches, elements) rank `rank` of `ranks` holds:
+// The part of `count` items (a gradient's elements; micro-batches are split by
+// tree_aligned_cuts, pairwise_tree.h) rank `rank` of `ranks` holds:
 // contiguous ranges in rank order covering [0, count), sizes differing by at most one,
 // the larger ones first. A rank may hold none.
 std::pair<int64_t, int64_t> rank_range(int64_t count, int rank, int ranks);

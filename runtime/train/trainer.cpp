@@ -57,6 +57,7 @@ Trainer::Trainer(TrainGraph graph, const TrainerOptions& options, const TargetIn
   s.eval_phases = s.make_phases(s.tg.graph, false);
   s.plan_gradient_memory();
   s.plan_updates();
+  s.plan_gradient_buckets();
   const int64_t full_micro = (s.options.batch + s.m - 1) / s.m;
   s.intra = s.options.threads > 1 && (s.options.intra_kernel || full_micro < s.options.threads);
   if (s.why) s.why->push_back(s.memory_plan());
@@ -80,12 +81,22 @@ std::vector<NodeTime> Trainer::profile() const {
                      passes[p], total[3 * n + p]});
     }
   // Wall time of the step's parts; "waiting" is thread-seconds idle at the phases' ends.
-  const char* parts[] = {"phases", "waiting", "combines", "tail:dW+updates", "packing weights"};
+  const char* parts[] = {"phases", "waiting", "combines", "tail:dW+updates", "packing weights", "step",
+                         "communication", "exposed communication"};
+  static_assert(sizeof(parts) / sizeof(parts[0]) == Impl::kStepParts, "a name per step part");
   for (int p = 0; p < Impl::kStepParts; ++p)
-    if (s.step_seconds[p] != 0.0) out.push_back({"(step)", parts[p], p == Impl::kWaiting ? "threads" : "wall", s.step_seconds[p]});
+    if (s.step_seconds[p] != 0.0 || (s.distributed() && p >= Impl::kStep))
+      out.push_back({"(step)", parts[p], p == Impl::kWaiting ? "threads" : "wall", s.step_seconds[p]});
+  // The step less the time it waited on exchanges (posted ones travel beside computation).
+  if (s.distributed())
+    out.push_back({"(step)", "compute", "wall", s.step_seconds[Impl::kStep] - s.step_seconds[Impl::kExposed]});
   for (size_t t = 0; t < s.thread_busy.size(); ++t)
     out.push_back({"(step)", fmt::format("thread {} busy", t), "thread", s.thread_busy[t]});
   return out;
+}
+
+Trainer::ExchangeVolume Trainer::exchange_volume() const {
+  return {impl_->exchanged_bytes, impl_->gradient_bytes, impl_->ring_bytes};
 }
 
 void Trainer::prepare(int64_t count) {

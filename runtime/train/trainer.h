@@ -75,7 +75,8 @@ struct TrainerOptions {
   std::map<std::string, ParallelMode> recorded_modes;
   std::string recorded_modes_source;  // e.g. "the training record in FILE", for messages
   // The processes the run spans (docs/distributed.md; `mpirun -np R convgen train`), or
-  // null for one. Rank r runs the micro-batches rank_range(micro-batches, r, R) gives it;
+  // null for one. Rank r runs range r of tree_aligned_cuts(micro-batches, R) (balanced,
+  // placed to form the fewest tree nodes: runtime/parallel/pairwise_tree.h);
   // every sum over micro-batches is still the one fixed tree, finished across ranks
   // (runtime/parallel/pairwise_tree.h), so every rank holds the same weights after every
   // step, bit-identical to one process with any thread count. Not part of any key: it
@@ -184,8 +185,35 @@ class Trainer {
 
   // With TrainerOptions::profile: per node and pass, in graph order, since the start
   // (thread time); then rows of node "(step)": the wall time of the step's parts (phases,
-  // combines, whole-batch dW, reduce+update) and the threads' idle time at phase ends.
+  // combines, whole-batch dW, reduce+update, the whole step, its exchanges with other
+  // ranks) and the threads' idle time at phase ends; across ranks, the step split into
+  // compute and exposed communication. Building kernels is in none of them.
   std::vector<NodeTime> profile() const;
+  // Across ranks, with profiling, summed over the training steps: the bytes every
+  // exchange brought this rank from the others; those of the micro-batch gradients'
+  // exchange alone; and what ring all-reduces of the same gradients would have brought
+  // it (2 (R - 1) / R of them): the yardstick of the tree's exchange (docs/distributed.md).
+  struct ExchangeVolume {
+    int64_t received = 0, gradients = 0, ring = 0;
+  };
+  ExchangeVolume exchange_volume() const;
+  // How each node with trainable parameters has its gradient summed across ranks
+  // (docs/distributed.md), in graph order: by the tree over micro-batches (its gradient's
+  // floats cross ranks once per step), or, for a Gemm over the mini-batch and a
+  // whole-batch or batched Conv, by sharing its activations (shared_per_sample floats
+  // of every sample: input and output gradient, the output too under a fused ReLU) and
+  // computing the gradient over the whole mini-batch on every rank. What
+  // `scripts/predict-scaling` models; the same with or without a group.
+  struct LayerExchange {
+    std::string node, op;
+    int64_t gradient_floats = 0;
+    bool by_tree = true;
+    int64_t shared_per_sample = 0;  // floats, when not by_tree
+    // By the tree: the exchanges it travels with, started in this order as the backward
+    // completes their gradients; -1 when after the backward.
+    int bucket = -1;
+  };
+  std::vector<LayerExchange> layer_exchanges() const;
 
   const TrainGraph& graph() const;
   const TrainerOptions& options() const;

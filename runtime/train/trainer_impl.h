@@ -12,11 +12,13 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 #include <tuple>
@@ -199,7 +201,10 @@ struct Trainer::Impl {
   // the phases' parallel regions, threads waiting at their ends (thread-seconds), the
   // combines between phases, the tail after the last phase (the whole-batch weight
   // gradients and updates still to do), packing weight panels between phases.
-  enum StepPart { kPhases, kWaiting, kCombines, kTail, kPacking, kStepParts };
+  // Across ranks also: the whole training step; communication (blocking exchanges, and
+  // posted ones from posting to completion: summed, they may overlap one another); and
+  // exposed communication, the time the step waited on exchanges.
+  enum StepPart { kPhases, kWaiting, kCombines, kTail, kPacking, kStep, kCommunication, kExposed, kStepParts };
   std::array<double, kStepParts> step_seconds{};
   std::vector<double> thread_busy;  // profiling: each thread's time at work inside the phases
   static constexpr int64_t kGemmBlock = 128;  // columns (rows of dW) per work item
@@ -430,7 +435,7 @@ struct Trainer::Impl {
   void drain_updates(const std::vector<UpdateChunk>& chunks, std::atomic<size_t>& next);
 
   // ---- Across processes (trainer_distributed.cpp; docs/distributed.md) ------------------
-  // Rank r runs micro-batches [own_begin, own_end) (rank_range over the mini-batch's). What
+  // Rank r runs micro-batches [own_begin, own_end) (rank_cuts of the mini-batch's). What
   // a barrier's combine reads of other micro-batches is copied from their ranks first:
   // BatchNormalization's per-micro-batch sums, the rows of a batched Gemm or Conv, a
   // whole-batch layer's activations and output gradient; each rank then computes the
@@ -441,7 +446,17 @@ struct Trainer::Impl {
   int64_t own_begin = 0, own_end = 0;
   std::vector<FloatBuffer> reduced_grad;  // per micro-batch-mode parameter: the tree's sum
   bool distributed() const { return group && group->size() > 1; }
-  // rank_range's micro-batches of `rank` for a mini-batch of `count` samples, as samples.
+  // The ranks' micro-batch ranges of a mini-batch of `micro` micro-batches:
+  // tree_aligned_cuts (balanced, fewest tree nodes), computed once per count. Also read
+  // by the data stream's thread (samples_of_this_rank), hence the lock.
+  const std::vector<int64_t>& rank_cuts(int64_t micro) const;
+  mutable std::mutex rank_cuts_mutex;
+  mutable std::map<int64_t, std::vector<int64_t>> rank_cuts_by_count;
+  std::pair<int64_t, int64_t> micro_batches_of_rank(int64_t micro, int rank) const {
+    const std::vector<int64_t>& cuts = rank_cuts(micro);
+    return {cuts[static_cast<size_t>(rank)], cuts[static_cast<size_t>(rank) + 1]};
+  }
+  // The micro-batches of `rank` for a mini-batch of `count` samples, as samples.
   std::pair<int64_t, int64_t> samples_of_rank(int64_t count, int rank) const;
   // What each rank gives to an all-gather of `bytes_per_micro_batch` per micro-batch it runs.
   std::vector<int64_t> bytes_per_rank(int64_t bytes_per_micro_batch) const;
@@ -456,11 +471,51 @@ struct Trainer::Impl {
   // The micro-batch gradient of every parameter that has one, summed by the fixed tree
   // over all micro-batches: each rank forms the tree nodes inside its range, the owner of
   // each element chunk finishes the tree over every rank's nodes, and an all-gather copies
-  // the finished chunks to every rank (reduced_grad).
+  // the finished chunks to every rank (reduced_grad). In buckets, each started as soon
+  // as its parameters' gradients are complete on this rank -- at the end of the phase
+  // that completes them -- so the exchange runs beside the later phases (docs/
+  // distributed.md, "Overlap"); the bits are the same whichever bucket a parameter is in.
+  struct GradientBucket {
+    std::vector<int> params;
+    std::vector<float> send, recv, gathered;
+    std::vector<int64_t> send_bytes, recv_bytes, gather_bytes;
+    int64_t mine_at = 0;  // this rank's finished chunks in `gathered`, in floats
+    ProcessGroup::Ticket exchange = 0, gather = 0;
+    std::chrono::steady_clock::time_point posted;  // profiling: when its current exchange was posted
+    std::chrono::steady_clock::time_point arrived;  // ... and when a poll found it done (or never)
+    bool in_flight = false;                        // its current exchange not yet found done
+  };
+  // [phase]: the parameters reduced by the tree whose gradients are complete once that
+  // phase has ended; [phases]: the rest, started after the last phase. Planned once.
+  std::vector<std::vector<int>> bucket_params;
+  std::vector<GradientBucket> buckets;  // the step's, in the order started
+  bool polling = false;                 // buckets in flight: run_steps lets them progress
+  // Lets the buckets' exchanges advance (MPI_Test); notes when each is found done.
+  void poll_buckets();
+  void plan_gradient_buckets();
+  // Forms this rank's tree nodes of `params` (on the threads) and posts their chunks to
+  // their owners.
+  void start_bucket(const std::vector<int>& params);
+  // Waits for the bucket's nodes, finishes the tree for this rank's chunks, posts their all-gather.
+  void gather_bucket(GradientBucket& b);
+  // Waits for the bucket's all-gather; its gradients into reduced_grad.
+  void finish_bucket(GradientBucket& b);
+  // After the backward: starts the last bucket, then completes every bucket in order.
   void reduce_gradients_across_ranks();
+  // Waits for posted exchange `ticket` of bucket `b`, counted as exposed communication.
+  void wait_for(GradientBucket& b, ProcessGroup::Ticket ticket);
   // The step's per-micro-batch losses (in micro-batch order) and summed counts, every
   // rank's, into `losses` and `stats`.
   void share_step_stats(std::vector<double>& losses, StepStats& stats);
+  // Runs `collective`, one exchange with the other ranks that brings this rank `bytes_in`
+  // bytes of theirs; profiling adds its wall time to step_seconds[kCommunication] and
+  // [kExposed] (the step waited for all of it) and its bytes
+  // to exchanged_bytes.
+  void exchange(int64_t bytes_in, const std::function<void()>& collective);
+  bool timing_step = false;     // profiling a training step (run_batch): exchange() counts
+  int64_t exchanged_bytes = 0;  // profiling: bytes other ranks' exchanges brought this rank
+  int64_t gradient_bytes = 0;   // profiling: of which the micro-batch gradients' exchange
+  int64_t ring_bytes = 0;       // profiling: what ring all-reduces of those gradients would have
 };
 
 }  // namespace convgen::model

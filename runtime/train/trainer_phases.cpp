@@ -77,6 +77,9 @@ void Trainer::Impl::run_steps(Slot& slot, const Phase& phase, bool train, double
   for (const Step& st : phase.steps) {
     const auto start = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     run_step(slot, st, train, scale);
+    // Gradient exchanges in flight advance only inside MPI calls, made by the thread that
+    // called run_batch: it looks in after each step (MPI_Test, microseconds).
+    if (polling && omp_get_thread_num() == 0) poll_buckets();
     if (!options.profile) continue;
     const int pass = st.action == Action::Forward || st.action == Action::Loss ? 0 : st.action == Action::Backward ? 1 : 2;
     const size_t node = st.action == Action::Loss ? tg.graph.nodes.size() : st.node;
@@ -121,6 +124,9 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
     throw Error(ExitCode::Internal, fmt::format("trainer: a batch of {} samples (batch size {})", count, options.batch));
   const int64_t micro = (count + m - 1) / m, last = count - (micro - 1) * m;
   ensure_batch_kernels(count);
+  // Profiled from here: building kernels (the first step of each size) is not the step.
+  timing_step = options.profile && train;
+  const auto step_start = timing_step ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   allocate_batch_buffers();
   refresh_cropped_weights();
   prepare_packed_weights(train);
@@ -134,7 +140,7 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
   active = micro;
   batch_count = count;
   own_begin = 0, own_end = micro;
-  if (distributed()) std::tie(own_begin, own_end) = rank_range(micro, group->rank(), group->size());
+  if (distributed()) std::tie(own_begin, own_end) = micro_batches_of_rank(micro, group->rank());
   // The mean is over the labelled positions of the whole mini-batch, so every
   // micro-batch's gradient is scaled by the same count (none labelled: no gradient).
   // Across ranks, each counts its own samples' and the counts are added.
@@ -148,7 +154,7 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
                                                  labels[i], i, tg.classes));
     ++labelled;
   }
-  if (distributed()) group->sum(&labelled, 1);
+  if (distributed()) exchange(int64_t(sizeof(labelled)) * (group->size() - 1), [&] { group->sum(&labelled, 1); });
   const double scale = labelled > 0 ? 1.0 / double(labelled) : 0.0;
   const std::vector<Phase>& phases = train ? train_phases : eval_phases;
   auto run = [&](size_t phase, int64_t i) {
@@ -237,6 +243,9 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
           thread_busy[t] += busy[t];
         }
     }
+    // Across ranks, the gradients this phase completed start on their way to their
+    // owners, to travel while the next phases run (docs/distributed.md, "Overlap").
+    if (train && distributed() && !failed && !bucket_params[ph].empty()) guarded([&] { start_bucket(bucket_params[ph]); });
     const Clock::time_point combine_start = profile ? Clock::now() : Clock::time_point{};
     if (!failed) combine_phase(phases[ph]);
     if (profile) step_seconds[kCombines] += since(combine_start);
@@ -300,6 +309,8 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
   for (int64_t stride = 1; stride < micro; stride *= 2)
     for (int64_t i = 0; i + stride < micro; i += 2 * stride) losses[i] += losses[i + stride];
   stats.loss = labelled > 0 ? losses[0] / double(labelled) : 0.0;
+  if (timing_step) step_seconds[kStep] += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+  timing_step = false;
   stats.labelled = labelled;
   stats.count = count;
   if (train) {

@@ -43,7 +43,7 @@ grep -q "usage: convgen train" "$work/help" || fail "train --help: no usage line
 value_options=(--data=synthetic --batch=8 --micro-batch=8 --epochs=1 --steps=1 --lr=0.1
   --momentum=0.9 --weight-decay=0 --lr-schedule=constant --threads=1 --conv-impl=generated --seed=1
   --normalize=0,1 --synthetic-count=10 --ignore-index=255 --log=x --dump-order=x --save=x --checkpoint=x --every=1
-  --resume=x --schedules=x --target=x --cache-dir=x --parallel-mode=conv1=whole-batch --rank-timeout=5)
+  --resume=x --schedules=x --target=x --cache-dir=x --parallel-mode=conv1=whole-batch --rank-timeout=5 --profile-json=x)
 flag_options=(--intra-kernel --profile --no-shuffle --verbose --no-cache)
 documented=()
 for o in "${value_options[@]}" "${flag_options[@]}"; do documented+=("${o%%=*}"); done

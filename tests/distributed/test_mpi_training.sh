@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # `mpirun -np R convgen train`: the trained weights (--save, byte for byte) and every
-# step's loss (--log) are the same for R = 1, 2, 3 as for one process without mpirun, on
-# models that cover what crosses ranks -- LeNet (a Gemm over the whole mini-batch),
+# step's loss (--log) are the same for R = 1..4 and 1 or 2 threads per rank as for one
+# process without mpirun, on models that cover what crosses ranks -- LeNet (a Gemm over
+# the whole mini-batch),
 # the small ResNet (BatchNormalization statistics, Dropout), down_to_1x1 (whole-batch
 # weight gradients of cropped layers) -- with a partial last batch that leaves ranks
 # without samples; a checkpoint written on 2 ranks resumes on 3 as if never stopped;
 # ranks given other options refuse at start (exit 2, on every rank); a rank that fails
 # ends the run with its code; one that hangs is named and ends the run (exit 12), one
-# that compiles its kernels while the others wait does not. docs/distributed.md.
+# that compiles its kernels while the others wait does not; --profile-json says what
+# crossed ranks and scripts/predict-scaling reads it. docs/distributed.md.
 # Usage: test_mpi_training.sh CONVGEN ROOT [REAL_MODELS_DIR]
 set -u
 convgen="$1"
@@ -54,17 +56,70 @@ for model in lenet small_resnet down_to_1x1; do
   # Rank 0 alone prints: one result line however many ranks.
   [[ $(grep -c '^steps ' "$work/$model.np3.out") -eq 1 ]] || fail "$model.np3: want one 'steps' line: $(cat "$work/$model.np3.out")"
 done
+# Four ranks (the partial batch leaves three without samples); and 7 micro-batches over 3
+# ranks, split 2, 2, 3 to form three tree nodes where rank_range's 3, 2, 2 forms six
+# (tree_aligned_cuts): the same weights as one process either way.
+run_ranks lenet.np4 4 "$root/models/lenet.onnx" --epochs 2
+same lenet.single lenet.np4
+run_single lenet.b28 "$root/models/lenet.onnx" --steps 3 --batch 28
+run_ranks lenet.b28.np3 3 "$root/models/lenet.onnx" --steps 3 --batch 28 --verbose
+same lenet.b28 lenet.b28.np3
+grep -q "micro-batches (2,2,3 of 7); finishing the gradient tree moves 1.00x the bytes of a ring all-reduce" \
+  "$work/lenet.b28.np3.err" || fail "lenet.b28.np3: the split of 7 micro-batches over 3 ranks is not 2,2,3: $(grep 'over 3' "$work/lenet.b28.np3.err")"
+
+# --profile-json on 2 ranks: every layer with parameters, how its gradient crosses
+# ranks (LeNet's ip1 is a Gemm over the mini-batch: its activations travel), the step
+# split into compute and exposed communication, the gradient exchange's bytes.
+run_ranks lenet.prof 2 "$root/models/lenet.onnx" --steps 3 --synthetic-count 48 --profile-json "$work/prof.json"
+grep -q "exposed communication" "$work/lenet.prof.err" || fail "lenet.prof: --profile shows no exposed communication"
+"$py" - "$work/prof.json" <<'PY' || fail "lenet.prof: --profile-json is not what scripts/predict-scaling reads"
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["format"] == "convgen-train-profile/1" and p["ranks"] == 2 and p["steps"] == 3, p
+layers = {l["node"]: l for l in p["layers"]}
+kinds = {l["exchange"] for l in p["layers"]}
+assert kinds == {"tree", "activations"}, kinds
+assert all(l["gradient_floats"] > 0 for l in p["layers"])
+assert all(l["shared_floats_per_sample"] > 0 for l in p["layers"] if l["exchange"] == "activations")
+assert p["gradient_exchange_bytes_per_step"] > 0 and p["ring_bytes_per_step"] > 0
+assert abs(p["gradient_exchange_bytes_per_step"] / p["ring_bytes_per_step"] - 1.0) < 0.01  # 4 micro-batches: one node per rank
+assert 0 < p["step_ms"]["communication"] < p["step_ms"]["step"]
+PY
+# In a network with BatchNormalization the backward completes gradients phase by phase:
+# they leave in several buckets during the backward (overlap), the weights unchanged.
+run_ranks small_resnet.prof 2 "$root/models/small_resnet.onnx" --epochs 2 --profile-json "$work/prof_bn.json"
+same small_resnet.single small_resnet.prof
+"$py" - "$work/prof_bn.json" <<'PY' || fail "small_resnet.prof: its gradients do not leave in buckets during the backward"
+import json, sys
+p = json.load(open(sys.argv[1]))
+early = {l["bucket"] for l in p["layers"] if l["exchange"] == "tree" and l["bucket"] >= 0}
+assert len(early) >= 2, p["layers"]
+PY
+# ... and scripts/predict-scaling reads it: a row per R (4 micro-batches on 4 ranks: one
+# each), and a validation table.
+"$root/scripts/predict-scaling" "$work/prof.json" --alpha-us 1 --bandwidth-GBps 5 --ranks 2,4 --global-batch 16 \
+  --validate "$work/prof.json" >"$work/predict.out" 2>&1 || fail "predict-scaling failed: $(tail -n 3 "$work/predict.out")"
+grep -Eq '^ +4 +16 +1/1/1/1 ' "$work/predict.out" || fail "predict-scaling: no row for 4 ranks: $(cat "$work/predict.out")"
+
 # Thread counts and ranks together: 2 ranks of 2 threads.
 run_ranks small_resnet.np2t2 2 "$root/models/small_resnet.onnx" --epochs 2 --threads 2
 same small_resnet.single small_resnet.np2t2
+run_ranks small_resnet.np3t2 3 "$root/models/small_resnet.onnx" --epochs 2 --threads 2
+same small_resnet.single small_resnet.np3t2
+run_ranks small_resnet.np4 4 "$root/models/small_resnet.onnx" --epochs 2
+same small_resnet.single small_resnet.np4
 
 # Layers batched at barriers (forward and backward-data over the mini-batch: ResNet-18's
 # layer4 on 1x1 images), when the torchvision exports are there.
 if [[ -n "$real_models" && -f "$real_models/resnet18.onnx" ]]; then
   run_single resnet18.single "$real_models/resnet18.onnx" --steps 3 --verbose
   grep -q 'over the whole mini-batch at barriers' "$work/resnet18.single.err" || fail "resnet18: no layer ran batched; the test misses what it is for"
-  run_ranks resnet18.np3 3 "$real_models/resnet18.onnx" --steps 3
-  same resnet18.single resnet18.np3
+  # An epoch of 36 samples: two batches of 16 and a partial one of 4 (one micro-batch).
+  for rt in "2 2" "3 1" "4 1"; do
+    read -r r t <<<"$rt"
+    run_ranks "resnet18.np${r}t$t" "$r" "$real_models/resnet18.onnx" --steps 3 --threads "$t"
+    same resnet18.single "resnet18.np${r}t$t"
+  done
 fi
 
 # A checkpoint written on 2 ranks, resumed on 3: the same as 5 steps never stopped.

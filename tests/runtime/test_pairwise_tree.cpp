@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <utility>
@@ -151,4 +152,69 @@ TEST_CASE("rank_range: contiguous ranges in rank order, sizes within one, ranks 
   CHECK(convgen::rank_range(7, 0, 3) == std::pair<int64_t, int64_t>(0, 3));
   CHECK(convgen::rank_range(7, 2, 3) == std::pair<int64_t, int64_t>(5, 7));
   CHECK(convgen::rank_range(1, 2, 3) == std::pair<int64_t, int64_t>(1, 1));
+}
+
+namespace {
+
+int64_t nodes_of_split(int64_t count, const std::vector<int64_t>& cuts) {
+  int64_t nodes = 0;
+  for (size_t h = 0; h + 1 < cuts.size(); ++h) nodes += int64_t(convgen::nodes_within(count, cuts[h], cuts[h + 1]).size());
+  return nodes;
+}
+
+// Every split of `count` into `holders` contiguous ranges of sizes within one: the fewest
+// nodes any of them forms (exhaustive, for small counts).
+int64_t fewest_nodes_by_search(int64_t count, int holders) {
+  const int64_t base = count / holders, extra = count % holders;
+  int64_t best = INT64_MAX;
+  for (int64_t mask = 0; mask < (int64_t{1} << holders); ++mask) {
+    if (__builtin_popcountll(static_cast<unsigned long long>(mask)) != extra) continue;
+    std::vector<int64_t> cuts = {0};
+    for (int h = 0; h < holders; ++h) cuts.push_back(cuts.back() + base + ((mask >> h) & 1));
+    best = std::min(best, nodes_of_split(count, cuts));
+  }
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("tree_aligned_cuts: balanced ranges forming the fewest tree nodes", "[pairwise_tree]") {
+  for (int64_t count = 0; count <= 40; ++count)
+    for (int holders : {1, 2, 3, 4, 5, 7}) {
+      INFO("count " << count << " holders " << holders);
+      const std::vector<int64_t> cuts = convgen::tree_aligned_cuts(count, holders);
+      REQUIRE(cuts.size() == size_t(holders) + 1);
+      CHECK(cuts.front() == 0);
+      CHECK(cuts.back() == count);
+      int64_t smallest = count, largest = 0;
+      for (int h = 0; h < holders; ++h) {
+        CHECK(cuts[h + 1] >= cuts[h]);
+        smallest = std::min(smallest, cuts[h + 1] - cuts[h]), largest = std::max(largest, cuts[h + 1] - cuts[h]);
+      }
+      CHECK(largest - smallest <= 1);
+      CHECK(nodes_of_split(count, cuts) == fewest_nodes_by_search(count, holders));
+      // Never more nodes than rank_range's split.
+      std::vector<int64_t> plain = {0};
+      for (int h = 0; h < holders; ++h) plain.push_back(convgen::rank_range(count, h, holders).second);
+      CHECK(nodes_of_split(count, cuts) <= nodes_of_split(count, plain));
+    }
+  // 9 over 2: [0, 4) and [4, 9) are one node each plus (8, 8)'s, where rank_range's
+  // [0, 5) and [5, 9) form five; 13 over 3: 4, 4, 5, three whole nodes.
+  CHECK(convgen::tree_aligned_cuts(9, 2) == std::vector<int64_t>{0, 4, 9});
+  CHECK(convgen::tree_aligned_cuts(13, 3) == std::vector<int64_t>{0, 4, 8, 13});
+  // 7 over 3: 2, 2, 3 is three nodes, rank_range's 3, 2, 2 six.
+  CHECK(convgen::tree_aligned_cuts(7, 3) == std::vector<int64_t>{0, 2, 4, 7});
+  // No gain from moving: the larger ranges first, as rank_range.
+  CHECK(convgen::tree_aligned_cuts(6, 4) == std::vector<int64_t>{0, 2, 4, 5, 6});
+  CHECK(convgen::tree_aligned_cuts(1, 3) == std::vector<int64_t>{0, 1, 1, 1});
+  CHECK_THROWS(convgen::tree_aligned_cuts(4, 0));
+}
+
+TEST_CASE("tree_exchange_vs_ring: (mean nodes per holder + 1) / 2", "[pairwise_tree]") {
+  CHECK(convgen::tree_exchange_vs_ring(4, {0, 4}) == 1.0);
+  CHECK(convgen::tree_exchange_vs_ring(4, {0, 2, 4}) == 1.0);       // one node each
+  CHECK(convgen::tree_exchange_vs_ring(9, {0, 5, 9}) == 1.75);      // 2 + 3 nodes
+  CHECK(convgen::tree_exchange_vs_ring(9, {0, 4, 9}) == 1.25);      // 1 + 2
+  CHECK(convgen::tree_exchange_vs_ring(12, {0, 4, 8, 12}) == 1.0);  // four per rank: whole nodes
+  CHECK_THROWS(convgen::tree_exchange_vs_ring(9, {0, 4, 8}));
 }
