@@ -37,7 +37,9 @@ options:
   --peers LIST            comma-separated subset of convgen,blis,onednn,tuned (default all)
   --schedules FILE        schedule records from `convgen tune`: each layer and pass with a
                           tuned record also runs as the "tuned" peer, beside the default,
-                          in the same interleaved samples (columns tuned, tn/dn)
+                          in the same interleaved samples (columns tuned, tn/dn); the
+                          default then runs in the records' parallel variant (images at
+                          mb >= 8, else pixels), as their consumers run it
   --schedule-verbose      print the analytic schedule's reasons for every layer
   --schedule WORDS        override fields of convgen's schedule on every layer and pass, e.g.
                           'mr=8 nr=8' (same words as convgen compile-layer --schedule);

@@ -1,11 +1,8 @@
 #include "bench/bench_report.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 
 #include <fmt/format.h>
 
@@ -177,24 +174,6 @@ json summary_json(const SetSummary& s) {
           {"ratio_vs_blis", num(s.ratio_vs_blis)},
           {"tuned_vs_onednn", num(s.tuned_vs_onednn)},
           {"tuned_vs_default", num(s.tuned_vs_default)}};
-}
-
-void write_json_atomically(const std::string& path, const json& doc) {
-  const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(ExitCode::Io, fmt::format("cannot write {}", tmp));
-    out << doc.dump(2) << '\n';
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw Error(ExitCode::Io, fmt::format("cannot write {}", tmp));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error(ExitCode::Io, fmt::format("cannot rename {} to {}", tmp, path));
-  }
 }
 
 std::vector<SetSummary> print_pass(Pass pass, const std::vector<LayerResult>& results,

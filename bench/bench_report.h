@@ -34,7 +34,4 @@ json num(double v);
 json layer_json(const LayerResult& r, double peak);
 json summary_json(const SetSummary& s);
 
-// Writes `doc` to a temporary file, then renames it over `path` (Io error naming the file).
-void write_json_atomically(const std::string& path, const json& doc);
-
 }  // namespace convgen::bench

@@ -32,6 +32,7 @@
 #include "runtime/im2col/im2col_blis.h"
 #include "runtime/probe/fma_probe.h"
 #include "schedules/build_info.h"
+#include "schedules/durable_file.h"
 #include "schedules/errors.h"
 #include "schedules/host_cpu.h"
 
@@ -146,7 +147,7 @@ int run_bench(const Options& o) {
     for (const SetSummary& s : summaries) sums.push_back(summary_json(s));
     doc["summary"] = sums;
     doc["peak_rss_bytes"] = rss;
-    write_json_atomically(o.json_path, doc);
+    convgen::write_file_durably(o.json_path, doc.dump(2) + "\n");
     fmt::print("wrote {}\n", o.json_path);
   }
   return 0;

@@ -14,6 +14,7 @@
 #include "bench/onednn_conv.h"
 #include "bench/onednn_conv_backward.h"
 #include "generator/conv/jit.h"
+#include "generator/tune/tune_plan.h"
 #include "runtime/im2col/im2col_blis.h"
 #include "runtime/im2col/im2col_blis_backward.h"
 #include "runtime/ops/aligned_buffer.h"
@@ -184,7 +185,16 @@ convgen::ConvSchedule convgen_schedule(LayerResult& res, const ConvDescriptor& d
                                        const Options& o) {
   convgen::ConvSchedule s =
       convgen::analytic_schedule_for_pass(d, pass_name(res.pass), target, &res.schedule_why);
-  if (o.threads > 1) {
+  if (!o.schedules.empty()) {
+    // Beside tuned records: the default in the parallel variant the records' consumers
+    // run and the tuner timed it in (fixed by the layer, whatever the thread count), so
+    // tuned / default compares like with like. In bwd_weights the variant shapes the
+    // reduction's items (whole images), which a parallel=none default does not share.
+    s = convgen::parallel_variant(d, pass_name(res.pass), s, convgen::recorded_parallel(d), &res.schedule_why);
+    res.schedule_why.push_back(fmt::format("bench: parallel={}, the variant of the tuned records' consumers",
+                                           convgen::to_string(s.parallel)));
+    if (o.threads > 1) res.convgen_threads = o.threads;
+  } else if (o.threads > 1) {
     // The intra-kernel parallel variant over the OpenMP threads: images when there are
     // enough of them to share out, else pixel blocks of each image. For fwd and bwd_data
     // these are output dimensions, never the reduction, so the result is the same as on
@@ -205,19 +215,16 @@ convgen::ConvSchedule convgen_schedule(LayerResult& res, const ConvDescriptor& d
   return s;
 }
 
-// The tuned record's schedule for the pass (--schedules), with the bench's threading
-// choice applied as for the default; Unsupported (the peer is skipped) when no record
-// of this layer, pass, target and generator is in the file.
+// The tuned record's schedule for the pass (--schedules), as its consumers run it (its
+// parallel variant is recorded); Unsupported (the peer is skipped) when no record of
+// this layer, pass, target and generator is in the file.
 convgen::ConvSchedule tuned_schedule(LayerResult& res, const ConvDescriptor& d, const convgen::TargetInfo& target,
                                      const Options& o) {
   std::vector<std::string> why;
   convgen::SelectedSchedule sel = convgen::select_schedule(d, pass_name(res.pass), target, o.schedules, &why);
   if (sel.source == "analytic default")
     throw Error(ExitCode::Unsupported, fmt::format("no tuned record in {} for this layer and pass", o.schedules));
-  convgen::ConvSchedule s = sel.schedule;
-  if (o.threads > 1)
-    s = convgen::parallel_variant(d, pass_name(res.pass), s,
-                                  d.mb >= 2 * o.threads ? convgen::Parallel::Images : convgen::Parallel::Pixels);
+  const convgen::ConvSchedule s = sel.schedule;
   res.tuned_schedule = convgen::describe(s);
   return s;
 }

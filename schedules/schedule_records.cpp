@@ -3,7 +3,6 @@
 // anything that is not exactly a record of a version it knows (1 to 5).
 #include "schedules/schedule_records.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "schedules/durable_file.h"
 #include "schedules/errors.h"
 
 namespace convgen {
@@ -351,47 +351,6 @@ TargetInfo record_target(const ScheduleKey& k, const std::string& where) {
 
 // ---- files -----------------------------------------------------------------------
 
-void write_all(int fd, const std::string& text, const std::string& path) {
-  const char* p = text.data();
-  std::size_t left = text.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw io_error(path, "cannot write", errno);
-    p += n;
-    left -= static_cast<std::size_t>(n);
-  }
-}
-
-// Writes and fsyncs a new file; removes it again on failure.
-void write_synced_file(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) throw io_error(path, "cannot create", errno);
-  try {
-    write_all(fd, text, path);
-    if (::fsync(fd) != 0) throw io_error(path, "cannot fsync", errno);
-  } catch (...) {
-    ::close(fd);
-    ::unlink(path.c_str());
-    throw;
-  }
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(path.c_str());
-    throw io_error(path, "cannot close", err);
-  }
-}
-
-// Makes the rename itself durable. Best effort: the file is complete either way.
-void sync_parent_dir(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
 bool blank(const std::string& line) {
   return line.find_first_not_of(" \t\r") == std::string::npos;
 }
@@ -623,14 +582,7 @@ void write_records(const std::string& path, const std::vector<ScheduleRecord>& r
     text += line;
     text += '\n';
   }
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  write_synced_file(tmp, text);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw io_error(path, "cannot replace", err);
-  }
-  sync_parent_dir(path);
+  write_file_durably(path, text);
 }
 
 const ScheduleRecord* find_record(const std::vector<ScheduleRecord>& records, const ScheduleKey& key) {

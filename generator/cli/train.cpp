@@ -29,6 +29,7 @@
 #include "runtime/parallel/pairwise_tree.h"
 #include "runtime/train/trainer.h"
 #include "runtime/train/trainer_state.h"
+#include "schedules/durable_file.h"
 #include "schedules/errors.h"
 #include "schedules/sha256.h"
 
@@ -224,26 +225,9 @@ TrainSetup parse(const Args& args, bool* help) {
   return s;
 }
 
-// `text` to `path` through a temporary file beside it and a rename: a reader never sees
-// half of it. Io error naming the path.
-void write_text_file(const std::string& path, const std::string& text) {
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!(out << text) || !out.flush()) {
-      std::remove(tmp.c_str());
-      throw Error(ExitCode::Io, fmt::format("{}: cannot write", tmp));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error(ExitCode::Io, fmt::format("{}: cannot write", path));
-  }
-}
-
 // --profile-json: what --profile prints, per step, with each layer's gradient size and
 // how it crosses ranks (Trainer::layer_exchanges), for scripts/predict-scaling. Written
-// whole to a temporary file and renamed, like every file convgen writes.
+// durably, like every file convgen writes (schedules/durable_file.h).
 void write_profile_json(const TrainSetup& s, const model::Trainer& trainer, const ProcessGroup* group, int64_t steps) {
   const double per_step = 1e3 / double(std::max<int64_t>(1, steps));  // seconds in total -> ms per step
   std::map<std::string, std::map<std::string, double>> node_ms;
@@ -287,7 +271,7 @@ void write_profile_json(const TrainSetup& s, const model::Trainer& trainer, cons
       json_escape(s.model), json_escape(s.target), s.trainer.batch, trainer.micro_batch(), s.trainer.threads,
       group ? group->size() : 1, steps, step_parts, other_forward, other_backward, double(v.received) * per_step / 1e3,
       double(v.gradients) * per_step / 1e3, double(v.ring) * per_step / 1e3, layers);
-  write_text_file(s.profile_json, text);
+  write_file_durably(s.profile_json, text);
 }
 
 // The learning rate of an epoch under --lr-schedule (PyTorch's closed forms).
@@ -409,7 +393,7 @@ int train_run(const Args& args, const std::shared_ptr<ProcessGroup>& group_owned
     for (const auto& [name, data] : trainer.state_tensors()) names.push_back(name);
     model::check_initializers(s.model, names);
   }
-  for (const std::string& path : {s.save}) {
+  for (const std::string& path : {s.save, s.profile_json}) {
     if (path.empty() || !lead) continue;
     const std::filesystem::path parent = std::filesystem::path(path).has_parent_path()
                                              ? std::filesystem::path(path).parent_path()

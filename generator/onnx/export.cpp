@@ -11,41 +11,12 @@
 #include <fmt/format.h>
 #include <onnx/onnx_pb.h>
 
+#include "schedules/durable_file.h"
 #include "schedules/errors.h"
 
 namespace convgen::model {
 
 namespace fs = std::filesystem;
-
-void write_file_atomically(const std::string& path, const std::string& bytes) {
-  const fs::path target(path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  const std::string temp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(getpid()))).string();
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(ExitCode::Io, fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
-  size_t done = 0;
-  bool ok = true;
-  while (ok && done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) done += static_cast<size_t>(n);
-  }
-  ok = ok && ::fsync(fd) == 0;
-  const int saved_errno = errno;
-  ok = (::close(fd) == 0) && ok;
-  if (!ok || ::rename(temp.c_str(), path.c_str()) != 0) {
-    const int e = ok ? errno : saved_errno;
-    ::unlink(temp.c_str());
-    throw Error(ExitCode::Io, fmt::format("{}: cannot write: {}", path, std::strerror(e)));
-  }
-  // The rename itself is durable only once the directory is.
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
 
 void check_initializers(const std::string& source, const std::vector<std::string>& names) {
   std::ifstream in(source, std::ios::binary);
@@ -93,7 +64,7 @@ void save_onnx_with_initializers(const std::string& source, const std::map<std::
   std::string bytes;
   if (!model.SerializeToString(&bytes))
     throw Error(ExitCode::Internal, fmt::format("{}: the model could not be serialised", destination));
-  write_file_atomically(destination, bytes);
+  write_file_durably(destination, bytes);
 }
 
 }  // namespace convgen::model

@@ -20,8 +20,4 @@ void save_onnx_with_initializers(const std::string& source, const std::map<std::
 // what save_onnx_with_initializers needs, checked before a run rather than after it.
 void check_initializers(const std::string& source, const std::vector<std::string>& names);
 
-// Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename,
-// fsync of the directory. Io error naming the path on failure; no temporary is left.
-void write_file_atomically(const std::string& path, const std::string& bytes);
-
 }  // namespace convgen::model

@@ -1,8 +1,5 @@
 #include "generator/onnx/tensor_io.h"
 
-#include <unistd.h>
-
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -10,6 +7,7 @@
 #include <onnx/onnx_pb.h>
 
 #include "generator/onnx/lowering.h"
+#include "schedules/durable_file.h"
 #include "schedules/errors.h"
 
 namespace convgen::model {
@@ -38,15 +36,9 @@ void write_tensor_file(const std::string& path, const std::string& name, const T
   p.set_data_type(onnx::TensorProto_DataType_FLOAT);
   for (int64_t d : dense.shape) p.add_dims(d);
   p.set_raw_data(std::string(reinterpret_cast<const char*>(dense.data.data()), dense.data.size() * sizeof(float)));
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out || !p.SerializeToOstream(&out)) throw Error(ExitCode::Io, fmt::format("{}: cannot write", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error(ExitCode::Io, fmt::format("{}: cannot write", path));
-  }
+  std::string bytes;
+  if (!p.SerializeToString(&bytes)) throw Error(ExitCode::Internal, fmt::format("{}: the tensor could not be serialised", path));
+  write_file_durably(path, bytes);
 }
 
 }  // namespace convgen::model

@@ -14,6 +14,7 @@
 #include <set>
 #include <utility>
 
+#include "schedules/durable_file.h"
 #include "schedules/errors.h"
 
 namespace convgen::train {
@@ -25,7 +26,6 @@ using nlohmann::json;
 
 constexpr char kMagic[8] = {'C', 'G', 'C', 'K', 'P', 'T', '\0', '\0'};
 constexpr const char* kFileName = "checkpoint.cgck";
-constexpr const char* kTempPrefix = ".checkpoint.cgck.tmp.";
 // magic, version, reserved, H
 constexpr uint64_t kPrefixBytes = 8 + 4 + 4 + 8;
 
@@ -120,55 +120,6 @@ bool parse_lr_bits(const std::string& text, double* lr) {
 }
 
 // ---- writing ----
-
-// Writes `bytes` to `path` atomically: a temporary file in the same directory, written
-// fully, fsync'ed and closed, renamed over `path`, then the directory fsync'ed. On any
-// failure the temporary is removed and an Io error naming `path` is thrown. Not safe for
-// concurrent saves to the same directory from one process (they share the temporary's
-// name).
-void write_atomically(const std::string& dir, const std::string& path, const std::string& bytes) {
-  const std::string temp = (fs::path(dir) / (kTempPrefix + std::to_string(::getpid()))).string();
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw io_error(path, "cannot write", errno);
-  int err = 0;
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      err = errno;
-      break;
-    }
-    if (n == 0) {  // no progress and no error: give up rather than spin
-      err = EIO;
-      break;
-    }
-    done += static_cast<size_t>(n);
-  }
-  while (err == 0 && ::fsync(fd) != 0) {
-    if (errno != EINTR) err = errno;
-  }
-  // After a close() interrupted by a signal the descriptor is released on Linux, and the
-  // data is already on disk: EINTR is not a failure here.
-  if (::close(fd) != 0 && err == 0 && errno != EINTR) err = errno;
-  if (err == 0 && ::rename(temp.c_str(), path.c_str()) != 0) err = errno;
-  if (err != 0) {
-    ::unlink(temp.c_str());
-    throw io_error(path, "cannot write", err);
-  }
-  // The rename is durable only once the directory is.
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) throw io_error(path, "cannot sync the directory", errno);
-  int dir_err = 0;
-  while (::fsync(dfd) != 0) {
-    if (errno == EINTR) continue;
-    // EINVAL: the file system cannot sync directories; nothing more can be done.
-    if (errno != EINVAL) dir_err = errno;
-    break;
-  }
-  ::close(dfd);
-  if (dir_err != 0) throw io_error(path, "cannot sync the directory", dir_err);
-}
 
 // nlohmann's dump() refuses invalid UTF-8; say which field it is.
 void require_utf8(const std::string& path, const std::string& field, const std::string& text) {
@@ -343,7 +294,8 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   if (!fs::is_directory(dir, ec))
     throw Error(ExitCode::Io, dir + ": cannot create the checkpoint directory: " +
                                   (ec ? ec.message() : std::string("it exists and is not a directory")));
-  write_atomically(dir, path, file);
+  // Temporary .checkpoint.cgck.tmp.PID beside it; loading ignores one left by a crash.
+  write_file_durably(path, file);
 }
 
 Checkpoint load_checkpoint(const std::string& dir) {

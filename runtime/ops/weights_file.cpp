@@ -1,12 +1,11 @@
 #include "runtime/ops/weights_file.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
+
+#include "schedules/durable_file.h"
 
 namespace convgen {
 
@@ -45,17 +44,9 @@ void write_weights_file(const std::string& path, const std::vector<float>& weigh
   const uint64_t count = weights.size();
   std::memcpy(header + 16, &count, 8);
   std::memcpy(header + 24, plan_key.data(), std::min<size_t>(64, plan_key.size()));
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(header, kHeaderBytes);
-    out.write(reinterpret_cast<const char*>(weights.data()), static_cast<std::streamsize>(weights.size() * sizeof(float)));
-    if (!out) throw std::runtime_error(tmp + ": cannot write");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error(path + ": cannot write");
-  }
+  std::string bytes(header, kHeaderBytes);
+  bytes.append(reinterpret_cast<const char*>(weights.data()), weights.size() * sizeof(float));
+  write_file_durably(path, bytes);
 }
 
 }  // namespace convgen

@@ -13,7 +13,7 @@ namespace convgen {
 // values. Throws std::runtime_error naming the file otherwise.
 std::vector<float> read_weights_file(const std::string& path, int64_t floats, const std::string& plan_key);
 
-// Writes one (temp file + rename).
+// Writes one durably (schedules/durable_file.h); Io error naming the path.
 void write_weights_file(const std::string& path, const std::vector<float>& weights, const std::string& plan_key);
 
 }  // namespace convgen

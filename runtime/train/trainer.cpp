@@ -50,6 +50,8 @@ Trainer::Trainer(TrainGraph graph, const TrainerOptions& options, const TargetIn
   s.choose_deferred_gradients();
   s.choose_conv_layers();
   s.gemm_seconds.assign(3 * s.tg.graph.nodes.size() + 3, 0.0);
+  s.update_seconds.assign(static_cast<size_t>(std::max(1, s.options.threads)), 0.0);
+  s.whole_batch_seconds.assign(static_cast<size_t>(std::max(1, s.options.threads)), 0.0);
   // Every map the threads read is complete before any step: no insertion under threads.
   for (size_t i = 0; i < s.tg.graph.nodes.size(); ++i)
     if (s.tg.graph.nodes[i].op == Op::BatchNormalization) s.batch_stats[i];
@@ -81,12 +83,17 @@ std::vector<NodeTime> Trainer::profile() const {
                      passes[p], total[3 * n + p]});
     }
   // Wall time of the step's parts; "waiting" is thread-seconds idle at the phases' ends.
-  const char* parts[] = {"phases", "waiting", "combines", "tail:dW+updates", "packing weights", "step",
-                         "communication", "exposed communication"};
+  const char* parts[] = {"phases", "waiting", "combines", "tail:dW+updates", "packing weights", "updates",
+                         "whole-batch weight gradients", "step", "communication", "exposed communication"};
   static_assert(sizeof(parts) / sizeof(parts[0]) == Impl::kStepParts, "a name per step part");
-  for (int p = 0; p < Impl::kStepParts; ++p)
-    if (s.step_seconds[p] != 0.0 || (s.distributed() && p >= Impl::kStep))
-      out.push_back({"(step)", parts[p], p == Impl::kWaiting ? "threads" : "wall", s.step_seconds[p]});
+  std::array<double, Impl::kStepParts> seconds = s.step_seconds;
+  for (double t : s.update_seconds) seconds[Impl::kUpdates] += t;
+  for (double t : s.whole_batch_seconds) seconds[Impl::kWholeBatchGradients] += t;
+  for (int p = 0; p < Impl::kStepParts; ++p) {
+    const bool thread_time = p == Impl::kWaiting || p == Impl::kUpdates || p == Impl::kWholeBatchGradients;
+    if (seconds[p] != 0.0 || (s.distributed() && p >= Impl::kStep))
+      out.push_back({"(step)", parts[p], thread_time ? "threads" : "wall", seconds[p]});
+  }
   // The step less the time it waited on exchanges (posted ones travel beside computation).
   if (s.distributed())
     out.push_back({"(step)", "compute", "wall", s.step_seconds[Impl::kStep] - s.step_seconds[Impl::kExposed]});

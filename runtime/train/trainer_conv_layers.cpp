@@ -343,9 +343,12 @@ void Trainer::Impl::drain_whole_batch_gradients(const std::vector<size_t>& layer
       const LoopsAsTasks share;  // threads done with their micro-batches help with its loop
       whole_batch_gradient(node, count);
     });
-    if (options.profile)  // thread time; one thread per layer: no other thread writes this entry
-      gemm_seconds[3 * node + 1] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() *
-                                    (omp_in_parallel() ? 1 : options.threads);
+    if (options.profile) {  // thread time; one thread per layer: no other thread writes this entry
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() *
+                             (omp_in_parallel() ? 1 : options.threads);
+      gemm_seconds[3 * node + 1] += seconds;
+      whole_batch_seconds[static_cast<size_t>(omp_get_thread_num())] += seconds;
+    }
   }
 }
 

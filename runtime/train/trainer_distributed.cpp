@@ -43,10 +43,24 @@ void Trainer::Impl::exchange(int64_t bytes_in, const std::function<void()>& coll
   if (!timing_step) return collective();
   const auto start = std::chrono::steady_clock::now();
   collective();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  step_seconds[kCommunication] += seconds;
-  step_seconds[kExposed] += seconds;  // a blocking exchange: the step waited for all of it
+  const auto end = std::chrono::steady_clock::now();
+  comm_spans.emplace_back(start, end);
+  step_seconds[kExposed] += std::chrono::duration<double>(end - start).count();  // the step waited for all of it
   exchanged_bytes += bytes_in;
+}
+
+void Trainer::Impl::count_communication() {
+  // Buckets travel side by side: their spans overlap, and a sum would exceed the step.
+  std::sort(comm_spans.begin(), comm_spans.end());
+  std::chrono::steady_clock::duration busy{};
+  std::chrono::steady_clock::time_point covered{};
+  for (const auto& [start, end] : comm_spans) {
+    const auto from = std::max(start, covered);
+    if (end > from) busy += end - from;
+    covered = std::max(covered, end);
+  }
+  step_seconds[kCommunication] += std::chrono::duration<double>(busy).count();
+  comm_spans.clear();
 }
 
 namespace {
@@ -209,7 +223,7 @@ void Trainer::Impl::wait_for(GradientBucket& b, ProcessGroup::Ticket ticket) {
   const auto end = std::chrono::steady_clock::now();
   // In flight from posting until a poll found it done, or until this wait returned.
   step_seconds[kExposed] += std::chrono::duration<double>(end - start).count();
-  step_seconds[kCommunication] += std::chrono::duration<double>((b.in_flight ? end : b.arrived) - b.posted).count();
+  comm_spans.emplace_back(b.posted, b.in_flight ? end : b.arrived);
   b.in_flight = false;
 }
 

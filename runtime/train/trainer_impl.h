@@ -201,11 +201,33 @@ struct Trainer::Impl {
   // the phases' parallel regions, threads waiting at their ends (thread-seconds), the
   // combines between phases, the tail after the last phase (the whole-batch weight
   // gradients and updates still to do), packing weight panels between phases.
-  // Across ranks also: the whole training step; communication (blocking exchanges, and
-  // posted ones from posting to completion: summed, they may overlap one another); and
-  // exposed communication, the time the step waited on exchanges.
-  enum StepPart { kPhases, kWaiting, kCombines, kTail, kPacking, kStep, kCommunication, kExposed, kStepParts };
+  // Across ranks also: the whole training step; communication, the wall time during
+  // which at least one exchange was in flight (blocking ones, and posted ones from
+  // posting to completion: the union of comm_spans, overlaps counted once); and exposed
+  // communication, the time the step waited on exchanges.
+  // Also the thread time of two kinds of work that run wherever a thread is free (inside
+  // the phases on one rank, in the tail across ranks), so a one-rank profile can tell
+  // what every rank repeats (scripts/predict-scaling): the parameter updates and the
+  // whole-batch layers' weight gradients; summed from update_seconds / whole_batch_seconds.
+  enum StepPart {
+    kPhases,
+    kWaiting,
+    kCombines,
+    kTail,
+    kPacking,
+    kUpdates,
+    kWholeBatchGradients,
+    kStep,
+    kCommunication,
+    kExposed,
+    kStepParts
+  };
   std::array<double, kStepParts> step_seconds{};
+  std::vector<double> update_seconds, whole_batch_seconds;  // profiling: per OpenMP thread
+  // Profiling: the step's exchanges in flight, [start, end); their union is added to
+  // step_seconds[kCommunication] when the step ends (count_communication).
+  std::vector<std::pair<std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point>> comm_spans;
+  void count_communication();
   std::vector<double> thread_busy;  // profiling: each thread's time at work inside the phases
   static constexpr int64_t kGemmBlock = 128;  // columns (rows of dW) per work item
 
@@ -508,9 +530,8 @@ struct Trainer::Impl {
   // rank's, into `losses` and `stats`.
   void share_step_stats(std::vector<double>& losses, StepStats& stats);
   // Runs `collective`, one exchange with the other ranks that brings this rank `bytes_in`
-  // bytes of theirs; profiling adds its wall time to step_seconds[kCommunication] and
-  // [kExposed] (the step waited for all of it) and its bytes
-  // to exchanged_bytes.
+  // bytes of theirs; profiling adds its span to comm_spans, its wall time to
+  // step_seconds[kExposed] (the step waited for all of it) and its bytes to exchanged_bytes.
   void exchange(int64_t bytes_in, const std::function<void()>& collective);
   bool timing_step = false;     // profiling a training step (run_batch): exchange() counts
   int64_t exchanged_bytes = 0;  // profiling: bytes other ranks' exchanges brought this rank

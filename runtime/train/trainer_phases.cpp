@@ -126,6 +126,7 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
   ensure_batch_kernels(count);
   // Profiled from here: building kernels (the first step of each size) is not the step.
   timing_step = options.profile && train;
+  comm_spans.clear();  // a step that failed part-way may have left some
   const auto step_start = timing_step ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   allocate_batch_buffers();
   refresh_cropped_weights();
@@ -309,7 +310,10 @@ StepStats Trainer::Impl::run_batch(const float* pixels, const int32_t* labels, i
   for (int64_t stride = 1; stride < micro; stride *= 2)
     for (int64_t i = 0; i + stride < micro; i += 2 * stride) losses[i] += losses[i + stride];
   stats.loss = labelled > 0 ? losses[0] / double(labelled) : 0.0;
-  if (timing_step) step_seconds[kStep] += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+  if (timing_step) {
+    step_seconds[kStep] += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+    count_communication();
+  }
   timing_step = false;
   stats.labelled = labelled;
   stats.count = count;

@@ -2,6 +2,7 @@
 #include "runtime/train/trainer_impl.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include <omp.h>
 
@@ -84,7 +85,14 @@ void Trainer::Impl::update_chunk(const UpdateChunk& w) {
 }
 
 void Trainer::Impl::drain_updates(const std::vector<UpdateChunk>& chunks, std::atomic<size_t>& next) {
-  for (size_t j; (j = next.fetch_add(1)) < chunks.size();) update_chunk(chunks[j]);
+  const bool timed = options.profile;
+  for (size_t j; (j = next.fetch_add(1)) < chunks.size();) {
+    const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    update_chunk(chunks[j]);
+    if (timed)  // thread time: each thread its own entry
+      update_seconds[static_cast<size_t>(omp_get_thread_num())] +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
 }
 
 }  // namespace convgen::model

@@ -29,8 +29,8 @@ class TuningSpace {
   ConvSchedule normalise(ConvSchedule s) const;
 
   // Normalised schedules one move away from `s`: one field to a neighbouring value (an
-  // enum to any other), or the register tile reshaped at about the same accumulator
-  // count. Distinct, without `s`, in a fixed order.
+  // enum, the reduction block kc or the partitions to any other), or the register tile
+  // reshaped at about the same accumulator count. Distinct, without `s`, in a fixed order.
   std::vector<ConvSchedule> neighbours(const ConvSchedule& s) const;
 
   // Every distinct normalised schedule of the space, in a fixed order.

@@ -275,7 +275,7 @@ else
   grep -q "interrupted before training started" "$work/int2.err" || fail "SIGINT during set-up: $(cat "$work/int2.err")"
 fi
 
-# --- an unwritable --save or --log: 4, and no file (not even a temporary one) left -------
+# --- an unwritable --save, --log or --profile-json: 4, and no file (not even a temporary one) left -------
 touch "$work/regular"
 few=(--data synthetic --synthetic-count 50 --batch 10 --steps 2)
 expect_late_error 4 "regular/y.onnx: cannot write" train "$tinym" "${few[@]}" --save "$work/regular/y.onnx"
@@ -285,5 +285,8 @@ expect_late_error 4 "taken.onnx: cannot write" train "$tinym" "${few[@]}" --save
 [[ "$(ls -A "$work/saves")" == "taken.onnx" && "$(ls -A "$work/saves/taken.onnx")" == "keep" ]] ||
   fail "a failed --save left files: $(ls -A "$work/saves" "$work/saves/taken.onnx")"
 expect_late_error 4 "log.jsonl: cannot write" train "$tinym" "${few[@]}" --log "$work/regular/log.jsonl"
+# --profile-json is written after the last step: refused before the first.
+expect_late_error 4 "prof.json: cannot write" train "$tinym" "${few[@]}" --profile-json "$work/regular/prof.json"
+grep -q "^steps " "$work/out" && fail "an unwritable --profile-json was found only after training: $(cat "$work/out")"
 
 if [[ $failures -eq 0 ]]; then echo "cli.train: all checks passed"; else exit 1; fi

@@ -84,6 +84,7 @@ assert all(l["shared_floats_per_sample"] > 0 for l in p["layers"] if l["exchange
 assert p["gradient_exchange_bytes_per_step"] > 0 and p["ring_bytes_per_step"] > 0
 assert abs(p["gradient_exchange_bytes_per_step"] / p["ring_bytes_per_step"] - 1.0) < 0.01  # 4 micro-batches: one node per rank
 assert 0 < p["step_ms"]["communication"] < p["step_ms"]["step"]
+assert p["step_ms"]["updates"] > 0  # thread time every rank repeats (predict-scaling's input)
 PY
 # In a network with BatchNormalization the backward completes gradients phase by phase:
 # they leave in several buckets during the backward (overlap), the weights unchanged.
@@ -94,6 +95,8 @@ import json, sys
 p = json.load(open(sys.argv[1]))
 early = {l["bucket"] for l in p["layers"] if l["exchange"] == "tree" and l["bucket"] >= 0}
 assert len(early) >= 2, p["layers"]
+# Buckets in flight together count once: communication is wall time within the step.
+assert 0 < p["step_ms"]["communication"] <= p["step_ms"]["step"], p["step_ms"]
 PY
 # ... and scripts/predict-scaling reads it: a row per R (4 micro-batches on 4 ranks: one
 # each), and a validation table.

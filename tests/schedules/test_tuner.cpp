@@ -299,6 +299,28 @@ TEST_CASE("the space: normal forms are fixed points, distinct, legal; neighbours
   }
 }
 
+TEST_CASE("the space: the reduction's block and partitions reach every value in one move", "[tune][space]") {
+  // 1x1 512->128 backward-weights: items of 1, 2, 4, 8 rows or 1, 2, 4, 8 images, and the
+  // default's 5 rows; the default is at 5 rows, so adjacency alone would reach 4 and 8 only.
+  const TuningSpace space(parse_descriptor("mb8ic512ih28oc128oh28kh1"), "bwd_weights", avx512(), Parallel::None);
+  const ConvSchedule def = space.normalise(analytic_schedule_for_pass(parse_descriptor("mb8ic512ih28oc128oh28kh1"),
+                                                                      "bwd_weights", avx512()));
+  std::set<int> kcs, partitions;
+  for (const ConvSchedule& s : space.all()) kcs.insert(s.kc), partitions.insert(s.partitions);
+  REQUIRE(kcs.size() >= 8);
+  std::set<int> kc_moves = {def.kc}, partition_moves = {def.partitions};
+  for (const ConvSchedule& n : space.neighbours(def)) {
+    ConvSchedule back = n;
+    back.kc = def.kc;
+    if (space.normalise(back) == def) kc_moves.insert(n.kc);
+    back = n;
+    back.partitions = def.partitions;
+    if (space.normalise(back) == def) partition_moves.insert(n.partitions);
+  }
+  CHECK(kc_moves == kcs);
+  CHECK(partition_moves == partitions);
+}
+
 TEST_CASE("the search: default first, no repeats, a function of the seed and the results", "[tune][search]") {
   Setup s;
   StubEvaluator stub(s.space, s.def);
