@@ -185,27 +185,25 @@ convgen::ConvSchedule convgen_schedule(LayerResult& res, const ConvDescriptor& d
                                        const Options& o) {
   convgen::ConvSchedule s =
       convgen::analytic_schedule_for_pass(d, pass_name(res.pass), target, &res.schedule_why);
-  if (!o.schedules.empty()) {
-    // Beside tuned records: the default in the parallel variant the records' consumers
-    // run and the tuner timed it in (fixed by the layer, whatever the thread count), so
-    // tuned / default compares like with like. In bwd_weights the variant shapes the
-    // reduction's items (whole images), which a parallel=none default does not share.
-    s = convgen::parallel_variant(d, pass_name(res.pass), s, convgen::recorded_parallel(d), &res.schedule_why);
-    res.schedule_why.push_back(fmt::format("bench: parallel={}, the variant of the tuned records' consumers",
-                                           convgen::to_string(s.parallel)));
+  const bool beside_records = !o.schedules.empty();
+  if (beside_records || o.threads > 1) {
+    // Beside tuned records: the variant their consumers run and the tuner timed the
+    // default in (fixed by the layer, whatever the thread count), so tuned / default
+    // compares like with like; in bwd_weights it shapes the reduction's items (whole
+    // images), which a parallel=none default does not share. Otherwise, over T > 1 OpenMP
+    // threads: images when there are enough of them to share out, else pixel blocks of
+    // each image. For fwd and bwd_data these are output dimensions, never the reduction,
+    // so the result is the same as on one thread; in bwd_weights they are the reduction,
+    // split into partitions fixed by the schedule (convgen::parallel_variant).
+    const convgen::Parallel variant = beside_records     ? convgen::recorded_parallel(d)
+                                      : d.mb >= 2 * o.threads ? convgen::Parallel::Images
+                                                              : convgen::Parallel::Pixels;
+    s = convgen::parallel_variant(d, pass_name(res.pass), s, variant, &res.schedule_why);
+    res.schedule_why.push_back(beside_records ? fmt::format("bench: parallel={}, the variant of the tuned records' consumers",
+                                                            convgen::to_string(s.parallel))
+                                              : fmt::format("bench: parallel={} for {} threads",
+                                                            convgen::to_string(s.parallel), o.threads));
     if (o.threads > 1) res.convgen_threads = o.threads;
-  } else if (o.threads > 1) {
-    // The intra-kernel parallel variant over the OpenMP threads: images when there are
-    // enough of them to share out, else pixel blocks of each image. For fwd and bwd_data
-    // these are output dimensions, never the reduction, so the result is the same as on
-    // one thread; in bwd_weights they are the reduction, split into partitions fixed by
-    // the schedule (convgen::parallel_variant).
-    s = convgen::parallel_variant(d, pass_name(res.pass), s, d.mb >= 2 * o.threads ? convgen::Parallel::Images
-                                                                    : convgen::Parallel::Pixels,
-                                  &res.schedule_why);
-    res.schedule_why.push_back(fmt::format("bench: parallel={} for {} threads",
-                                           convgen::to_string(s.parallel), o.threads));
-    res.convgen_threads = o.threads;
   }
   if (!o.schedule_overrides.empty()) {
     convgen::apply_schedule_overrides(o.schedule_overrides, &s);
