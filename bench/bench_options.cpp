@@ -32,14 +32,19 @@ options:
                           its intra-kernel parallel variant on T threads (parallel=images,
                           or pixels when the minibatch is below 2*T; bwd_weights with a dW
                           of at most 1 MiB also splits its reduction into 4 partitions)
-  --runs R                interleaved timed runs per layer and peer (default 5)
+  --runs R                interleaved timed runs per layer and peer (default 5); the
+                          peers run in one order in even runs and in the reverse order
+                          in odd ones, so none always follows the same peer, and each
+                          sample follows as many untimed calls of its peer as it times
   --json FILE             also write the results as JSON (atomically: temp file + rename)
   --peers LIST            comma-separated subset of convgen,blis,onednn,tuned (default all)
   --schedules FILE        schedule records from `convgen tune`: each layer and pass with a
                           tuned record also runs as the "tuned" peer, beside the default,
-                          in the same interleaved samples (columns tuned, tn/dn); the
+                          in the same interleaved samples (columns tuned, tn/dn, tn/cg); the
                           default then runs in the records' parallel variant (images at
-                          mb >= 8, else pixels), as their consumers run it
+                          mb >= 8, else pixels), as their consumers run it, and once more
+                          as a private copy (column cg'/cg: the noise); a tuned kernel
+                          slower than the better default by more than that is marked "<"
   --schedule-verbose      print the analytic schedule's reasons for every layer
   --schedule WORDS        override fields of convgen's schedule on every layer and pass, e.g.
                           'mr=8 nr=8' (same words as convgen compile-layer --schedule);
@@ -129,7 +134,7 @@ Options parse_options(int argc, char** argv) {
         const size_t comma = std::min(list.find(',', start), list.size());
         const std::string name = list.substr(start, comma - start);
         bool found = false;
-        for (int p = 0; p < kPeers; ++p)
+        for (int p = 0; p <= kTuned; ++p)
           if (name == kPeerNames[p]) o.peer_enabled[p] = found = true;
         if (!found)
           throw Error(ExitCode::Usage,
@@ -161,6 +166,7 @@ Options parse_options(int argc, char** argv) {
   if (!peers_given) o.peer_enabled[kTuned] = !o.schedules.empty();
   if (o.peer_enabled[kTuned] && o.schedules.empty())
     throw Error(ExitCode::Usage, "--peers tuned needs --schedules FILE");
+  o.peer_enabled[kDefaultAgain] = o.peer_enabled[kTuned] && o.peer_enabled[kConvgen];
   if (!o.target_name.empty()) o.target = convgen::target_info(o.target_name);
   if (o.pass == "all") {
     o.passes = {Pass::Fwd, Pass::BwdData, Pass::BwdWeights};

@@ -27,17 +27,20 @@ std::string mib(const PeerResult& p) {
   return fmt::format("{:>7.1f}", static_cast<double>(p.workspace_bytes) / (1 << 20));
 }
 
-// With --schedules the tuned peer's columns follow: GF/s, %pk, tuned / oneDNN, tuned / default.
+// With --schedules the tuned peer's columns follow: GF/s, %pk, tuned / oneDNN, tuned /
+// default, the default's private copy / the default (the noise control), and "<" where
+// the tuned kernel is below the better default copy beyond noise (the summary: how many
+// of the layers with a tuned kernel).
 void print_header(bool tuned) {
   fmt::print("{:<22} {:>8} | {:>7} {:>4} | {:>7} {:>4} | {:>7} {:>4} | {:>6} {:>6} | {:>7} {:>7} "
              "{:>7} | {:>8}",
              "layer", "GFLOP", "convgen", "%pk", "blis", "%pk", "onednn", "%pk", "cg/dn", "cg/bl",
              "ws cg", "ws bl", "ws dn", "check");
-  if (tuned) fmt::print(" | {:>7} {:>4} {:>6} {:>6}", "tuned", "%pk", "tn/dn", "tn/cg");
+  if (tuned) fmt::print(" | {:>7} {:>4} {:>6} {:>6} {:>6} {:>5}", "tuned", "%pk", "tn/dn", "tn/cg", "cg'/cg", "below");
   fmt::print("\n{:-<22} {:->8} | {:->7} {:->4} | {:->7} {:->4} | {:->7} {:->4} | {:->6} {:->6} | "
              "{:->7} {:->7} {:->7} | {:->8}",
              "", "", "", "", "", "", "", "", "", "", "", "", "", "");
-  if (tuned) fmt::print(" | {:->7} {:->4} {:->6} {:->6}", "", "", "", "");
+  if (tuned) fmt::print(" | {:->7} {:->4} {:->6} {:->6} {:->6} {:->5}", "", "", "", "", "", "");
   fmt::print("\n");
 }
 
@@ -62,8 +65,9 @@ void print_row(const LayerResult& r, double peak) {
              cell(pct(kOnednn), 4, 0), cell(r.ratio(kOnednn), 6, 2), cell(r.ratio(kBlis), 6, 2),
              mib(r.peer[kConvgen]), mib(r.peer[kBlis]), mib(r.peer[kOnednn]), check_cell(r));
   if (r.peer[kTuned].enabled)
-    fmt::print(" | {} {} {} {}", cell(gf(kTuned), 7, 1), cell(pct(kTuned), 4, 0), cell(r.ratio_of(kTuned, kOnednn), 6, 2),
-               cell(r.ratio_of(kTuned, kConvgen), 6, 2));
+    fmt::print(" | {} {} {} {} {} {:>5}", cell(gf(kTuned), 7, 1), cell(pct(kTuned), 4, 0),
+               cell(r.ratio_of(kTuned, kOnednn), 6, 2), cell(r.ratio_of(kTuned, kConvgen), 6, 2),
+               cell(r.ratio_of(kDefaultAgain, kConvgen), 6, 2), r.tuned_below_default() ? "<" : "");
   fmt::print("\n");
 }
 
@@ -96,6 +100,10 @@ SetSummary summarize(Pass pass, const std::string& set,
       tn_dn.push_back(r->ratio_of(tuned, kOnednn));
       tn_cg.push_back(r->ratio_of(tuned, kConvgen));
     }
+    if (!std::isnan(r->default_noise())) {
+      ++s.tuned_compared;
+      s.tuned_below += r->tuned_below_default();
+    }
   }
   s.ratio_vs_onednn = cb::geomean(vs_dn);
   s.ratio_vs_blis = cb::geomean(vs_bl);
@@ -115,9 +123,9 @@ void print_summary_row(const SetSummary& s, double peak, bool tuned) {
              cell(s.geomean[2] / peak * 100, 4, 0), cell(s.ratio_vs_onednn, 6, 2),
              cell(s.ratio_vs_blis, 6, 2));
   if (tuned)
-    fmt::print(" {:>7} {:>7} {:>7} {:>8} | {} {} {} {}", "", "", "", "", cell(s.geomean[kTuned], 7, 1),
+    fmt::print(" {:>7} {:>7} {:>7} {:>8} | {} {} {} {} {:>6} {:>5}", "", "", "", "", cell(s.geomean[kTuned], 7, 1),
                cell(s.geomean[kTuned] / peak * 100, 4, 0), cell(s.tuned_vs_onednn, 6, 2),
-               cell(s.tuned_vs_default, 6, 2));
+               cell(s.tuned_vs_default, 6, 2), "", fmt::format("{}/{}", s.tuned_below, s.tuned_compared));
   fmt::print("\n");
 }
 
@@ -138,6 +146,8 @@ json peer_json(const LayerResult& r, Peer p, double peak) {
   j["workspace_bytes"] = pr.workspace_bytes;
   if (p == kTuned) {
     j["schedule"] = r.tuned_schedule;
+  } else if (p == kDefaultAgain) {
+    j["schedule"] = r.schedule;
   } else if (p == kConvgen) {
     j["schedule"] = r.schedule;
     j["schedule_why"] = r.schedule_why;
@@ -173,7 +183,9 @@ json summary_json(const SetSummary& s) {
           {"ratio_vs_onednn", num(s.ratio_vs_onednn)},
           {"ratio_vs_blis", num(s.ratio_vs_blis)},
           {"tuned_vs_onednn", num(s.tuned_vs_onednn)},
-          {"tuned_vs_default", num(s.tuned_vs_default)}};
+          {"tuned_vs_default", num(s.tuned_vs_default)},
+          {"tuned_compared", s.tuned_compared},
+          {"tuned_below_default", s.tuned_below}};
 }
 
 std::vector<SetSummary> print_pass(Pass pass, const std::vector<LayerResult>& results,
@@ -205,7 +217,7 @@ std::vector<SetSummary> print_pass(Pass pass, const std::vector<LayerResult>& re
         for (const std::string& why : r->schedule_why) fmt::print("      {}\n", why);
       }
       for (int p = 0; p < kPeers; ++p)
-        if (r->peer[p].enabled && !r->peer[p].skipped.empty())
+        if (r->peer[p].enabled && !r->peer[p].skipped.empty() && p != kDefaultAgain)
           fmt::print("    {} skipped: {}\n", kPeerNames[p], r->peer[p].skipped);
     }
     summaries.push_back(summarize(pass, set, rows));
@@ -238,7 +250,11 @@ json layer_json(const LayerResult& r, double peak) {
           {"onednn", peer_json(r, kOnednn, peak)},
           {"tuned", peer_json(r, kTuned, peak)},
           {"ratio_vs_onednn", num(r.ratio(kOnednn))},
+          {"default_again", peer_json(r, kDefaultAgain, peak)},
           {"tuned_vs_onednn", num(r.ratio_of(kTuned, kOnednn))},
+          {"tuned_vs_default", num(r.ratio_of(kTuned, kConvgen))},
+          {"default_noise", num(r.default_noise())},
+          {"tuned_below_default", r.tuned_below_default()},
           {"ratio_vs_blis", num(r.ratio(kBlis))},
           {"check_ref", r.check_ref},
           {"max_rel_diff", num(r.check)},

@@ -19,9 +19,11 @@ struct SetSummary {
   std::string set;
   int layers = 0;    // rows in the geomeans
   int excluded = 0;  // rows reported but left out (bwd_data of a network input layer)
-  double geomean[kPeers] = {kNaN, kNaN, kNaN, kNaN};
+  double geomean[kPeers] = {kNaN, kNaN, kNaN, kNaN, kNaN};
   double ratio_vs_onednn = kNaN, ratio_vs_blis = kNaN;
   double tuned_vs_onednn = kNaN, tuned_vs_default = kNaN;  // with --schedules
+  int tuned_compared = 0;  // layers whose tuned kernel ran beside both default copies
+  int tuned_below = 0;     // ... and read below the better copy beyond noise
 };
 
 // Prints the tables of one pass: one per set, each with its geomean row, then the pass's

@@ -30,6 +30,9 @@ struct PeerResult {
   std::function<void()> call;   // the timed call
   std::function<void()> finish; // untimed, after the samples: final outputs and workspace
   bool runs() const { return enabled && skipped.empty(); }
+  // (best - third-best) / best of the samples (of the slowest when fewer than three), as
+  // the tuner measures a kernel's spread (schedules/tune/timing_rule.h); NaN without samples.
+  double spread() const;
 };
 
 struct LayerResult {
@@ -47,7 +50,7 @@ struct LayerResult {
   // Cross-check: every other running peer's outputs against check_ref's (fwd: oneDNN, else
   // BLIS; backward: convgen, else oneDNN, else BLIS). "" when fewer than two peers ran.
   std::string check_ref;
-  double diff[kPeers] = {kNaN, kNaN, kNaN};  // max|peer - ref| / max|ref|
+  double diff[kPeers] = {kNaN, kNaN, kNaN, kNaN, kNaN};  // max|peer - ref| / max|ref|
   // The check column: fwd shows convgen against the reference (BLIS against oneDNN goes
   // to stderr); backward shows the worst peer against convgen.
   double check = kNaN;
@@ -56,6 +59,13 @@ struct LayerResult {
   // Left out of the geomeans: bwd_data of the network input layer.
   bool in_geomean() const { return !(pass == Pass::BwdData && network_input); }
   double ratio(Peer p) const { return ratio_of(kConvgen, p); }
+  // The noise a tuned kernel is judged against: the gap between the default's two copies
+  // relative to the better, or any of the three kernels' sample spread, at least 1%
+  // (NaN when the control did not run).
+  double default_noise() const;
+  // True when the tuned kernel's median is below the better default copy's by more than
+  // default_noise(): slower than its default beyond noise.
+  bool tuned_below_default() const;
   double ratio_of(Peer a, Peer b) const {
     if (!peer[a].runs() || !peer[b].runs()) return kNaN;
     return peer[a].median_gflops / peer[b].median_gflops;

@@ -307,9 +307,16 @@ std::vector<TimingStats> KernelEvaluator::retime_interleaved(const std::vector<C
   }
   expected_scratch_ = output_tensors(d_, pass_);
   for (auto& k : kernels) reps.push_back(calibrate(*k));
+  // Forward in even rounds, backward in odd ones (as convgen-bench orders its peers): the
+  // state a kernel leaves moves the next one, so no kernel always follows the same one.
   std::vector<std::vector<double>> samples(schedules.size());
+  const size_t n = kernels.size();
   for (int round = 0; round < rounds; ++round)
-    for (size_t i = 0; i < kernels.size(); ++i) samples[i].push_back(sample_seconds(*kernels[i], reps[i]));
+    for (size_t step = 0; step < n; ++step) {
+      const size_t i = round % 2 == 0 ? step : n - 1 - step;
+      sample_seconds(*kernels[i], reps[i]);  // untimed: each sample starts warm, as convgen-bench's do
+      samples[i].push_back(sample_seconds(*kernels[i], reps[i]));
+    }
   std::vector<TimingStats> out;
   for (auto& s : samples) out.push_back(summarise(s));
   return out;

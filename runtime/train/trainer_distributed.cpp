@@ -134,10 +134,19 @@ std::pair<int64_t, int64_t> chunk_of(int64_t n, int owner, int ranks) { return r
 
 }  // namespace
 
+std::vector<std::vector<TreeNode>> Trainer::Impl::tree_nodes_of_ranks() const {
+  std::vector<std::vector<TreeNode>> nodes(static_cast<size_t>(group->size()));
+  for (int r = 0; r < group->size(); ++r) {
+    const auto [first, last] = micro_batches_of_rank(active, r);
+    nodes[static_cast<size_t>(r)] = nodes_within(active, first, last);
+  }
+  return nodes;
+}
+
 void Trainer::Impl::start_bucket(const std::vector<int>& params) {
   const int ranks = group->size(), me = group->rank();
-  const auto [own_first, own_last] = micro_batches_of_rank(active, me);
-  const std::vector<TreeNode> mine = nodes_within(active, own_first, own_last);
+  const std::vector<std::vector<TreeNode>> nodes_of = tree_nodes_of_ranks();
+  const std::vector<TreeNode>& mine = nodes_of[static_cast<size_t>(me)];
 
   // This rank's nodes: each node's slots summed by the tree into its first slot (a node's
   // first slot is a multiple of its span, so its subtree is tree_sum's over its slots).
@@ -174,15 +183,14 @@ void Trainer::Impl::start_bucket(const std::vector<int>& params) {
   b.params = params;
   b.send_bytes.assign(static_cast<size_t>(ranks), 0);
   b.recv_bytes.assign(static_cast<size_t>(ranks), 0);
-  for (int r = 0; r < ranks; ++r) {
-    const auto [rb, re] = micro_batches_of_rank(active, r);
-    const auto nodes = static_cast<int64_t>(nodes_within(active, rb, re).size());
-    for (int p : params) {
-      const int64_t n = int64_t(parameters[p].value.size());
+  for (int p : params) {
+    const int64_t n = int64_t(parameters[p].value.size());
+    const auto [own_begin, own_end] = chunk_of(n, me, ranks);
+    for (int r = 0; r < ranks; ++r) {
       const auto [cb, ce] = chunk_of(n, r, ranks);
-      const auto [mb, me_] = chunk_of(n, me, ranks);
+      const auto nodes = static_cast<int64_t>(nodes_of[static_cast<size_t>(r)].size());
       b.send_bytes[static_cast<size_t>(r)] += (ce - cb) * int64_t(mine.size() * sizeof(float));
-      b.recv_bytes[static_cast<size_t>(r)] += (me_ - mb) * nodes * int64_t(sizeof(float));
+      b.recv_bytes[static_cast<size_t>(r)] += (own_end - own_begin) * nodes * int64_t(sizeof(float));
     }
   }
   int64_t send_total = 0, recv_total = 0;
@@ -232,13 +240,9 @@ void Trainer::Impl::gather_bucket(GradientBucket& b) {
   wait_for(b, b.exchange);
   // Finish the tree over every rank's nodes (in rank order: slot order) for this rank's
   // chunks, then copy every rank's finished chunks to every rank.
-  std::vector<std::vector<TreeNode>> nodes_of(static_cast<size_t>(ranks));
+  const std::vector<std::vector<TreeNode>> nodes_of = tree_nodes_of_ranks();
   std::vector<TreeNode> all_nodes;
-  for (int r = 0; r < ranks; ++r) {
-    const auto [rb, re] = micro_batches_of_rank(active, r);
-    nodes_of[static_cast<size_t>(r)] = nodes_within(active, rb, re);
-    all_nodes.insert(all_nodes.end(), nodes_of[r].begin(), nodes_of[r].end());
-  }
+  for (const auto& nodes : nodes_of) all_nodes.insert(all_nodes.end(), nodes.begin(), nodes.end());
   b.gather_bytes.assign(static_cast<size_t>(ranks), 0);
   int64_t total_floats = 0;
   for (int p : b.params) {

@@ -28,6 +28,7 @@
 #include "runtime/graph/train_graph.h"
 #include "runtime/ops/aligned_buffer.h"
 #include "runtime/ops/tensor.h"
+#include "runtime/parallel/pairwise_tree.h"
 #include "runtime/train/batch_norm_kernels.h"
 #include "runtime/train/train_conv.h"
 #include "runtime/train/train_ops.h"
@@ -515,6 +516,8 @@ struct Trainer::Impl {
   // Lets the buckets' exchanges advance (MPI_Test); notes when each is found done.
   void poll_buckets();
   void plan_gradient_buckets();
+  // Each rank's tree nodes over this step's micro-batches (nodes_within of its range).
+  std::vector<std::vector<TreeNode>> tree_nodes_of_ranks() const;
   // Forms this rank's tree nodes of `params` (on the threads) and posts their chunks to
   // their owners.
   void start_bucket(const std::vector<int>& params);

@@ -89,9 +89,30 @@ for l in doc["layers"]:
         print(f"bench.smoke: {l['pass']}: the tuned peer did not run: {t}"); sys.exit(1)
     if l["check_ok"] is not True or l["tuned_vs_onednn"] is None:
         print(f"bench.smoke: {l['pass']}: tuned peer unchecked or unrated"); sys.exit(1)
+    # The noise control: the default once more (a private copy), same schedule, checked,
+    # and the verdict recomputed from the samples (docs: bench/README.md, "tuned").
+    a, c = l["default_again"], l["convgen"]
+    if a is None or not a.get("gflops_median", 0) > 0 or a.get("schedule") != c["schedule"]:
+        print(f"bench.smoke: {l['pass']}: the default's control did not run as the default: {a}"); sys.exit(1)
+    if not "max_rel_diff_vs_" + l["check_ref"] in a and l["check_ref"] != "default_again":
+        print(f"bench.smoke: {l['pass']}: the control was not cross-checked: {a}"); sys.exit(1)
+    def spread(p):
+        g = sorted(p["gflops_all"], reverse=True)
+        return (g[0] - g[min(2, len(g) - 1)]) / g[0]
+    better = max(c["gflops_median"], a["gflops_median"])
+    noise = max(abs(c["gflops_median"] - a["gflops_median"]) / better, spread(c), spread(a), spread(t), 0.01)
+    below = (better - t["gflops_median"]) / better > noise
+    if abs(l["default_noise"] - noise) > 1e-9 or l["tuned_below_default"] != below:
+        print(f"bench.smoke: {l['pass']}: noise {l['default_noise']} / verdict {l['tuned_below_default']}, "
+              f"expected {noise} / {below}"); sys.exit(1)
 for s in doc["summary"]:
     if s.get("tuned_vs_onednn") is None:
         print(f"bench.smoke: summary without tuned_vs_onednn: {s}"); sys.exit(1)
+    below = sum(l["tuned_below_default"] for l in doc["layers"] if l["pass"] == s["pass"])
+    if s["tuned_compared"] != 1 or s["tuned_below_default"] != below:
+        print(f"bench.smoke: summary counts {s['tuned_compared']} / {s['tuned_below_default']}, expected 1 / {below}")
+        sys.exit(1)
 PY
 usage "--peers tuned needs --schedules" --descriptor "$layer" --peers convgen,tuned
+usage "unknown peer 'default_again'" --descriptor "$layer" --peers convgen,default_again
 echo "bench.smoke: ok"
