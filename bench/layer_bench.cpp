@@ -215,6 +215,7 @@ convgen::ConvSchedule convgen_schedule(LayerResult& res, const ConvDescriptor& d
     convgen::apply_schedule_overrides(o.schedule_overrides, &s);
     res.schedule_why.push_back(fmt::format("bench: --schedule '{}'", o.schedule_overrides));
   }
+  res.default_schedule = s;
   res.schedule = convgen::describe(s);
   return s;
 }
@@ -238,11 +239,10 @@ convgen::ConvSchedule tuned_schedule(LayerResult& res, const ConvDescriptor& d, 
 convgen::ConvSchedule peer_schedule(LayerResult& res, Peer p, const ConvDescriptor& d,
                                     const convgen::TargetInfo& target, const Options& o) {
   if (p == kTuned) return tuned_schedule(res, d, target, o);
-  if (p == kDefaultAgain) {
-    if (!res.peer[kTuned].runs()) throw Error(ExitCode::Unsupported, "runs only beside a tuned record");
-    LayerResult again;  // the default's reasons are recorded once, by kConvgen
-    again.pass = res.pass;
-    return convgen_schedule(again, d, target, o);
+  if (p == kDefaultAgain) {  // set up after both: the default's schedule once more
+    if (!res.peer[kTuned].runs() || !res.peer[kConvgen].runs())
+      throw Error(ExitCode::Unsupported, "runs only beside a tuned record and the default");
+    return res.default_schedule;
   }
   return convgen_schedule(res, d, target, o);
 }

@@ -30,8 +30,9 @@ struct PeerResult {
   std::function<void()> call;   // the timed call
   std::function<void()> finish; // untimed, after the samples: final outputs and workspace
   bool runs() const { return enabled && skipped.empty(); }
-  // (best - third-best) / best of the samples (of the slowest when fewer than three), as
-  // the tuner measures a kernel's spread (schedules/tune/timing_rule.h); NaN without samples.
+  // (best - third-best) / best of the GF/s samples (of the slowest when fewer than three);
+  // NaN without samples. The tuner's spread (schedules/tune/timing_rule.h) is the same
+  // idea over times, (third - best) / best seconds, which reads a little larger.
   double spread() const;
 };
 
@@ -40,6 +41,7 @@ struct LayerResult {
   Pass pass = Pass::Fwd;
   double flops = 0;
   PeerResult peer[kPeers];
+  convgen::ConvSchedule default_schedule;  // convgen's schedule, run again by kDefaultAgain
   std::string schedule;                 // describe() of convgen's schedule
   std::string tuned_schedule;           // describe() of the tuned record's schedule (kTuned)
   int convgen_threads = 1;
