@@ -23,7 +23,8 @@ struct Named {
 
 constexpr Named<Strategy> kStrategyNames[] = {{Strategy::Gemm, "gemm"},
                                               {Strategy::Depthwise, "depthwise"},
-                                              {Strategy::Grouped, "grouped"}};
+                                              {Strategy::Grouped, "grouped"},
+                                              {Strategy::GemmInputLanes, "gemm_input_lanes"}};
 constexpr Named<Layout> kLayoutNames[] = {{Layout::Nhwc, "nhwc"}};
 constexpr Named<PackInput> kPackInputNames[] = {
     {PackInput::None, "none"}, {PackInput::Image, "image"}, {PackInput::Rows, "rows"}, {PackInput::Panel, "panel"}};
@@ -221,6 +222,13 @@ void validate(const ConvSchedule& s, const TargetInfo& t) {
   require_non_negative("mc", s.mc);
   require_non_negative("nc", s.nc);
   if (s.partitions < 1 || s.partitions > 64) invalid("partitions", fmt::format("{} is outside 1..64", s.partitions));
+}
+
+void validate_forward_strategy(const ConvSchedule& s) {
+  if (s.strategy == Strategy::GemmInputLanes)
+    throw Error(ExitCode::Usage,
+                "schedule: strategy gemm_input_lanes is a backward-weights tile (unpadded 1x1 layers); the forward "
+                "and backward-data passes take gemm, depthwise or grouped");
 }
 
 namespace {

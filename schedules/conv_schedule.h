@@ -21,8 +21,11 @@ struct ConvDescriptor;
 
 // gemm: MR x NR GEMM tile per group. depthwise: vectors of output channels across
 // groups. grouped: vectors of the input channels of adjacent groups (C/g divides the
-// vector width), lanes reduced per group after the taps.
-enum class Strategy { Gemm, Depthwise, Grouped };
+// vector width), lanes reduced per group after the taps. gemm_input_lanes: backward-
+// weights of an unpadded 1x1 layer only, MR input channels (vectors) x NR output
+// channels (broadcast), so dW leaves the registers in ONNX order (kernel_plan.h:
+// input_lane_weights_apply); other passes and layers take gemm instead.
+enum class Strategy { Gemm, Depthwise, Grouped, GemmInputLanes };
 enum class Layout { Nhwc };                        // internal activation layout
 enum class PackInput { None, Image, Rows, Panel };  // where the zero-padded input is staged
 // GEMM weights blocked by MR: inside every call, or by the caller once per change of the
@@ -165,5 +168,9 @@ ScheduleSpace schedule_space(const TargetInfo& t);
 // Throws Error(BadRecord) if the schedule is not legal for the target (e.g. MR not a
 // multiple of the vector width).
 void validate(const ConvSchedule& s, const TargetInfo& t);
+
+// Throws Error(Usage) when `s` cannot tile a forward-type convolution (the forward pass,
+// or backward-data's residue classes): gemm_input_lanes belongs to backward-weights.
+void validate_forward_strategy(const ConvSchedule& s);
 
 }  // namespace convgen

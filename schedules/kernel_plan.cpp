@@ -71,4 +71,15 @@ int depthwise_dx_channel_tile(const ConvDescriptor& d, const ConvSchedule& s, co
 
 bool weights_read_in_place(const ConvSchedule& s) { return s.pack_input == PackInput::None; }
 
+bool input_lane_weights_apply(const ConvDescriptor& d, const TargetInfo& t) {
+  return d.kh == 1 && d.kw == 1 && !(d.pt || d.pb || d.pl || d.pr) && d.icg() >= t.vector_floats;
+}
+
+int64_t input_lane_item_pixels(const ConvDescriptor& d, const ConvSchedule& s) {
+  const int64_t pixels = d.mb * d.oh() * d.ow();
+  if (s.kc <= 0 || s.kc >= pixels) return pixels;
+  const int64_t items = (pixels + s.kc - 1) / s.kc;
+  return (pixels + items - 1) / items;
+}
+
 }  // namespace convgen

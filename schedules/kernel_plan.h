@@ -65,4 +65,13 @@ int depthwise_dx_channel_tile(const ConvDescriptor& d, const ConvSchedule& s, co
 // (dY is read in place by every direct-tile form when nothing masks or fills it.)
 bool weights_read_in_place(const ConvSchedule& s);
 
+// Backward-weights with vectors along the input channels (Strategy::GemmInputLanes) runs
+// on an unpadded 1x1 layer whose groups hold at least a vector of input channels: dW's
+// taps are then its input channels, so the tile's vectors are rows of ONNX's dW and are
+// stored where they belong, with no transpose (generator/conv/backward_weights_input_lanes.cpp).
+bool input_lane_weights_apply(const ConvDescriptor& d, const TargetInfo& t);
+// Its reduction items: kc output pixels counted across images (0 or >= N*P*Q: one item
+// of every pixel), balanced, so the last item is short by less than the item count.
+int64_t input_lane_item_pixels(const ConvDescriptor& d, const ConvSchedule& s);
+
 }  // namespace convgen

@@ -56,6 +56,14 @@ struct BackwardWeightsPipeline {
   std::vector<Halide::Argument> arguments() const { return {x, dy, y}; }
   std::vector<Halide::Func> outputs() const;
 };
+// Backward-weights of an unpadded 1x1 layer with vectors along the input channels
+// (Strategy::GemmInputLanes; input_lane_weights_apply, kernel_plan.h): dW in the 5-D
+// view above, computed straight in ONNX order from x and dy_masked (dY, ReLU-masked, in
+// its 4-D view). generator/conv/backward_weights_input_lanes.cpp.
+Halide::Func define_input_lane_weights(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
+                                       const Halide::ImageParam& x, const Halide::Func& dy_masked,
+                                       std::vector<std::string>* why);
+
 BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
                                                std::vector<std::string>* why = nullptr,
                                                const ForwardBuildOptions& options = {});

@@ -32,6 +32,7 @@ BackwardDataPipeline build_backward_data(const ConvDescriptor& d, const ConvSche
     throw Error(ExitCode::Usage, fmt::format("{}: the backward passes know bias and ReLU alone, not {}", d.normalised(),
                                              inference_only_flags(d)));
   validate(s, t);
+  validate_forward_strategy(s);
   BackwardDataPipeline p;
   p.dy = ImageParam(Float(32), 4, "dy");
   // Prepacked: one panel per residue class with taps, in class order.

@@ -200,6 +200,31 @@ GemmPartial define_gemm_partial(const ConvDescriptor& d, const ConvSchedule& s, 
   return {partial, mr, nr};
 }
 
+// db: the same dY sums as dW's, per channel, images outer and pixels inner.
+void define_bias_gradient(const ConvDescriptor& d, int vl, const Func& dy_masked, BackwardWeightsPipeline* p) {
+  if (!d.bias) return;
+  const int kgn = int(d.ocg());
+  Var k("k"), grp("grp");
+  Func db_sum("db_sum");
+  RDom rp(0, int(d.oh() * d.ow()), 0, int(d.mb), "rp");
+  db_sum(k, grp) = 0.0f;
+  db_sum(k, grp) += dy_masked(k, grp, rp.x, rp.y);
+  p->db = Func("db");
+  p->db(k) = db_sum(k % kgn, k / kgn);
+  db_sum.compute_root().update().reorder(k, rp.x, rp.y, grp);
+  if (kgn >= vl) db_sum.update().vectorize(k, vl, TailStrategy::GuardWithIf);
+}
+
+// Every extent and stride a constant; y only when the kernel reads it.
+void pin_buffers(const ConvDescriptor& d, BackwardWeightsPipeline& p) {
+  const auto extents = forward_buffer_extents(d);
+  pin_dense([&](int i) { return p.x.dim(i); }, extents[0]);
+  pin_dense([&](int i) { return p.dy.dim(i); }, extents[3]);
+  if (d.relu) pin_dense([&](int i) { return p.y.dim(i); }, extents[3]);
+  pin_dense([&](int i) { return p.dw.output_buffer().dim(i); }, extents[1]);
+  if (d.bias) pin_dense([&](int i) { return p.db.output_buffer().dim(i); }, extents[2]);
+}
+
 }  // namespace
 
 std::vector<Func> BackwardWeightsPipeline::outputs() const {
@@ -226,10 +251,34 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
   const int cg = int(d.icg()), kgn = int(d.ocg()), kw = int(d.kw), kh = int(d.kh);
   const int P = int(d.oh()), Q = int(d.ow()), N = int(d.mb), ih = int(d.ih), iw = int(d.iw);
   const int taps = cg * kw * kh;
+  // Vectors along the input channels: unpadded 1x1 layers only (input_lane_weights_apply);
+  // elsewhere the GEMM with vectors along the output channels, oneDNN-style.
+  const bool input_lanes = s.strategy == Strategy::GemmInputLanes && input_lane_weights_apply(d, t);
+  if (s.strategy == Strategy::GemmInputLanes && !input_lanes)
+    explain(why, fmt::format("gemm_input_lanes refused: {}; using gemm",
+                             d.kh * d.kw != 1 ? "the window is not 1x1 (dW's taps are not its input channels)"
+                             : (d.pt || d.pb || d.pl || d.pr) ? "the layer is padded"
+                                                              : fmt::format("{} input channels per group fill no vector", cg)));
+  // dY with the forward's ReLU mask: one definition, inlined where each form packs dY
+  // and in the db sum.
+  Func dy_masked("dy_masked");
+  {
+    Var k("k"), grp("grp"), pix("pix"), n("n");
+    Expr value = p.dy(k, grp, pix, n);
+    if (d.relu) value = select(p.y(k, grp, pix, n) > 0.0f, value, 0.0f);
+    dy_masked(k, grp, pix, n) = value;
+  }
+  if (input_lanes) {
+    p.dw = define_input_lane_weights(d, s, t, p.x, dy_masked, why);
+    define_bias_gradient(d, vl, dy_masked, &p);
+    pin_buffers(d, p);
+    return p;
+  }
+  const Strategy strategy = s.strategy == Strategy::GemmInputLanes ? Strategy::Gemm : s.strategy;
   // GEMM vectors along a group's output channels; otherwise along all channels (the
   // depthwise form: a tile spans groups, each lane reads its own group's input).
-  const bool gemm = s.strategy == Strategy::Gemm && kgn >= vl;
-  if (s.strategy == Strategy::Gemm && !gemm)
+  const bool gemm = strategy == Strategy::Gemm && kgn >= vl;
+  if (strategy == Strategy::Gemm && !gemm)
     explain(why, fmt::format("gemm refused: {} output channels per group fill no vector; vectors run across groups",
                              kgn));
   const int chan_extent = gemm ? kgn : int(d.oc);
@@ -289,14 +338,6 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
   // The Func that is staged per reduction item when padded: x_band, or x_rows behind it.
   Func x_staged = flat_rows ? x_rows : x_band;
 
-  // dY with the forward's ReLU mask: one definition, inlined where each form packs dY
-  // and in the db sum.
-  Func dy_masked("dy_masked");
-  {
-    Expr value = p.dy(k, grp, pix, n);
-    if (d.relu) value = select(p.y(k, grp, pix, n) > 0.0f, value, 0.0f);
-    dy_masked(k, grp, pix, n) = value;
-  }
 
   Func dw("dw"), dw_block("dw_block");
   Expr tap_of = c + cg * (sv + kw * rv);
@@ -422,28 +463,10 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
   }
   p.dw = dw;
 
-  if (d.bias) {
-    // db: the same dY sums, per channel, images outer and pixels inner.
-    Func db_sum("db_sum");
-    RDom rp(0, P * Q, 0, N, "rp");
-    db_sum(k, grp) = 0.0f;
-    db_sum(k, grp) += dy_masked(k, grp, rp.x, rp.y);
-    p.db = Func("db");
-    p.db(k) = db_sum(k % kgn, k / kgn);
-    db_sum.compute_root().update().reorder(k, rp.x, rp.y, grp);
-    if (kgn >= vl) db_sum.update().vectorize(k, vl, TailStrategy::GuardWithIf);
-  }
-
+  define_bias_gradient(d, vl, dy_masked, &p);
   dw.compute_root();
   if (gemm) schedule_dw_transpose(d, dw, dw_block, s.parallel != Parallel::None, why);
-
-  // Every extent and stride a constant; y only when the kernel reads it.
-  const auto extents = forward_buffer_extents(d);
-  pin_dense([&](int i) { return p.x.dim(i); }, extents[0]);
-  pin_dense([&](int i) { return p.dy.dim(i); }, extents[3]);
-  if (d.relu) pin_dense([&](int i) { return p.y.dim(i); }, extents[3]);
-  pin_dense([&](int i) { return p.dw.output_buffer().dim(i); }, extents[1]);
-  if (d.bias) pin_dense([&](int i) { return p.db.output_buffer().dim(i); }, extents[2]);
+  pin_buffers(d, p);
   return p;
 }
 

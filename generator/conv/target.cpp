@@ -71,6 +71,7 @@ Func define_scheduled_forward(const ConvDescriptor& d, const ConvSchedule& sched
   if (d.residual != residual.defined())
     throw std::logic_error("define_scheduled_forward: a residual input exactly when the descriptor says +residual");
   validate(schedule, t);
+  validate_forward_strategy(schedule);
   ConvSchedule s = schedule;
   if (s.strategy == Strategy::Grouped && !grouped_strategy_applies(d, t)) {
     // oneDNN-style: say why the path was refused and take the general one.

@@ -66,11 +66,14 @@ TuningSpace::TuningSpace(const ConvDescriptor& d, const std::string& pass, const
   if (weights_pass_) {
     // Backward-weights: GEMM over channels x taps when a group's outputs fill a vector.
     strategies_ = {d.ocg() >= vl ? Strategy::Gemm : Strategy::Depthwise};
+    // Unpadded 1x1 layers: vectors along the input channels too (dW in ONNX order).
+    if (input_lane_weights_apply(d, t)) strategies_.push_back(Strategy::GemmInputLanes);
+    loop_order_ = {LoopOrder::PixelsOuter};
+    if (input_lane_weights_apply(d, t)) loop_order_.push_back(LoopOrder::ChannelsOuter);
     pack_input_ = {PackInput::Image};
     if (d.ocg() >= vl) pack_input_.push_back(PackInput::Panel);
     // In place (weights_read_in_place): differs from a staged band only where there is padding.
     if (d.pt || d.pb || d.pl || d.pr) pack_input_.push_back(PackInput::None);
-    loop_order_ = {LoopOrder::PixelsOuter};
     // Reduction items: whole rows of about 1, 2, 4, 8 rows, or 1, 2, 4, 8 whole images.
     const int64_t q = d.ow(), pq = d.oh() * d.ow();
     for (int64_t rows : {1, 2, 4, 8})
@@ -147,6 +150,19 @@ ConvSchedule TuningSpace::normalise(ConvSchedule s) const {
   if (std::find(strategies_.begin(), strategies_.end(), s.strategy) == strategies_.end()) s.strategy = strategies_[0];
   s.mr = std::clamp(s.mr / vl * vl, vl, 4 * vl);
   s.nr = std::clamp(s.nr, 1, weights_pass_ ? 9 : 8);
+  if (weights_pass_ && s.strategy == Strategy::GemmInputLanes) {
+    // generator/conv/backward_weights_input_lanes.cpp: MR input channels x NR output
+    // channels, items of kc pixels across images, loop order only between several items.
+    const ConvDescriptor& d = d_;
+    s.mr = static_cast<int>(std::min<int64_t>(s.mr, round_up(d.icg(), vl)));
+    s.nr = static_cast<int>(std::min<int64_t>(s.nr, d.ocg()));
+    s.pack_input = PackInput::Image;
+    s.mc = 0, s.nc = 0, s.partitions = 1;
+    const int64_t pixels = d.mb * d.oh() * d.ow(), item = input_lane_item_pixels(d, s);
+    s.kc = item >= pixels ? 0 : static_cast<int>(item);
+    if (s.kc == 0) s.loop_order = LoopOrder::PixelsOuter;
+    return s;
+  }
   if (weights_pass_) {
     const ConvDescriptor& d = d_;
     const int64_t taps = d.icg() * d.kh * d.kw;
@@ -300,8 +316,9 @@ double TuningSpace::prior(const ConvSchedule& raw, const ConvSchedule& reference
   const int vl = t_.vector_floats, vectors = std::max(1, s.mr / vl);
   const ConvDescriptor& e = tiled_;
   // The two tiled extents: output channels x pixels (forward-like) or x taps (weights).
-  const int64_t channels = s.strategy == Strategy::Gemm ? e.ocg() : e.oc;
-  const int64_t across = weights_pass_ ? e.icg() * e.kh * e.kw : e.oh() * e.ow();
+  const bool input_lanes = s.strategy == Strategy::GemmInputLanes;
+  const int64_t channels = input_lanes ? e.icg() : s.strategy == Strategy::Gemm ? e.ocg() : e.oc;
+  const int64_t across = input_lanes ? e.ocg() : weights_pass_ ? e.icg() * e.kh * e.kw : e.oh() * e.ow();
   double cost = double(round_up(channels, s.mr)) / channels * double(round_up(across, s.nr)) / across;
   const int accumulators = vectors * s.nr;
   // 4-cycle FMAs on two pipes want 8 independent chains.

@@ -27,6 +27,10 @@ TargetInfo sweep_target();
 
 std::vector<SweepCase> sweep_cases(const std::string& edge_class);
 
+// The strategies the sweep cycles through: every one but gemm_input_lanes, which only
+// backward-weights of unpadded 1x1 layers runs (its own cases: test_backward_sweep.cpp).
+std::vector<Strategy> sweep_strategies(const TargetInfo& t);
+
 // All cases of all classes.
 std::vector<SweepCase> full_sweep();
 

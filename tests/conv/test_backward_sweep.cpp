@@ -559,3 +559,69 @@ TEST_CASE("backward sweep: strided depthwise backward-data defaults compute dX i
     check(run_backward_data(k, d, false, 9));
   }
 }
+
+// Backward-weights with vectors along the input channels (gemm_input_lanes): unpadded 1x1
+// layers only. The cases cover one item and several (a ragged last item among them),
+// both loop orders, register tiles whose channel tile overhangs C/g or whose NR overhangs
+// K/g (or exceeds it), stride 2, groups, ReLU and bias, X read in place and packed, and
+// the threads' variant; elsewhere the strategy is refused and the GEMM runs. Every case is
+// bit-exact on integer-valued data.
+TEST_CASE("backward sweep: input-lane backward-weights of 1x1 layers", "[bwd_sweep]") {
+  const TargetInfo t = sweep_target();
+  const int vl = t.vector_floats;
+  auto ch = [](int n) { return std::to_string(n); };
+  struct Case {
+    std::string layer, words;
+    bool input_lanes, x_in_place;
+  };
+  const Case cases[] = {
+      // one item, X in place (MR = C), K/g ragged against NR
+      {"mb3ic" + ch(2 * vl) + "ih7iw5oc" + ch(vl + 5) + "kh1kw1+bias", "mr=" + ch(2 * vl) + " nr=6 kc=0", true, true},
+      // six items of 18 pixels over 105: the last is short by 3
+      {"mb3ic" + ch(2 * vl) + "ih7iw5oc" + ch(vl + 5) + "kh1kw1+relu", "mr=" + ch(vl) + " nr=4 kc=20", true, false},
+      // channel tiles outside the items, a ragged channel tile (3 vl + 3 in tiles of 2 vl), NR 9
+      {"mb2ic" + ch(3 * vl + 3) + "ih6iw6oc" + ch(2 * vl) + "kh1kw1+relu+bias",
+       "mr=" + ch(2 * vl) + " nr=9 kc=16 loop_order=channels_outer", true, false},
+      // the same, items outermost
+      {"mb2ic" + ch(3 * vl + 3) + "ih6iw6oc" + ch(2 * vl) + "kh1kw1", "mr=" + ch(2 * vl) + " nr=5 kc=16", true, false},
+      // stride 2; MR clamped to C
+      {"mb2ic" + ch(vl) + "ih9iw9oc" + ch(2 * vl) + "kh1kw1sh2sw2+relu", "mr=" + ch(4 * vl) + " nr=1 kc=7", true, false},
+      // groups, K/g below NR
+      {"g2mb2ic" + ch(2 * vl) + "ih6iw6oc6kh1kw1+bias", "mr=" + ch(vl) + " nr=4 kc=0", true, false},
+      // K below NR, several items read in place
+      {"mb2ic" + ch(vl) + "ih10iw10oc2kh1kw1", "mr=" + ch(vl) + " nr=8 kc=30", true, true},
+      // the threads' variants: channel tiles split per item, and over all items
+      {"mb4ic" + ch(3 * vl) + "ih8iw8oc" + ch(2 * vl) + "kh1kw1+relu", "mr=" + ch(vl) + " nr=5 kc=40 parallel=images",
+       true, false},
+      {"mb4ic" + ch(3 * vl) + "ih8iw8oc" + ch(2 * vl) + "kh1kw1",
+       "mr=" + ch(vl) + " nr=6 kc=40 loop_order=channels_outer parallel=pixels", true, false},
+      // refused: a 3x3 window, a padded 1x1, too few input channels per group
+      {"mb2ic" + ch(vl) + "ih6iw6oc" + ch(vl) + "kh3kw3ph1pw1", "mr=" + ch(vl) + " nr=4", false, false},
+      {"mb2ic" + ch(vl) + "ih6iw6oc" + ch(vl) + "kh1kw1ph1pw1", "mr=" + ch(vl) + " nr=4", false, false},
+      {"mb2ic" + ch(vl - 1) + "ih6iw6oc" + ch(vl) + "kh1kw1", "mr=" + ch(vl) + " nr=4", false, false},
+  };
+  for (const Case& c : cases) {
+    const ConvDescriptor d = parse_descriptor(c.layer);
+    ConvSchedule s;
+    s.mr = vl;
+    apply_schedule_overrides("strategy=gemm_input_lanes " + c.words, &s);
+    INFO(c.layer << "  schedule: " << describe(s));
+    CHECK(input_lane_weights_apply(d, t) == c.input_lanes);
+    CHECK(weights_plan_says(d, s, t, "input-lane tile") == c.input_lanes);
+    CHECK(weights_plan_says(d, s, t, "gemm_input_lanes refused") == !c.input_lanes);
+    CHECK(weights_plan_says(d, s, t, "X read in place") == c.x_in_place);
+    JitBackwardWeightsKernel k(d, s, t);
+    check(run_backward_weights(k, d, true, 3));
+    check(run_backward_weights(k, d, false, 5));
+  }
+}
+
+TEST_CASE("gemm_input_lanes is refused by the forward-type passes", "[bwd_sweep]") {
+  const TargetInfo t = sweep_target();
+  const ConvDescriptor d = parse_descriptor("mb2ic" + std::to_string(t.vector_floats) + "ih6iw6oc8kh1kw1");
+  ConvSchedule s;
+  s.mr = t.vector_floats;
+  s.strategy = Strategy::GemmInputLanes;
+  CHECK_THROWS_WITH(build_backward_data(d, s, t), Catch::Contains("backward-weights tile"));
+  CHECK_THROWS_WITH(build_forward(d, s, t), Catch::Contains("backward-weights tile"));
+}

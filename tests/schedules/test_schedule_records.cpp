@@ -408,7 +408,7 @@ TEST_CASE("schedule_space spans the target's vector width", "[schedule]") {
   CHECK(space.kc == std::vector<int>{0, 8, 24, 64});
   CHECK(space.mc == std::vector<int>{0, 48, 96});
   CHECK(space.nc == std::vector<int>{0, 8, 30, 96});
-  CHECK(space.strategy.size() == 3);
+  CHECK(space.strategy.size() == 4);
   CHECK(space.pack_input.size() == 4);
   CHECK(schedule_space(default_target()).mr == std::vector<int>{8, 16, 24, 32});
 }

@@ -99,6 +99,7 @@ TEST_CASE("the tuner's normal form of a schedule builds the kernel the schedule 
       ConvSchedule other = def;
       other.nr = def.nr == 2 ? 3 : 2;
       CHECK(built_as(d, pass, def, t) != built_as(d, pass, other, t));
+      int input_lanes = 0;
       for (int i = 0; i < 12; ++i) {
         ConvSchedule s = def;
         s.mr = pick({8, 16, 24, 32});
@@ -109,11 +110,16 @@ TEST_CASE("the tuner's normal form of a schedule builds the kernel the schedule 
         s.pack_input = static_cast<PackInput>(pick({0, 1, 2, 3}));
         s.loop_order = static_cast<LoopOrder>(pick({0, 1}));
         s.partitions = pick({1, 2, 4});
-        s.strategy = space.normalise(s).strategy;  // a strategy the space offers
+        // A strategy the space offers; on the 1x1 layer's backward-weights, half of them
+        // with vectors along the input channels.
+        if (i % 2 && std::string(pass) == "bwd_weights" && d.kh == 1) s.strategy = Strategy::GemmInputLanes;
+        s.strategy = space.normalise(s).strategy;
         const ConvSchedule n = space.normalise(s);
         CAPTURE(text, pass, describe(s), describe(n));
         CHECK(built_as(d, pass, s, t) == built_as(d, pass, n, t));
+        input_lanes += n.strategy == Strategy::GemmInputLanes;
       }
+      if (std::string(pass) == "bwd_weights" && d.kh == 1) CHECK(input_lanes == 6);
     }
   }
 }
