@@ -31,7 +31,8 @@ options:
   --threads T             OpenMP / BLIS / oneDNN threads (default 1); with T > 1 convgen runs
                           its intra-kernel parallel variant on T threads (parallel=images,
                           or pixels when the minibatch is below 2*T; bwd_weights with a dW
-                          of at most 1 MiB also splits its reduction into 4 partitions)
+                          of at most 1 MiB also splits its reduction into 4 partitions,
+                          except gemm_input_lanes tiles, whose threads split input channels)
   --runs R                interleaved timed runs per layer and peer (default 5); the
                           peers run in one order in even runs and in the reverse order
                           in odd ones, so none always follows the same peer, and each

@@ -57,7 +57,8 @@ int run_bench(const Options& o) {
              peer_isa.blis_how);
   if (o.threads > 1 && o.peer_enabled[kConvgen])
     fmt::print("note: convgen runs its intra-kernel parallel variant (parallel=images, or pixels when the\n"
-               "      minibatch is small; bwd_weights of a small dW in 4 partitions) on {} OpenMP threads\n",
+               "      minibatch is small; bwd_weights of a small dW in 4 partitions unless its tile runs\n"
+               "      along the input channels) on {} OpenMP threads\n",
                o.threads);
   std::fflush(stdout);
   const double peak_start = convgen::measure_fma_peak_gflops(o.threads, o.target.vector_floats);

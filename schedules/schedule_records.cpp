@@ -433,6 +433,7 @@ ScheduleRecord schedule_from_json(const json& j, const std::string& where) {
     r.tuning = read_tuning(top.field("tuning"), r.kind, version, where);
   try {
     validate(r.schedule, target);
+    if (r.key.pass != "bwd_weights") validate_forward_strategy(r.schedule);
   } catch (const Error& e) {
     fail(where, e.what());
   }

@@ -6,7 +6,9 @@
 // convolution of each residue class) tile with mr x nr, block with mc / nc / kc, stage
 // by pack_input and order by loop_order; backward-weights tiles channels x taps with
 // mr x nr, takes kc as its reduction item's pixels, nc as the taps of a packed panel
-// block, and splits its reduction into `partitions`. `parallel` is never searched: the
+// block, and splits its reduction into `partitions` -- or, as gemm_input_lanes (unpadded
+// 1x1 layers), tiles input x output channels, takes kc as pixels across images and
+// loop_order as items or channel tiles outermost. `parallel` is never searched: the
 // consumers fix it by the layer (generator/tune/tune_plan.h: recorded_parallel), and it is
 // part of every candidate.
 #pragma once

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 
+#include "generator/conv/backward.h"
 #include "generator/conv/jit.h"
 #include "generator/conv/pipeline.h"
 #include "schedules/schedule_records.h"
@@ -75,7 +76,10 @@ TEST_CASE("parallel variant: a small dW's reduction in 4 partitions, bit-identic
     const ConvSchedule sw = parallel_variant(small, "bwd_weights", analytic_schedule_for_pass(small, "bwd_weights", t), p);
     CHECK(sw.parallel == p);
     CHECK(sw.partitions == 4);
-    CHECK(parallel_variant(large, "bwd_weights", analytic_schedule_for_pass(large, "bwd_weights", t), p).partitions == 1);
+    // (The GEMM form: on AVX-512 this layer's default is gemm_input_lanes, which has none.)
+    ConvSchedule large_gemm = analytic_schedule_for_pass(large, "bwd_weights", t);
+    large_gemm.strategy = Strategy::Gemm;
+    CHECK(parallel_variant(large, "bwd_weights", large_gemm, p).partitions == 1);
     const ConvSchedule sd = parallel_variant(small, "bwd_data", analytic_schedule_for_pass(small, "bwd_data", t), p);
     CHECK(sd.partitions == analytic_schedule_for_pass(small, "bwd_data", t).partitions);
     CHECK(sd.parallel == p);
@@ -239,4 +243,57 @@ TEST_CASE("parallel variant over one image's pixels: a small depthwise layer run
             .parallel == Parallel::Images);
   CHECK(parallel_variant(large, "fwd", analytic_schedule_for_pass(large, "fwd", t), Parallel::Pixels).parallel ==
         Parallel::Pixels);
+}
+
+TEST_CASE("gemm_input_lanes backward-weights is bit-identical across thread counts", "[determinism]") {
+  // Threads split the input-channel tiles: of the one item, of each item (items
+  // outermost) or around the items (channel tiles outermost); groups outermost. Real-valued
+  // data, so any change of summation order would show; the serial kernel is the reference.
+  const TargetInfo t = test::sweep_target();
+  const int vl = t.vector_floats;
+  const std::string c4 = std::to_string(4 * vl), c3 = std::to_string(3 * vl), c2 = std::to_string(2 * vl);
+  struct Case {
+    std::string layer, words, loops;
+  };
+  const Case cases[] = {
+      {"mb3ic" + c4 + "ih5iw5oc40kh1kw1+bias+relu", "mr=" + std::to_string(vl) + " nr=6 kc=0", "parallel over the channel tiles"},
+      {"mb4ic" + c3 + "ih6iw6oc" + c2 + "kh1kw1+relu", "mr=" + std::to_string(vl) + " nr=3 kc=40",
+       "parallel over the channel tiles of each item"},
+      {"mb4ic" + c3 + "ih6iw6oc" + c2 + "kh1kw1sh2sw2", "mr=" + c2 + " nr=2 kc=10 loop_order=channels_outer",
+       "parallel over the channel tiles"},
+      {"g2mb2ic" + c4 + "ih6iw6oc24kh1kw1+bias", "mr=" + std::to_string(vl) + " nr=5 kc=24 loop_order=channels_outer",
+       "parallel over the channel tiles"},
+  };
+  for (const Case& c : cases) {
+    const ConvDescriptor d = parse_descriptor(c.layer);
+    ConvSchedule serial;
+    serial.mr = vl;
+    apply_schedule_overrides("strategy=gemm_input_lanes " + c.words, &serial);
+    ConvSchedule split = serial;
+    split.parallel = Parallel::Images;
+    INFO(c.layer << "  schedule: " << describe(split));
+    std::vector<std::string> why;
+    build_backward_weights(d, split, t, &why);
+    bool threaded = false;
+    for (const std::string& line : why) threaded |= line == c.loops;
+    CHECK(threaded);
+    const auto x = random_floats(d.mb * d.ih * d.iw * d.ic, 11), dy = random_floats(d.mb * d.oh() * d.ow() * d.oc, 12);
+    const auto y = random_floats(dy.size(), 13);
+    auto run = [&](JitBackwardWeightsKernel& k, int threads) {
+      std::vector<float> dw(static_cast<size_t>(d.oc * d.icg())), db(static_cast<size_t>(d.oc));
+      const int saved = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      k.run(x.data(), dy.data(), y.data(), dw.data(), db.data());
+      omp_set_num_threads(saved);
+      return std::make_pair(dw, db);
+    };
+    JitBackwardWeightsKernel serial_kernel(d, serial, t), split_kernel(d, split, t);
+    const auto want = run(serial_kernel, 1);
+    for (int threads : {1, 2, 3, 4}) {
+      INFO("threads " << threads);
+      const auto got = run(split_kernel, threads);
+      CHECK(bitwise_equal(want.first, got.first));
+      CHECK(bitwise_equal(want.second, got.second));
+    }
+  }
 }

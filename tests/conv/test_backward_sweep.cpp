@@ -573,32 +573,48 @@ TEST_CASE("backward sweep: input-lane backward-weights of 1x1 layers", "[bwd_swe
   struct Case {
     std::string layer, words;
     bool input_lanes, x_in_place;
+    std::string says;  // a line the plan must print (the loop order or threads taken)
   };
+  const std::string one = "; 1 item(s) of", items = "items outermost",
+                    tiles_out = "channel tiles outside the items";
   const Case cases[] = {
       // one item, X in place (MR = C), K/g ragged against NR
-      {"mb3ic" + ch(2 * vl) + "ih7iw5oc" + ch(vl + 5) + "kh1kw1+bias", "mr=" + ch(2 * vl) + " nr=6 kc=0", true, true},
+      {"mb3ic" + ch(2 * vl) + "ih7iw5oc" + ch(vl + 5) + "kh1kw1+bias", "mr=" + ch(2 * vl) + " nr=6 kc=0", true, true, one},
       // six items of 18 pixels over 105: the last is short by 3
-      {"mb3ic" + ch(2 * vl) + "ih7iw5oc" + ch(vl + 5) + "kh1kw1+relu", "mr=" + ch(vl) + " nr=4 kc=20", true, false},
+      {"mb3ic" + ch(2 * vl) + "ih7iw5oc" + ch(vl + 5) + "kh1kw1+relu", "mr=" + ch(vl) + " nr=4 kc=20", true, false, items},
       // channel tiles outside the items, a ragged channel tile (3 vl + 3 in tiles of 2 vl), NR 9
       {"mb2ic" + ch(3 * vl + 3) + "ih6iw6oc" + ch(2 * vl) + "kh1kw1+relu+bias",
-       "mr=" + ch(2 * vl) + " nr=9 kc=16 loop_order=channels_outer", true, false},
+       "mr=" + ch(2 * vl) + " nr=9 kc=16 loop_order=channels_outer", true, false, tiles_out},
       // the same, items outermost
-      {"mb2ic" + ch(3 * vl + 3) + "ih6iw6oc" + ch(2 * vl) + "kh1kw1", "mr=" + ch(2 * vl) + " nr=5 kc=16", true, false},
+      {"mb2ic" + ch(3 * vl + 3) + "ih6iw6oc" + ch(2 * vl) + "kh1kw1", "mr=" + ch(2 * vl) + " nr=5 kc=16", true, false,
+       items},
+      // MR of 3 and 4 whole vectors, unclamped; NR 2 and 3
+      {"mb2ic" + ch(3 * vl) + "ih5iw5oc" + ch(vl + 1) + "kh1kw1+bias", "mr=" + ch(3 * vl) + " nr=2 kc=0", true, true, one},
+      {"mb2ic" + ch(8 * vl) + "ih4iw4oc" + ch(vl) + "kh1kw1+relu", "mr=" + ch(4 * vl) + " nr=3 kc=7", true, false, items},
       // stride 2; MR clamped to C
-      {"mb2ic" + ch(vl) + "ih9iw9oc" + ch(2 * vl) + "kh1kw1sh2sw2+relu", "mr=" + ch(4 * vl) + " nr=1 kc=7", true, false},
-      // groups, K/g below NR
-      {"g2mb2ic" + ch(2 * vl) + "ih6iw6oc6kh1kw1+bias", "mr=" + ch(vl) + " nr=4 kc=0", true, false},
+      {"mb2ic" + ch(vl) + "ih9iw9oc" + ch(2 * vl) + "kh1kw1sh2sw2+relu", "mr=" + ch(4 * vl) + " nr=1 kc=7", true, false,
+       items},
+      // groups, K/g below NR: one item; several, either loop order
+      {"g2mb2ic" + ch(2 * vl) + "ih6iw6oc6kh1kw1+bias", "mr=" + ch(vl) + " nr=4 kc=0", true, false, one},
+      {"g2mb2ic" + ch(2 * vl) + "ih6iw6oc6kh1kw1+relu", "mr=" + ch(vl) + " nr=2 kc=20", true, false, items},
+      {"g3mb2ic" + ch(3 * vl) + "ih5iw5oc9kh1kw1", "mr=" + ch(vl) + " nr=2 kc=20 loop_order=channels_outer", true, false,
+       tiles_out},
       // K below NR, several items read in place
-      {"mb2ic" + ch(vl) + "ih10iw10oc2kh1kw1", "mr=" + ch(vl) + " nr=8 kc=30", true, true},
-      // the threads' variants: channel tiles split per item, and over all items
+      {"mb2ic" + ch(vl) + "ih10iw10oc2kh1kw1", "mr=" + ch(vl) + " nr=8 kc=30", true, true, items},
+      // the threads' variants: of the one item, per item, around the items, with groups
+      {"mb3ic" + ch(4 * vl) + "ih5iw5oc40kh1kw1+bias+relu", "mr=" + ch(2 * vl) + " nr=6 kc=0 parallel=images", true,
+       false, "parallel over the channel tiles"},
       {"mb4ic" + ch(3 * vl) + "ih8iw8oc" + ch(2 * vl) + "kh1kw1+relu", "mr=" + ch(vl) + " nr=5 kc=40 parallel=images",
-       true, false},
+       true, false, "parallel over the channel tiles of each item"},
       {"mb4ic" + ch(3 * vl) + "ih8iw8oc" + ch(2 * vl) + "kh1kw1",
-       "mr=" + ch(vl) + " nr=6 kc=40 loop_order=channels_outer parallel=pixels", true, false},
+       "mr=" + ch(vl) + " nr=6 kc=40 loop_order=channels_outer parallel=pixels", true, false,
+       "parallel over the channel tiles"},
+      {"g2mb2ic" + ch(4 * vl) + "ih6iw6oc12kh1kw1+bias", "mr=" + ch(vl) + " nr=4 kc=24 parallel=images", true, false,
+       "parallel over the channel tiles of each item"},
       // refused: a 3x3 window, a padded 1x1, too few input channels per group
-      {"mb2ic" + ch(vl) + "ih6iw6oc" + ch(vl) + "kh3kw3ph1pw1", "mr=" + ch(vl) + " nr=4", false, false},
-      {"mb2ic" + ch(vl) + "ih6iw6oc" + ch(vl) + "kh1kw1ph1pw1", "mr=" + ch(vl) + " nr=4", false, false},
-      {"mb2ic" + ch(vl - 1) + "ih6iw6oc" + ch(vl) + "kh1kw1", "mr=" + ch(vl) + " nr=4", false, false},
+      {"mb2ic" + ch(vl) + "ih6iw6oc" + ch(vl) + "kh3kw3ph1pw1", "mr=" + ch(vl) + " nr=4", false, false, ""},
+      {"mb2ic" + ch(vl) + "ih6iw6oc" + ch(vl) + "kh1kw1ph1pw1", "mr=" + ch(vl) + " nr=4", false, false, ""},
+      {"mb2ic" + ch(vl - 1) + "ih6iw6oc" + ch(vl) + "kh1kw1", "mr=" + ch(vl) + " nr=4", false, false, ""},
   };
   for (const Case& c : cases) {
     const ConvDescriptor d = parse_descriptor(c.layer);
@@ -610,10 +626,37 @@ TEST_CASE("backward sweep: input-lane backward-weights of 1x1 layers", "[bwd_swe
     CHECK(weights_plan_says(d, s, t, "input-lane tile") == c.input_lanes);
     CHECK(weights_plan_says(d, s, t, "gemm_input_lanes refused") == !c.input_lanes);
     CHECK(weights_plan_says(d, s, t, "X read in place") == c.x_in_place);
+    if (!c.says.empty()) CHECK(weights_plan_says(d, s, t, c.says.c_str()));
     JitBackwardWeightsKernel k(d, s, t);
     check(run_backward_weights(k, d, true, 3));
     check(run_backward_weights(k, d, false, 5));
   }
+}
+
+// The AVX-512 default takes the input-lane tile on 1x1 layers of >= 256 input channels
+// per group and <= 512 pixels per call, unpadded; not past either bound, nor padded, nor
+// with 16 vector registers.
+TEST_CASE("backward-weights default: gemm_input_lanes where few pixels meet many input channels", "[bwd_sweep]") {
+  const TargetInfo wide = target_info("x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41");
+  const TargetInfo avx2 = default_target();
+  auto takes = [](const char* layer, const TargetInfo& t) {
+    return analytic_schedule_for_pass(parse_descriptor(layer), "bwd_weights", t).strategy == Strategy::GemmInputLanes;
+  };
+  CHECK(takes("mb8ic2048ih7oc512kh1", wide));
+  CHECK(takes("mb8ic1024ih14oc2048kh1sh2", wide));
+  CHECK(takes("g2mb2ic512ih4oc64kh1", wide));
+  CHECK_FALSE(takes("mb8ic2048ih7oc512kh1", avx2));
+  CHECK_FALSE(takes("mb8ic1024ih14oc256kh1", wide));     // 1568 pixels
+  CHECK_FALSE(takes("mb8ic128ih7oc512kh1", wide));       // 128 input channels
+  CHECK_FALSE(takes("g4mb8ic512ih7oc512kh1", wide));     // 128 per group
+  CHECK_FALSE(takes("mb8ic2048ih7oc512kh1ph1", wide));   // padded
+  CHECK_FALSE(takes("mb8ic2048ih7oc512kh3ph1", wide));   // 3x3
+  const ConvSchedule s = analytic_schedule_for_pass(parse_descriptor("mb8ic2048ih7oc512kh1"), "bwd_weights", wide);
+  CHECK(s.mr == 64);
+  CHECK(s.nr == 6);
+  CHECK(s.kc == 0);
+  CHECK(s.partitions == 1);
+  CHECK(parallel_variant(parse_descriptor("mb8ic2048ih7oc512kh1"), "bwd_weights", s, Parallel::Images).partitions == 1);
 }
 
 TEST_CASE("gemm_input_lanes is refused by the forward-type passes", "[bwd_sweep]") {

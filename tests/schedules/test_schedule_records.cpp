@@ -95,7 +95,11 @@ std::vector<ScheduleRecord> one_record_per_value(const std::string& target) {
     r.note = "value " + std::to_string(out.size());
     out.push_back(r);
   };
-  for (auto v : space.strategy) add([=](ConvSchedule& s) { s.strategy = v; });
+  for (auto v : space.strategy)
+    add([=](ConvSchedule& s) { s.strategy = v; });
+  // gemm_input_lanes is a backward-weights tile: its record is a bwd_weights one.
+  for (ScheduleRecord& r : out)
+    if (r.schedule.strategy == Strategy::GemmInputLanes) r.key.pass = "bwd_weights";
   for (auto v : space.mr) add([=](ConvSchedule& s) { s.mr = v; });
   for (auto v : space.nr) add([=](ConvSchedule& s) { s.nr = v; });
   for (auto v : space.kc) add([=](ConvSchedule& s) { s.kc = v; });
@@ -254,6 +258,9 @@ TEST_CASE("strict reading: every malformed line is a BadRecord naming the field"
     require_bad_line(replaced(kGolden, R"("kind":"schedule",)", ""), {"missing field", "\"kind\""});
     require_bad_line(replaced(kGolden, R"(,"partitions":1)", ""), {"missing field", "schedule.partitions"});
     require_bad_line(replaced(kGolden, R"("partitions":1)", R"("partitions":0)"), {"partitions", "outside 1..64"});
+    // A backward-weights tile in a forward record (the golden line's pass is fwd).
+    require_bad_line(replaced(kGolden, R"("strategy":"gemm")", R"("strategy":"gemm_input_lanes")"),
+                     {"gemm_input_lanes", "backward-weights tile"});
     require_bad_line(replaced(kGolden, "convgen-schedule", "convgen-tuning"), {"format", "convgen-tuning"});
   }
   SECTION("missing fields") {
