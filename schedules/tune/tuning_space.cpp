@@ -66,10 +66,13 @@ TuningSpace::TuningSpace(const ConvDescriptor& d, const std::string& pass, const
   if (weights_pass_) {
     // Backward-weights: GEMM over channels x taps when a group's outputs fill a vector.
     strategies_ = {d.ocg() >= vl ? Strategy::Gemm : Strategy::Depthwise};
-    // Unpadded 1x1 layers: vectors along the input channels too (dW in ONNX order).
-    if (input_lane_weights_apply(d, t)) strategies_.push_back(Strategy::GemmInputLanes);
     loop_order_ = {LoopOrder::PixelsOuter};
-    if (input_lane_weights_apply(d, t)) loop_order_.push_back(LoopOrder::ChannelsOuter);
+    // Unpadded 1x1 layers: vectors along the input channels too (dW in ONNX order), whose
+    // items or channel tiles go outermost.
+    if (input_lane_weights_apply(d, t)) {
+      strategies_.push_back(Strategy::GemmInputLanes);
+      loop_order_.push_back(LoopOrder::ChannelsOuter);
+    }
     pack_input_ = {PackInput::Image};
     if (d.ocg() >= vl) pack_input_.push_back(PackInput::Panel);
     // In place (weights_read_in_place): differs from a staged band only where there is padding.
