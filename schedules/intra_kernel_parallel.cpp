@@ -9,6 +9,7 @@
 
 #include "schedules/conv_descriptor.h"
 #include "schedules/conv_schedule.h"
+#include "schedules/kernel_plan.h"
 
 namespace convgen {
 
@@ -72,9 +73,11 @@ ConvSchedule parallel_variant(const ConvDescriptor& d, const std::string& pass, 
   // partitions' private sums: 3x3 256 at 14x14 (2.25 MiB) on AVX-512 340 vs 426, 3x3
   // 512 at 7x7 (9 MiB) 256 vs 370, 1x1 1024->2048 216 vs 300.
   const int64_t dw_bytes = d.oc * d.icg() * d.kh * d.kw * 4;
-  // (gemm_input_lanes has no partitions: its threads split the input-channel tiles.)
+  // (gemm_input_lanes has no partitions: its threads split the input-channel tiles. Where
+  // the generator refuses it for gemm -- a window not 1x1 or padded -- gemm's apply.)
+  const bool input_lanes = s.strategy == Strategy::GemmInputLanes && input_lane_window(d);
   if (pass == "bwd_weights" && p != Parallel::None && s.partitions == 1 && dw_bytes <= (int64_t(1) << 20) &&
-      s.strategy != Strategy::GemmInputLanes) {
+      !input_lanes) {
     s.partitions = 4;
     if (why)
       why->push_back(

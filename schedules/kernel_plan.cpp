@@ -1,6 +1,9 @@
 #include "schedules/kernel_plan.h"
 
 #include <algorithm>
+#include <string>
+
+#include <fmt/format.h>
 
 namespace convgen {
 
@@ -71,8 +74,19 @@ int depthwise_dx_channel_tile(const ConvDescriptor& d, const ConvSchedule& s, co
 
 bool weights_read_in_place(const ConvSchedule& s) { return s.pack_input == PackInput::None; }
 
+bool input_lane_window(const ConvDescriptor& d) {
+  return d.kh == 1 && d.kw == 1 && !(d.pt || d.pb || d.pl || d.pr);
+}
+
+std::string input_lane_weights_refusal(const ConvDescriptor& d, const TargetInfo& t) {
+  if (d.kh * d.kw != 1) return "the window is not 1x1 (dW's taps are not its input channels)";
+  if (!input_lane_window(d)) return "the layer is padded";
+  if (d.icg() < t.vector_floats) return fmt::format("{} input channels per group fill no vector", d.icg());
+  return "";
+}
+
 bool input_lane_weights_apply(const ConvDescriptor& d, const TargetInfo& t) {
-  return d.kh == 1 && d.kw == 1 && !(d.pt || d.pb || d.pl || d.pr) && d.icg() >= t.vector_floats;
+  return input_lane_weights_refusal(d, t).empty();
 }
 
 int64_t input_lane_item_pixels(const ConvDescriptor& d, const ConvSchedule& s) {

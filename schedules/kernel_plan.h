@@ -3,6 +3,8 @@
 // defaults choose by (so a default can ask what the kernel will do). No Halide here.
 #pragma once
 
+#include <string>
+
 #include "schedules/conv_descriptor.h"
 #include "schedules/conv_schedule.h"
 
@@ -70,6 +72,10 @@ bool weights_read_in_place(const ConvSchedule& s);
 // taps are then its input channels, so the tile's vectors are rows of ONNX's dW and are
 // stored where they belong, with no transpose (generator/conv/backward_weights_input_lanes.cpp).
 bool input_lane_weights_apply(const ConvDescriptor& d, const TargetInfo& t);
+// Why it cannot, or "" when it can; input_lane_window is the target-independent part
+// (a 1x1 window with no padding).
+std::string input_lane_weights_refusal(const ConvDescriptor& d, const TargetInfo& t);
+bool input_lane_window(const ConvDescriptor& d);
 // Its reduction items: kc output pixels counted across images (0 or >= N*P*Q: one item
 // of every pixel), balanced, so the last item is short by less than the item count.
 int64_t input_lane_item_pixels(const ConvDescriptor& d, const ConvSchedule& s);

@@ -253,12 +253,11 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
   const int taps = cg * kw * kh;
   // Vectors along the input channels: unpadded 1x1 layers only (input_lane_weights_apply);
   // elsewhere the GEMM with vectors along the output channels, oneDNN-style.
-  const bool input_lanes = s.strategy == Strategy::GemmInputLanes && input_lane_weights_apply(d, t);
+  const std::string input_lane_refusal =
+      s.strategy == Strategy::GemmInputLanes ? input_lane_weights_refusal(d, t) : std::string();
+  const bool input_lanes = s.strategy == Strategy::GemmInputLanes && input_lane_refusal.empty();
   if (s.strategy == Strategy::GemmInputLanes && !input_lanes)
-    explain(why, fmt::format("gemm_input_lanes refused: {}; using gemm",
-                             d.kh * d.kw != 1 ? "the window is not 1x1 (dW's taps are not its input channels)"
-                             : (d.pt || d.pb || d.pl || d.pr) ? "the layer is padded"
-                                                              : fmt::format("{} input channels per group fill no vector", cg)));
+    explain(why, fmt::format("gemm_input_lanes refused: {}; using gemm", input_lane_refusal));
   // dY with the forward's ReLU mask: one definition, inlined where each form packs dY
   // and in the db sum.
   Func dy_masked("dy_masked");

@@ -2,11 +2,11 @@
 // (Strategy::GemmInputLanes): dW[k][c] = sum over pixels of dY[pix][k] * X[pix][c], per
 // group. dW's taps are its input channels, so a register tile of MR input channels
 // (vectors of X) x NR output channels (dY broadcast) holds NR rows of ONNX's dW and is
-// stored where it belongs: no partial-sum buffer, no transpose, and with one reduction
-// item no zero fill either. The GEMM form with vectors along the output channels moves
-// its sums through a partial buffer and a blocked transpose, which on few-pixel layers
-// is a large share of the call (docs/tuning.md, "The 1x1 layers on the Intel Xeon").
-// The pieces, BLIS-style:
+// stored where it belongs: no transpose, and with one reduction item no partial sums or
+// zero fill either (several items gather in a dW-sized sum copied to dW). The GEMM form
+// with vectors along the output channels moves its sums through a partial buffer and a
+// blocked transpose, which on few-pixel layers is a large share of the call
+// (docs/backward.md). The pieces, BLIS-style:
 //
 //   micro-kernel  input_lane_tile: MR x NR accumulators summed over one item's pixels
 //   packing       per item and channel tile: X as an [pixel][MR] panel (contiguous, so
@@ -51,9 +51,11 @@ Func define_input_lane_weights(const ConvDescriptor& d, const ConvSchedule& s, c
   const int items = ceil_div(pixels, item);
   const bool channels_outer = items > 1 && s.loop_order == LoopOrder::ChannelsOuter;
   explain(why, fmt::format("backward-weights: input-lane tile {} input channels x {} output channels; {} item(s) of "
-                           "{} pixels{}, summed in index order straight into dW (ONNX order, no transpose)",
+                           "{} pixels{}; dW in ONNX order, no transpose",
                            mr, nr, items, item,
-                           items == 1 ? "" : channels_outer ? ", channel tiles outside the items" : ", items outermost"));
+                           items == 1         ? ", written straight into dW"
+                           : channels_outer ? ", channel tiles outside the items, summed in index order"
+                                            : ", items outermost, summed in index order"));
 
   Var ci("ci"), ct("ct"), ki("ki"), kt("kt"), ip("ip"), it("it"), grp("grp");
   // Item pixel -> (image, pixel of the image); pixels past the last are zero in dY.

@@ -1,0 +1,64 @@
+// Rules of the analytic default and of the parallel variants, checked on the schedules
+// they return (no Halide: the kernels these name run bit-exact in tests/conv/'s sweeps).
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "schedules/conv_descriptor.h"
+#include "schedules/conv_schedule.h"
+
+using namespace convgen;
+
+namespace {
+const char* const kAvx2 = "x86-64-linux-avx-avx2-f16c-fma-sse41";
+const char* const kAvx512 = "x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41";
+}  // namespace
+
+TEST_CASE("analytic default: forward channel blocks stay within L2 whatever the workspace budget", "[schedule]") {
+  // Large images with many channels leave a large budget: VGG conv4 and conv5, AlexNet
+  // conv2, ResNet's res4 / res5 3x3 and their backward-data convolutions (C and K swap).
+  const char* layers[] = {"mb8ic512ih28oc512oh28kh3ph1", "mb8ic256ih28oc512oh28kh3ph1", "mb8ic512ih14oc512oh14kh3ph1",
+                          "mb8ic96ih27oc256oh27kh5ph2",  "mb8ic256ih56oc256oh56kh3ph1", "mb8ic512ih7oc512oh7kh3ph1",
+                          "mb8ic256ih14oc256oh14kh3ph1", "mb8ic512ih28oc256oh28kh3ph1", "mb64ic512ih28oc512oh28kh3ph1"};
+  for (const char* target : {kAvx512, kAvx2}) {
+    const TargetInfo t = target_info(target);
+    for (const char* layer : layers) {
+      const ConvDescriptor d = parse_descriptor(layer);
+      const ConvSchedule s = analytic_schedule(d, t);
+      INFO(target << " " << layer << ": " << describe(s));
+      const int64_t panel_bytes_per_channel = d.icg() * d.kh * d.kw * 4;
+      const int64_t weights = d.oc * panel_bytes_per_channel;
+      REQUIRE(s.strategy == Strategy::Gemm);
+      if (weights > t.l2_bytes) {
+        // Weights past L2 are blocked, and a block past L2 is one register tile at most.
+        REQUIRE(s.mc > 0);
+        CHECK((s.mc == s.mr || s.mc * panel_bytes_per_channel <= t.l2_bytes));
+        const int64_t tiles = (d.ocg() + s.mr - 1) / s.mr;
+        CHECK(s.mc % s.mr == 0);
+        CHECK(tiles % (s.mc / s.mr) == 0);  // whole tiles, dividing the tile count
+      }
+    }
+  }
+  // The layer the rule was measured on: one 32-channel tile per block on AVX-512.
+  const ConvSchedule conv4_2 = analytic_schedule(parse_descriptor("mb8ic512ih28oc512oh28kh3ph1"), target_info(kAvx512));
+  CHECK(conv4_2.mc == conv4_2.mr);
+  CHECK(conv4_2.loop_order == LoopOrder::ChannelsOuter);
+}
+
+TEST_CASE("parallel variant: partitions skipped only where gemm_input_lanes runs", "[schedule]") {
+  // The generator refuses gemm_input_lanes on a 3x3 or padded layer and runs gemm,
+  // which then takes the small dW's partitions like any gemm schedule.
+  ConvSchedule s;
+  s.strategy = Strategy::GemmInputLanes;
+  s.mr = 64;
+  s.nr = 6;
+  const ConvDescriptor one_by_one = parse_descriptor("mb8ic256ih14oc64oh14kh1");
+  const ConvDescriptor three_by_three = parse_descriptor("mb8ic64ih14oc64oh14kh3ph1");
+  const ConvDescriptor padded_1x1 = parse_descriptor("mb8ic256ih14oc64oh16kh1ph1");
+  CHECK(parallel_variant(one_by_one, "bwd_weights", s, Parallel::Images).partitions == 1);
+  CHECK(parallel_variant(three_by_three, "bwd_weights", s, Parallel::Images).partitions == 4);
+  CHECK(parallel_variant(padded_1x1, "bwd_weights", s, Parallel::Images).partitions == 4);
+  s.strategy = Strategy::Gemm;
+  CHECK(parallel_variant(one_by_one, "bwd_weights", s, Parallel::Images).partitions == 4);
+}
