@@ -51,6 +51,12 @@ options:
                           'mr=8 nr=8' (same words as convgen compile-layer --schedule);
                           'pack_weights=prepacked' packs GEMM weights once, untimed, as
                           oneDNN's are reordered (what the trainer does per mini-batch)
+  --weights MODE          per_call (default) or prepacked: how every convgen peer (default,
+                          tuned, control) gets its GEMM forward and backward-data weights.
+                          per_call packs them inside each timed call (training at the whole
+                          batch: once per step); prepacked packs them once, untimed, as
+                          oneDNN's weights are reordered once before its timed calls
+                          (compile's inference kernels; the trainer's micro-batched layers)
   --target T              convgen's kernel target (default: the build's default, AVX2+FMA;
                           'host' = the widest this CPU runs, e.g. AVX-512). The FMA probe
                           measures the peak with the same vector width.
@@ -148,6 +154,11 @@ Options parse_options(int argc, char** argv) {
       o.schedule_verbose = true;
     } else if (a == "--schedule") {
       o.schedule_overrides = value();
+    } else if (a == "--weights") {
+      const std::string m = value();
+      if (m != "per_call" && m != "prepacked")
+        throw Error(ExitCode::Usage, fmt::format("--weights: '{}' is neither per_call nor prepacked", m));
+      o.weights_prepacked = m == "prepacked";
     } else if (a == "--target") {
       o.target_name = value();
     } else if (a == "--peer-isa") {

@@ -46,6 +46,7 @@ struct Options {
   std::string schedules;           // --schedules FILE: tuned records, run as the "tuned" peer
   bool schedule_verbose = false;
   std::string schedule_overrides;  // --schedule WORDS, applied over the analytic default
+  bool weights_prepacked = false;  // --weights prepacked: every convgen peer's GEMM weights packed once, untimed
   std::string target_name;         // --target as given ("" = the build's default target)
   convgen::TargetInfo target = convgen::default_target();
   bool peer_isa_matched = true;    // --peer-isa matched (default) | native

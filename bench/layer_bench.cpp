@@ -185,6 +185,15 @@ std::string blis_memory_refusal(const ConvDescriptor& d) {
   return "";
 }
 
+// --weights prepacked: the GEMM forward and backward-data weights of every convgen peer
+// are packed once at set-up (packed_weights), so the default and the tuned kernel compare
+// alike; backward-weights reads no weights. The schedules printed and recorded say so.
+convgen::ConvSchedule with_weights_mode(convgen::ConvSchedule s, const LayerResult& res, const Options& o) {
+  if (!o.weights_prepacked || res.pass == Pass::BwdWeights) return s;
+  s.pack_weights = convgen::PackWeights::Prepacked;
+  return s;
+}
+
 // convgen's analytic schedule for the pass, with the --schedule overrides and the
 // threading choice of the bench applied; records it and its reasons in `res`.
 convgen::ConvSchedule convgen_schedule(LayerResult& res, const ConvDescriptor& d, const convgen::TargetInfo& target,
@@ -215,6 +224,7 @@ convgen::ConvSchedule convgen_schedule(LayerResult& res, const ConvDescriptor& d
     convgen::apply_schedule_overrides(o.schedule_overrides, &s);
     res.schedule_why.push_back(fmt::format("bench: --schedule '{}'", o.schedule_overrides));
   }
+  s = with_weights_mode(s, res, o);
   res.default_schedule = s;
   res.schedule = convgen::describe(s);
   return s;
@@ -229,7 +239,7 @@ convgen::ConvSchedule tuned_schedule(LayerResult& res, const ConvDescriptor& d, 
   convgen::SelectedSchedule sel = convgen::select_schedule(d, pass_name(res.pass), target, o.schedules, &why);
   if (sel.source == "analytic default")
     throw Error(ExitCode::Unsupported, fmt::format("no tuned record in {} for this layer and pass", o.schedules));
-  const convgen::ConvSchedule s = sel.schedule;
+  const convgen::ConvSchedule s = with_weights_mode(sel.schedule, res, o);
   res.tuned_schedule = convgen::describe(s);
   return s;
 }

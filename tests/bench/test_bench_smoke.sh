@@ -113,6 +113,30 @@ for s in doc["summary"]:
         print(f"bench.smoke: summary counts {s['tuned_compared']} / {s['tuned_below_default']}, expected 1 / {below}")
         sys.exit(1)
 PY
+# --weights prepacked: every convgen peer (default, tuned, control) reads GEMM weights
+# packed once at set-up; bwd_weights reads none. The outputs still agree with the peers.
+for target in "" host; do
+  "$bench" --descriptor "$layer" --pass all --runs 1 ${target:+--target $target} --weights prepacked \
+    ${target:+--schedules "$dir/r.jsonl"} --json "$dir/packed.json" >"$dir/out" 2>&1 ||
+    { cat "$dir/out"; fail "--weights prepacked ${target:+(host, tuned)} run failed"; }
+  grep -q "convgen weights prepacked" "$dir/out" || { cat "$dir/out"; fail "no weights line"; }
+  "$py" - "$dir/packed.json" <<'PY' || exit 1
+import json, sys
+doc = json.load(open(sys.argv[1]))
+if doc["weights"] != "prepacked":
+    print(f"bench.smoke: weights {doc['weights']}"); sys.exit(1)
+for l in doc["layers"]:
+    want = l["pass"] != "bwd_weights"
+    for peer in ("convgen", "tuned", "default_again"):
+        p = l.get(peer)
+        if p is None: continue
+        if ("pack_weights=prepacked" in p["schedule"]) != want:
+            print(f"bench.smoke: {l['pass']} {peer}: {p['schedule']}"); sys.exit(1)
+    if l["check_ok"] is not True:
+        print(f"bench.smoke: {l['pass']}: prepacked peers disagree ({l['max_rel_diff']})"); sys.exit(1)
+PY
+done
+usage "--weights: 'once' is neither per_call nor prepacked" --descriptor "$layer" --weights once
 usage "--peers tuned needs --schedules" --descriptor "$layer" --peers convgen,tuned
 usage "unknown peer 'default_again'" --descriptor "$layer" --peers convgen,default_again
 echo "bench.smoke: ok"
