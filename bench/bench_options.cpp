@@ -9,6 +9,7 @@
 #include "runtime/im2col/im2col_blis.h"
 #include "schedules/build_info.h"
 #include "schedules/errors.h"
+#include "schedules/schedule_records.h"
 
 namespace convgen::bench {
 
@@ -52,7 +53,8 @@ options:
                           'pack_weights=prepacked' packs GEMM weights once, untimed, as
                           oneDNN's are reordered (what the trainer does per mini-batch)
   --weights MODE          per_call (default) or prepacked: how every convgen peer (default,
-                          tuned, control) gets its GEMM forward and backward-data weights.
+                          tuned, control) gets its GEMM forward and backward-data weights
+                          (a pack_weights word of --schedule sets the same).
                           per_call packs them inside each timed call (training at the whole
                           batch: once per step); prepacked packs them once, untimed, as
                           oneDNN's weights are reordered once before its timed calls
@@ -101,6 +103,7 @@ Options parse_options(int argc, char** argv) {
     }
   }
   bool peers_given = false;
+  std::string weights;  // --weights as given
   for (size_t i = 0; i < expanded.size(); ++i) {
     const std::string& a = expanded[i];
     auto value = [&]() -> std::string {
@@ -155,10 +158,9 @@ Options parse_options(int argc, char** argv) {
     } else if (a == "--schedule") {
       o.schedule_overrides = value();
     } else if (a == "--weights") {
-      const std::string m = value();
-      if (m != "per_call" && m != "prepacked")
-        throw Error(ExitCode::Usage, fmt::format("--weights: '{}' is neither per_call nor prepacked", m));
-      o.weights_prepacked = m == "prepacked";
+      weights = value();
+      if (weights != "per_call" && weights != "prepacked")
+        throw Error(ExitCode::Usage, fmt::format("--weights: '{}' is neither per_call nor prepacked", weights));
     } else if (a == "--target") {
       o.target_name = value();
     } else if (a == "--peer-isa") {
@@ -175,6 +177,18 @@ Options parse_options(int argc, char** argv) {
     }
   }
   if (o.help || o.version) return o;
+  // A pack_weights word of --schedule sets the mode for every convgen peer, as --weights
+  // does: the tuned peer and the control then run as the default does.
+  if (o.schedule_overrides.find("pack_weights=") != std::string::npos) {
+    convgen::ConvSchedule probe;
+    convgen::apply_schedule_overrides(o.schedule_overrides, &probe);
+    const std::string said = convgen::to_string(probe.pack_weights);
+    if (!weights.empty() && weights != said)
+      throw Error(ExitCode::Usage,
+                  fmt::format("--weights {} and --schedule pack_weights={} disagree", weights, said));
+    weights = said;
+  }
+  if (weights == "prepacked") o.weights = convgen::PackWeights::Prepacked;
   if (!peers_given) o.peer_enabled[kTuned] = !o.schedules.empty();
   if (o.peer_enabled[kTuned] && o.schedules.empty())
     throw Error(ExitCode::Usage, "--peers tuned needs --schedules FILE");

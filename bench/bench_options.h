@@ -46,7 +46,9 @@ struct Options {
   std::string schedules;           // --schedules FILE: tuned records, run as the "tuned" peer
   bool schedule_verbose = false;
   std::string schedule_overrides;  // --schedule WORDS, applied over the analytic default
-  bool weights_prepacked = false;  // --weights prepacked: every convgen peer's GEMM weights packed once, untimed
+  // --weights (or a pack_weights word of --schedule): how every convgen peer's GEMM
+  // forward and backward-data weights are packed, per call or once at set-up.
+  convgen::PackWeights weights = convgen::PackWeights::PerCall;
   std::string target_name;         // --target as given ("" = the build's default target)
   convgen::TargetInfo target = convgen::default_target();
   bool peer_isa_matched = true;    // --peer-isa matched (default) | native

@@ -144,6 +144,7 @@ json peer_json(const LayerResult& r, Peer p, double peak) {
   j["pct_peak"] = num(pr.median_gflops / peak * 100.0);
   j["reps_per_sample"] = pr.reps;
   j["workspace_bytes"] = pr.workspace_bytes;
+  if (p == kConvgen || p == kTuned || p == kDefaultAgain) j["packed_weight_floats"] = pr.packed_weight_floats;
   if (p == kTuned) {
     j["schedule"] = r.tuned_schedule;
   } else if (p == kDefaultAgain) {

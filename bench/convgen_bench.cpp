@@ -52,7 +52,7 @@ int run_bench(const Options& o) {
   const std::string cpu = convgen::host_cpu().model;
   fmt::print("convgen-bench {}  pass {}  mb {}  threads {}  runs {}  cpu \"{}\"\n", CONVGEN_VERSION,
              o.pass, o.mb, o.threads, o.runs, cpu);
-  fmt::print("convgen weights {}\n", o.weights_prepacked ? "prepacked (packed once, untimed, as oneDNN's are reordered)"
+  fmt::print("convgen weights {}\n", o.weights == convgen::PackWeights::Prepacked ? "prepacked (packed once, untimed, as oneDNN's are reordered)"
                                                          : "packed per call (inside the timed call)");
   fmt::print("convgen target {}; peers {}: oneDNN ISA {}, BLIS kernels {} ({})\n", o.target.target,
              o.peer_isa_matched ? "matched" : "native", peer_isa.onednn_isa, peer_isa.blis_arch,
@@ -141,7 +141,7 @@ int run_bench(const Options& o) {
     doc["pass"] = o.pass;
     doc["mb"] = o.mb;
     doc["runs"] = o.runs;
-    doc["weights"] = o.weights_prepacked ? "prepacked" : "per_call";
+    doc["weights"] = convgen::to_string(o.weights);
     doc["min_sample_seconds"] = kMinSampleSeconds;
     doc["convgen_threads"] = o.threads;
     json layers_json = json::array();

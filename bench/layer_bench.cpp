@@ -185,12 +185,13 @@ std::string blis_memory_refusal(const ConvDescriptor& d) {
   return "";
 }
 
-// --weights prepacked: the GEMM forward and backward-data weights of every convgen peer
-// are packed once at set-up (packed_weights), so the default and the tuned kernel compare
-// alike; backward-weights reads no weights. The schedules printed and recorded say so.
+// --weights: the GEMM forward and backward-data weights of every convgen peer are packed
+// per call or once at set-up (packed_weights), so the default and the tuned kernel compare
+// alike. Backward-weights reads no weights, and other strategies read ONNX weights either
+// way (schedules/weight_panels.h), so their schedules keep what they say.
 convgen::ConvSchedule with_weights_mode(convgen::ConvSchedule s, const LayerResult& res, const Options& o) {
-  if (!o.weights_prepacked || res.pass == Pass::BwdWeights) return s;
-  s.pack_weights = convgen::PackWeights::Prepacked;
+  if (res.pass == Pass::BwdWeights || s.strategy != convgen::Strategy::Gemm) return s;
+  s.pack_weights = o.weights;
   return s;
 }
 
@@ -330,6 +331,7 @@ void set_up_forward(LayerResult& res, const Inputs& in, Outputs* out, const Opti
       float* y = out[p][0].data();
       PeerResult& r = res.peer[p];
       auto packed = packed_weights(kernel->weight_panels(), crop.w(in));
+      r.packed_weight_floats = packed ? kernel->weight_panels().floats : 0;
       r.call = [kernel, &in, w = packed ? packed->data() : crop.w(in), keep = crop.weights, packed, bias, y] {
         kernel->run(in.x.data(), w, bias, y);
       };
@@ -375,6 +377,7 @@ void set_up_backward_data(LayerResult& res, const Inputs& in, Outputs* out, cons
       float* dx = out[p][0].data();
       PeerResult& r = res.peer[p];
       auto packed = packed_weights(kernel->weight_panels(), crop.w(in));
+      r.packed_weight_floats = packed ? kernel->weight_panels().floats : 0;
       r.call = [kernel, &in, w = packed ? packed->data() : crop.w(in), keep = crop.weights, packed, y, dx] {
         kernel->run(in.dy.data(), w, y, dx);
       };

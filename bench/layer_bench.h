@@ -27,6 +27,7 @@ struct PeerResult {
   double median_gflops = kNaN;
   int64_t reps = 1;             // calls per sample
   int64_t workspace_bytes = 0;
+  int64_t packed_weight_floats = 0;  // convgen peers: weights packed once at set-up (0: per call, or none)
   std::function<void()> call;   // the timed call
   std::function<void()> finish; // untimed, after the samples: final outputs and workspace
   bool runs() const { return enabled && skipped.empty(); }

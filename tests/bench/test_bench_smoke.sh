@@ -114,28 +114,41 @@ for s in doc["summary"]:
         sys.exit(1)
 PY
 # --weights prepacked: every convgen peer (default, tuned, control) reads GEMM weights
-# packed once at set-up; bwd_weights reads none. The outputs still agree with the peers.
+# packed once at set-up (the JSON counts the floats it packed); bwd_weights reads none.
+# A GEMM layer in every pass (the smoke layer's groups take other strategies on AVX-512).
+gemm_layer='mb2ic16ih9iw7oc32kh3kw3sh2pt1pb0pl1pr1'
+"$convgen" tune "$gemm_layer" --batch 8 --target host --records "$dir/g.jsonl" --trials 2 >"$dir/out" 2>&1 ||
+  { cat "$dir/out"; fail "convgen tune of the GEMM layer failed"; }
 for target in "" host; do
-  "$bench" --descriptor "$layer" --pass all --runs 1 ${target:+--target $target} --weights prepacked \
-    ${target:+--schedules "$dir/r.jsonl"} --json "$dir/packed.json" >"$dir/out" 2>&1 ||
+  "$bench" --descriptor "$gemm_layer" --pass all --runs 1 ${target:+--target $target} --weights prepacked \
+    ${target:+--schedules "$dir/g.jsonl"} --json "$dir/packed.json" >"$dir/out" 2>&1 ||
     { cat "$dir/out"; fail "--weights prepacked ${target:+(host, tuned)} run failed"; }
   grep -q "convgen weights prepacked" "$dir/out" || { cat "$dir/out"; fail "no weights line"; }
-  "$py" - "$dir/packed.json" <<'PY' || exit 1
+  "$py" - "$dir/packed.json" "${target:-avx2}" <<'PY' || exit 1
 import json, sys
-doc = json.load(open(sys.argv[1]))
-if doc["weights"] != "prepacked":
-    print(f"bench.smoke: weights {doc['weights']}"); sys.exit(1)
+doc, target = json.load(open(sys.argv[1])), sys.argv[2]
+def need(ok, what):
+    if not ok:
+        print(f"bench.smoke: --weights prepacked ({target}): {what}"); sys.exit(1)
+need(doc["weights"] == "prepacked", f"weights {doc['weights']}")
+packed_runs = set()
 for l in doc["layers"]:
-    want = l["pass"] != "bwd_weights"
     for peer in ("convgen", "tuned", "default_again"):
         p = l.get(peer)
         if p is None: continue
-        if ("pack_weights=prepacked" in p["schedule"]) != want:
-            print(f"bench.smoke: {l['pass']} {peer}: {p['schedule']}"); sys.exit(1)
-    if l["check_ok"] is not True:
-        print(f"bench.smoke: {l['pass']}: prepacked peers disagree ({l['max_rel_diff']})"); sys.exit(1)
+        gemm = p["schedule"].startswith("gemm ")
+        want = l["pass"] != "bwd_weights" and gemm
+        need(("pack_weights=prepacked" in p["schedule"]) == want, f"{l['pass']} {peer}: {p['schedule']}")
+        need((p["packed_weight_floats"] > 0) == want, f"{l['pass']} {peer}: {p['packed_weight_floats']} floats packed")
+        if want: packed_runs.add((l["pass"], peer))
+    need(l["check_ok"] is True, f"{l['pass']}: prepacked peers disagree ({l['max_rel_diff']})")
+need(("fwd", "convgen") in packed_runs and ("bwd_data", "convgen") in packed_runs, f"packed runs {packed_runs}")
+if target == "host":
+    need(("fwd", "tuned") in packed_runs and ("fwd", "default_again") in packed_runs, f"packed runs {packed_runs}")
 PY
 done
+usage "--weights per_call and --schedule pack_weights=prepacked disagree" --descriptor "$layer" --weights per_call \
+  --schedule pack_weights=prepacked
 usage "--weights: 'once' is neither per_call nor prepacked" --descriptor "$layer" --weights once
 usage "--peers tuned needs --schedules" --descriptor "$layer" --peers convgen,tuned
 usage "unknown peer 'default_again'" --descriptor "$layer" --peers convgen,default_again
