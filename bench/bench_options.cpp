@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -103,7 +104,7 @@ Options parse_options(int argc, char** argv) {
     }
   }
   bool peers_given = false;
-  std::string weights;  // --weights as given
+  std::optional<convgen::PackWeights> weights;  // --weights as given
   for (size_t i = 0; i < expanded.size(); ++i) {
     const std::string& a = expanded[i];
     auto value = [&]() -> std::string {
@@ -158,9 +159,11 @@ Options parse_options(int argc, char** argv) {
     } else if (a == "--schedule") {
       o.schedule_overrides = value();
     } else if (a == "--weights") {
-      weights = value();
-      if (weights != "per_call" && weights != "prepacked")
-        throw Error(ExitCode::Usage, fmt::format("--weights: '{}' is neither per_call nor prepacked", weights));
+      const std::string m = value();
+      convgen::PackWeights w;
+      if (!convgen::from_string(m, &w))
+        throw Error(ExitCode::Usage, fmt::format("--weights: '{}' is neither per_call nor prepacked", m));
+      weights = w;
     } else if (a == "--target") {
       o.target_name = value();
     } else if (a == "--peer-isa") {
@@ -182,13 +185,12 @@ Options parse_options(int argc, char** argv) {
   if (o.schedule_overrides.find("pack_weights=") != std::string::npos) {
     convgen::ConvSchedule probe;
     convgen::apply_schedule_overrides(o.schedule_overrides, &probe);
-    const std::string said = convgen::to_string(probe.pack_weights);
-    if (!weights.empty() && weights != said)
-      throw Error(ExitCode::Usage,
-                  fmt::format("--weights {} and --schedule pack_weights={} disagree", weights, said));
-    weights = said;
+    if (weights && *weights != probe.pack_weights)
+      throw Error(ExitCode::Usage, fmt::format("--weights {} and --schedule pack_weights={} disagree",
+                                               convgen::to_string(*weights), convgen::to_string(probe.pack_weights)));
+    weights = probe.pack_weights;
   }
-  if (weights == "prepacked") o.weights = convgen::PackWeights::Prepacked;
+  if (weights) o.weights = *weights;
   if (!peers_given) o.peer_enabled[kTuned] = !o.schedules.empty();
   if (o.peer_enabled[kTuned] && o.schedules.empty())
     throw Error(ExitCode::Usage, "--peers tuned needs --schedules FILE");

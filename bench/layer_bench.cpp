@@ -278,8 +278,10 @@ struct Cropping {
 };
 
 // A kernel scheduled pack_weights=prepacked reads panels packed once here, untimed (as
-// oneDNN's weights are reordered once before its timed calls); null when it packs per call.
-std::shared_ptr<FloatBuffer> packed_weights(const convgen::WeightPanels& panels, const float* w) {
+// oneDNN's weights are reordered once before its timed calls), and the peer's report counts
+// them; null (and 0 floats) when it packs per call.
+std::shared_ptr<FloatBuffer> packed_weights(const convgen::WeightPanels& panels, const float* w, PeerResult& r) {
+  r.packed_weight_floats = panels.empty() ? 0 : panels.floats;
   if (panels.empty()) return nullptr;
   auto packed = std::make_shared<FloatBuffer>(static_cast<size_t>(panels.floats));
   convgen::pack_weight_panels(panels, w, packed->data());
@@ -330,8 +332,7 @@ void set_up_forward(LayerResult& res, const Inputs& in, Outputs* out, const Opti
       out[p] = {unwritten(y_size)};
       float* y = out[p][0].data();
       PeerResult& r = res.peer[p];
-      auto packed = packed_weights(kernel->weight_panels(), crop.w(in));
-      r.packed_weight_floats = packed ? kernel->weight_panels().floats : 0;
+      auto packed = packed_weights(kernel->weight_panels(), crop.w(in), r);
       r.call = [kernel, &in, w = packed ? packed->data() : crop.w(in), keep = crop.weights, packed, bias, y] {
         kernel->run(in.x.data(), w, bias, y);
       };
@@ -376,8 +377,7 @@ void set_up_backward_data(LayerResult& res, const Inputs& in, Outputs* out, cons
       out[p] = {unwritten(dx_size)};
       float* dx = out[p][0].data();
       PeerResult& r = res.peer[p];
-      auto packed = packed_weights(kernel->weight_panels(), crop.w(in));
-      r.packed_weight_floats = packed ? kernel->weight_panels().floats : 0;
+      auto packed = packed_weights(kernel->weight_panels(), crop.w(in), r);
       r.call = [kernel, &in, w = packed ? packed->data() : crop.w(in), keep = crop.weights, packed, y, dx] {
         kernel->run(in.dy.data(), w, y, dx);
       };
