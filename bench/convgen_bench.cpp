@@ -30,6 +30,7 @@
 #include "bench/onednn_util.h"
 #include "bench/peer_isa.h"
 #include "runtime/im2col/im2col_blis.h"
+#include "runtime/memory/page_allocation.h"
 #include "runtime/probe/fma_probe.h"
 #include "schedules/build_info.h"
 #include "schedules/durable_file.h"
@@ -105,6 +106,7 @@ int run_bench(const Options& o) {
              o.runs);
   fmt::print("check = fwd: max|convgen-ref|/max|ref| (ref oneDNN); bwd_*: the worst peer's "
              "max|peer-convgen|/max|convgen|\n");
+  fmt::print("buffers of every peer: {}\n", convgen::huge_page_policy());
 
   std::vector<SetSummary> summaries;
   for (Pass pass : o.passes) {
@@ -142,6 +144,7 @@ int run_bench(const Options& o) {
     doc["mb"] = o.mb;
     doc["runs"] = o.runs;
     doc["weights"] = convgen::to_string(o.weights);
+    doc["buffers"] = convgen::huge_page_policy();
     doc["min_sample_seconds"] = kMinSampleSeconds;
     doc["convgen_threads"] = o.threads;
     json layers_json = json::array();

@@ -17,7 +17,7 @@
 #include "generator/tune/tune_plan.h"
 #include "runtime/im2col/im2col_blis.h"
 #include "runtime/im2col/im2col_blis_backward.h"
-#include "runtime/ops/aligned_buffer.h"
+#include "runtime/memory/aligned_buffer.h"
 #include "schedules/errors.h"
 #include "schedules/schedule_records.h"
 #include "schedules/schedule_selection.h"

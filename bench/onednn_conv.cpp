@@ -25,9 +25,10 @@ struct OnednnConv::Impl {
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward conv;
 
+  OnednnBuffers buffers;  // before the memories on it
   memory::desc user_src_md, user_wei_md, user_dst_md, user_bias_md;
   memory src_mem, wei_mem, dst_mem, bias_mem, scratch_mem;
-  memory user_dst_mem;  // library-owned NHWC staging for fetch()
+  memory user_dst_mem;  // NHWC staging for fetch()
 
   double in_ms = -1.0, out_ms = -1.0;
   bool prepared = false;
@@ -74,12 +75,12 @@ OnednnConv::OnednnConv(const ConvDescriptor& d, int threads) : impl_(std::make_u
                 fmt::format("oneDNN: no forward convolution for {}: {}", d.normalised(), e.what()));
   }
 
-  m.src_mem = memory(m.pd.src_desc(), m.eng);
-  m.wei_mem = memory(m.pd.weights_desc(), m.eng);
-  m.dst_mem = memory(m.pd.dst_desc(), m.eng);
-  if (d.bias) m.bias_mem = memory(m.pd.bias_desc(), m.eng);
-  m.scratch_mem = memory(m.pd.scratchpad_desc(), m.eng);
-  m.user_dst_mem = memory(m.user_dst_md, m.eng);
+  m.src_mem = m.buffers.make(m.pd.src_desc(), m.eng);
+  m.wei_mem = m.buffers.make(m.pd.weights_desc(), m.eng);
+  m.dst_mem = m.buffers.make(m.pd.dst_desc(), m.eng);
+  if (d.bias) m.bias_mem = m.buffers.make(m.pd.bias_desc(), m.eng);
+  m.scratch_mem = m.buffers.make(m.pd.scratchpad_desc(), m.eng);
+  m.user_dst_mem = m.buffers.make(m.user_dst_md, m.eng);
 }
 
 OnednnConv::~OnednnConv() = default;

@@ -56,6 +56,7 @@ struct OnednnConvBackwardData::Impl {
   dnnl::convolution_backward_data::primitive_desc pd;
   dnnl::convolution_backward_data conv;
 
+  OnednnBuffers buffers;  // before the memories on it
   memory::desc user_dy_md, user_wei_md, user_dx_md;
   memory dy_mem, wei_mem, dx_mem, scratch_mem;
 
@@ -88,10 +89,10 @@ OnednnConvBackwardData::OnednnConvBackwardData(const ConvDescriptor& d, int thre
                             e.what()));
   }
 
-  m.dy_mem = memory(m.pd.diff_dst_desc(), m.eng);
-  m.wei_mem = memory(m.pd.weights_desc(), m.eng);
-  m.dx_mem = memory(m.pd.diff_src_desc(), m.eng);
-  m.scratch_mem = memory(m.pd.scratchpad_desc(), m.eng);
+  m.dy_mem = m.buffers.make(m.pd.diff_dst_desc(), m.eng);
+  m.wei_mem = m.buffers.make(m.pd.weights_desc(), m.eng);
+  m.dx_mem = m.buffers.make(m.pd.diff_src_desc(), m.eng);
+  m.scratch_mem = m.buffers.make(m.pd.scratchpad_desc(), m.eng);
 }
 
 OnednnConvBackwardData::~OnednnConvBackwardData() = default;
@@ -160,6 +161,7 @@ struct OnednnConvBackwardWeights::Impl {
   dnnl::convolution_backward_weights::primitive_desc pd;
   dnnl::convolution_backward_weights conv;
 
+  OnednnBuffers buffers;  // before the memories on it
   memory::desc user_x_md, user_dy_md, user_dw_md, user_db_md;
   memory x_mem, dy_mem, dw_mem, db_mem, scratch_mem;
 
@@ -198,11 +200,11 @@ OnednnConvBackwardWeights::OnednnConvBackwardWeights(const ConvDescriptor& d, in
                             e.what()));
   }
 
-  m.x_mem = memory(m.pd.src_desc(), m.eng);
-  m.dy_mem = memory(m.pd.diff_dst_desc(), m.eng);
-  m.dw_mem = memory(m.pd.diff_weights_desc(), m.eng);
-  if (d.bias) m.db_mem = memory(m.pd.diff_bias_desc(), m.eng);
-  m.scratch_mem = memory(m.pd.scratchpad_desc(), m.eng);
+  m.x_mem = m.buffers.make(m.pd.src_desc(), m.eng);
+  m.dy_mem = m.buffers.make(m.pd.diff_dst_desc(), m.eng);
+  m.dw_mem = m.buffers.make(m.pd.diff_weights_desc(), m.eng);
+  if (d.bias) m.db_mem = m.buffers.make(m.pd.diff_bias_desc(), m.eng);
+  m.scratch_mem = m.buffers.make(m.pd.scratchpad_desc(), m.eng);
 }
 
 OnednnConvBackwardWeights::~OnednnConvBackwardWeights() = default;

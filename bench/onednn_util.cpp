@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "bench/bench_util.h"
+#include "runtime/memory/page_allocation.h"
 
 namespace convgen::bench {
 
@@ -28,6 +29,21 @@ OnednnConvShapes onednn_conv_shapes(const ConvDescriptor& d) {
   s.user_wei_md = memory::desc(s.wei_dims, dt::f32, G > 1 ? tag::goihw : tag::oihw);
   s.user_bias_md = memory::desc(s.bias_dims, dt::f32, tag::x);
   return s;
+}
+
+// oneDNN's own alignment for the buffers it allocates.
+constexpr std::size_t kOnednnAlignment = 64;
+
+OnednnBuffers::~OnednnBuffers() {
+  for (const Block& b : blocks_) release_buffer(b.data, b.bytes, kOnednnAlignment);
+}
+
+memory OnednnBuffers::make(const memory::desc& md, const dnnl::engine& eng) {
+  const std::size_t bytes = md.get_size();
+  if (bytes == 0) return memory(md, eng);  // an empty scratchpad: nothing to place
+  void* data = allocate_buffer(bytes, kOnednnAlignment);
+  blocks_.push_back({data, bytes});
+  return memory(md, eng, data);
 }
 
 std::string onednn_layout_name(const memory::desc& md) {

@@ -4,7 +4,9 @@
 // files, so no other file of the bench sees dnnl.hpp.
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <vector>
 
 #include <dnnl.hpp>
 
@@ -21,6 +23,26 @@ struct OnednnConvShapes {
   dnnl::memory::desc user_src_md, user_dst_md, user_wei_md, user_bias_md;
 };
 OnednnConvShapes onednn_conv_shapes(const ConvDescriptor& d);
+
+// The primitive's memories on buffers from convgen's own allocator
+// (runtime/memory/page_allocation.h), so that every peer's tensors lie on the same kind
+// of pages (huge pages for 2 MiB and more); oneDNN would otherwise allocate them itself
+// on small pages. Declare it before the memories it makes: it frees their buffers.
+class OnednnBuffers {
+ public:
+  OnednnBuffers() = default;
+  OnednnBuffers(const OnednnBuffers&) = delete;
+  OnednnBuffers& operator=(const OnednnBuffers&) = delete;
+  ~OnednnBuffers();
+  dnnl::memory make(const dnnl::memory::desc& md, const dnnl::engine& eng);
+
+ private:
+  struct Block {
+    void* data;
+    std::size_t bytes;
+  };
+  std::vector<Block> blocks_;
+};
 
 // Short name of a plain or blocked memory layout ("acdb", "aBcd8b", ...), from the
 // strides and inner blocks of the descriptor; good enough to tell layouts apart.

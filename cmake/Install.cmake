@@ -10,7 +10,7 @@ set(CONVGEN_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/convgen")
 # convgenConfig.cmake).
 set(CONVGEN_INSTALLED_LIBRARIES
   convgen_runtime convgen_trainer convgen_graph convgen_parallel convgen_ops convgen_schedules
-  convgen_data convgen_checkpoint)
+  convgen_data convgen_checkpoint convgen_memory)
 foreach(lib IN LISTS CONVGEN_INSTALLED_LIBRARIES)
   string(REPLACE "convgen_" "" export_name "${lib}")
   set_target_properties(${lib} PROPERTIES EXPORT_NAME ${export_name})
@@ -30,7 +30,8 @@ set(CONVGEN_INSTALLED_HEADERS
   runtime/driver/model_runtime.h
   runtime/graph/model_graph.h
   runtime/graph/train_graph.h
-  runtime/ops/aligned_buffer.h
+  runtime/memory/aligned_buffer.h
+  runtime/memory/page_allocation.h
   runtime/ops/layout.h
   runtime/ops/ops.h
   runtime/ops/resize.h

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/ops/aligned_buffer.h"
+#include "runtime/memory/aligned_buffer.h"
 #include "schedules/conv_descriptor.h"
 
 namespace convgen {

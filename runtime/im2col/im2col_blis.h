@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/memory/aligned_buffer.h"
 #include "schedules/conv_descriptor.h"
 
 namespace convgen::bench {
@@ -83,8 +84,8 @@ class Im2colBlisConv {
   bool direct_;
   int64_t pixels_;  // N*P*Q
   int64_t kdim_;    // R*S*C/g
-  std::vector<float> packed_w_;  // [g][(r*kw+s)*icg + c][ocg]; Owned only
-  std::vector<float> col_;       // [g][N*P*Q][R*S*C/g]; Owned only
+  FloatBuffer packed_w_;  // [g][(r*kw+s)*icg + c][ocg]; Owned only
+  FloatBuffer col_;       // [g][N*P*Q][R*S*C/g]; Owned only
 };
 
 // The peers' im2col / col2im / bias passes: body(begin, end) over blocks of [0, n). With

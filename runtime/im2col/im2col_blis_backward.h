@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "runtime/im2col/im2col_blis.h"
+#include "runtime/memory/aligned_buffer.h"
 #include "schedules/conv_descriptor.h"
 
 namespace convgen::bench {
@@ -66,7 +67,7 @@ class Im2colBlisBackwardData {
   bool direct_;
   int64_t pixels_;  // N*P*Q
   int64_t kdim_;    // C/g*R*S
-  std::vector<float> col_;  // [g][N*P*Q][C/g*R*S]; Owned only
+  FloatBuffer col_;  // [g][N*P*Q][C/g*R*S]; Owned only
 };
 
 class Im2colBlisBackwardWeights {
@@ -100,7 +101,7 @@ class Im2colBlisBackwardWeights {
   bool direct_;
   int64_t pixels_;  // N*P*Q
   int64_t kdim_;    // C/g*R*S
-  std::vector<float> col_;  // [g][N*P*Q][C/g*R*S]; Owned only
+  FloatBuffer col_;  // [g][N*P*Q][C/g*R*S]; Owned only
 };
 
 }  // namespace convgen::bench

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/ops/aligned_buffer.h"
+#include "runtime/memory/aligned_buffer.h"
 
 namespace convgen {
 

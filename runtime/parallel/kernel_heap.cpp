@@ -1,9 +1,11 @@
 #include "runtime/parallel/kernel_heap.h"
 
 #include <cstdint>
-#include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <new>
+
+#include "runtime/memory/page_allocation.h"
 
 namespace convgen {
 
@@ -31,6 +33,8 @@ std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to *
 
 void* payload(Header* h) { return reinterpret_cast<char*>(h) + kKernelHeapAlignment; }
 
+void free_block(Header* h) { release_buffer(h, h->bytes + kKernelHeapAlignment, kKernelHeapAlignment); }
+
 }  // namespace
 
 void* kernel_heap_allocate(std::size_t bytes) {
@@ -48,8 +52,12 @@ void* kernel_heap_allocate(std::size_t bytes) {
       return payload(h);
     }
   }
-  void* raw = std::aligned_alloc(kKernelHeapAlignment, capacity + kKernelHeapAlignment);
-  if (!raw) return nullptr;
+  void* raw = nullptr;
+  try {
+    raw = allocate_buffer(capacity + kKernelHeapAlignment, kKernelHeapAlignment);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
   auto* h = static_cast<Header*>(raw);
   h->bytes = capacity;
   return payload(h);
@@ -59,7 +67,7 @@ void kernel_heap_release(void* block) {
   if (!block) return;
   auto* h = reinterpret_cast<Header*>(static_cast<char*>(block) - kKernelHeapAlignment);
   if (h->bytes <= kKernelHeapSmallBlock || h->bytes > kKernelHeapCacheBytes) {
-    std::free(h);
+    free_block(h);
     return;
   }
   Cache& c = cache();
@@ -74,7 +82,7 @@ void kernel_heap_release(void* block) {
       c.blocks.pop_front();
     }
   }
-  for (Header* d : dropped) std::free(d);
+  for (Header* d : dropped) free_block(d);
 }
 
 }  // namespace convgen

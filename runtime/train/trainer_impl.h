@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "runtime/graph/train_graph.h"
-#include "runtime/ops/aligned_buffer.h"
+#include "runtime/memory/aligned_buffer.h"
 #include "runtime/ops/tensor.h"
 #include "runtime/parallel/pairwise_tree.h"
 #include "runtime/train/batch_norm_kernels.h"
