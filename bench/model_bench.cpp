@@ -19,6 +19,7 @@
 #include "generator/model/batch_split.h"
 #include "generator/model/executor.h"
 #include "generator/onnx/import.h"
+#include "runtime/memory/page_allocation.h"
 #include "runtime/probe/fma_probe.h"
 #include "schedules/errors.h"
 
@@ -84,11 +85,11 @@ int main(int argc, char** argv) {
                "\"ms\": {:.3f}, \"images_per_s\": {:.1f}, \"p50_ms\": {:.3f}, \"p99_ms\": {:.3f}, "
                "\"load_rss_mib\": {:.1f}, \"peak_rss_mib\": {:.1f}, \"run_rss_mib\": {:.1f}, "
                "\"per_call_batch\": {}, \"calls\": {}, \"arena_bytes\": {}, "
-               "\"weights_bytes\": {}, \"fma_peak_gflops\": {:.1f}}}\n",
+               "\"weights_bytes\": {}, \"fma_peak_gflops\": {:.1f}, \"buffers\": \"{}\"}}\n",
                path, batch, threads, t.target, timing.ms, 1000.0 * batch / timing.ms, timing.p50_ms, timing.p99_ms,
                timing.load_rss_mib, timing.peak_rss_mib, timing.peak_rss_mib - timing.load_rss_mib,
                batch / split.calls, split.calls, exec.arena_floats_allocated() * 4,
-               exec.plan().weights_floats * 4, fma_peak);
+               exec.plan().weights_floats * 4, fma_peak, convgen::huge_page_policy());
     return 0;
   } catch (const convgen::Error& e) {
     std::fprintf(stderr, "convgen-model-bench: %s\n", e.what());

@@ -12,6 +12,7 @@
 
 #include "generator/train/trainer_from_model.h"
 #include "runtime/data/train_data.h"
+#include "runtime/memory/page_allocation.h"
 #include "runtime/probe/fma_probe.h"
 #include "runtime/train/trainer.h"
 #include "schedules/errors.h"
@@ -136,10 +137,10 @@ int main(int argc, char** argv) {
                "\"batch\": {}, \"micro_batch\": {}, "
                "\"threads\": {}, \"steps\": {}, \"runs\": {}, \"ms_per_step\": {:.3f}, \"images_per_s\": {:.1f}, "
                "\"step_gflop\": {:.4f}, \"fma_peak_gflops\": {:.1f}, \"efficiency\": {:.3f}, "
-               "\"rss_after_load_mib\": {:.1f}, \"peak_rss_above_load_mib\": {:.1f}}}\n",
+               "\"rss_after_load_mib\": {:.1f}, \"peak_rss_above_load_mib\": {:.1f}, \"buffers\": \"{}\"}}\n",
                path, o.conv_impl, o.records, o.batch, trainer.micro_batch(), o.threads, steps, runs, per_step * 1e3,
                double(o.batch) / per_step, flops * 1e-9, peak, flops / per_step / (peak * 1e9), base,
-               status_mib("VmHWM") - base);
+               status_mib("VmHWM") - base, convgen::huge_page_policy());
     return 0;
   } catch (const convgen::Error& e) {
     std::fprintf(stderr, "convgen-train-bench: %s\n", e.what());

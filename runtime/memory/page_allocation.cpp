@@ -60,17 +60,21 @@ const Policy& policy() {
 
 bool mapped(std::size_t bytes) { return bytes >= kHugePageBytes && policy().maps; }
 
-// Whole small pages at a huge-page boundary: map a huge page more than asked, then give
-// back the misaligned head and the tail.
+// Whole small pages at a huge-page boundary, with one readable small page on either
+// side: some kernels load a whole vector that runs past the end of an input (a guarded
+// tail whose lanes are discarded; see kMappedSlackBytes in the header), which malloc's
+// blocks always had room for. Map a huge page more than asked, then give back the rest.
 void* map_huge(std::size_t bytes) {
-  const std::size_t size = round_up(bytes, kSmallPage), span = size + kHugePageBytes;
+  const std::size_t size = round_up(bytes, kSmallPage);
+  const std::size_t span = kMappedSlackBytes + size + kMappedSlackBytes + kHugePageBytes;
   void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) throw std::bad_alloc();
   const auto start = reinterpret_cast<std::uintptr_t>(raw);
-  const std::uintptr_t aligned = round_up(start, kHugePageBytes);
-  if (aligned > start) munmap(raw, aligned - start);
-  const std::uintptr_t end = start + span, used_end = aligned + size;
-  if (end > used_end) munmap(reinterpret_cast<void*>(used_end), end - used_end);
+  const std::uintptr_t aligned = round_up(start + kMappedSlackBytes, kHugePageBytes);
+  const std::uintptr_t keep_begin = aligned - kMappedSlackBytes, keep_end = aligned + size + kMappedSlackBytes;
+  if (keep_begin > start) munmap(raw, keep_begin - start);
+  const std::uintptr_t end = start + span;
+  if (end > keep_end) munmap(reinterpret_cast<void*>(keep_end), end - keep_end);
   // Advice only: without it the buffer still works, on small pages.
   madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE);
   return reinterpret_cast<void*>(aligned);
@@ -105,7 +109,7 @@ void* allocate_buffer(std::size_t bytes, std::size_t alignment) {
 void release_buffer(void* p, std::size_t bytes, std::size_t alignment) noexcept {
   if (p == nullptr) return;
   if (mapped(bytes)) {
-    munmap(p, round_up(bytes, kSmallPage));
+    munmap(static_cast<char*>(p) - kMappedSlackBytes, round_up(bytes, kSmallPage) + 2 * kMappedSlackBytes);
     return;
   }
   ::operator delete(p, std::align_val_t(alignment));

@@ -22,6 +22,13 @@ namespace convgen {
 
 inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 
+// A mapped buffer stays readable this far beyond either end. Some generated kernels load
+// a whole vector that runs past the end of an input (Halide's dense load over a tail
+// whose extra lanes are discarded): ResNet-50's 3x3 64->64 backward-weights kernel read
+// 28 bytes past the end of a 6.4 MB input. malloc's blocks always had room for that; an
+// exact mapping faulted.
+inline constexpr std::size_t kMappedSlackBytes = 4096;
+
 // At least `bytes` bytes aligned to `alignment` (a power of two, at most 4 KiB). Throws
 // std::bad_alloc when out of memory. Thread-safe.
 void* allocate_buffer(std::size_t bytes, std::size_t alignment);

@@ -17,6 +17,7 @@
 #include "schedules/kernel_plan.h"
 #include "schedules/schedule_records.h"
 #include "schedules/weight_panels.h"
+#include "tests/common/guarded_input.h"
 #include "tests/common/guarded_output.h"
 #include "tests/common/reference_conv_backward.h"
 #include "tests/conv/sweep_plan.h"
@@ -60,6 +61,7 @@ std::vector<float> absolute(std::vector<float> v) {
 
 struct Outcome {
   size_t mismatches = 0, guard_damage = 0;
+  std::uintptr_t fault = 0;  // the address of a read outside the inputs (run_catching_faults)
   std::string first_mismatch;
 };
 
@@ -91,8 +93,12 @@ Outcome run_backward_data(JitBackwardDataKernel& k, const ConvDescriptor& d, boo
   const WeightPanels& panels = k.weight_panels();  // pack_weights=prepacked: packed here
   std::vector<float> packed(static_cast<size_t>(panels.floats), std::nanf(""));
   if (!panels.empty()) pack_weight_panels(panels, in.w.data(), packed.data());
-  k.run(in.dy.data(), panels.empty() ? in.w.data() : packed.data(), d.relu ? in.y.data() : nullptr, dx.data());
+  // Every input against a faulting page: a read past either end crashes the case.
+  const GuardedInput::Edge edge = guarded_edge(integer_valued);
+  const GuardedInput dy(in.dy, edge), w(panels.empty() ? in.w : packed, edge), y(in.y, edge);
   Outcome o;
+  o.fault = run_catching_faults([&] { k.run(dy.data(), w.data(), d.relu ? y.data() : nullptr, dx.data()); });
+  if (o.fault) return o;
   compare("dx", dx, want, abs_sum, double(d.ocg() * d.kh * d.kw), integer_valued, o);
   return o;
 }
@@ -104,8 +110,12 @@ Outcome run_backward_weights(JitBackwardWeightsKernel& k, const ConvDescriptor& 
   const auto abs_sum = reference_backward_weights(d, absolute(in.x), absolute(in.dy_masked));
   if (integer_valued) REQUIRE(std::max(max_of(abs_sum.dw), max_of(abs_sum.db)) < double(1 << 24));
   GuardedOutput dw(want.dw.size()), db(d.oc);
-  k.run(in.x.data(), in.dy.data(), d.relu ? in.y.data() : nullptr, dw.data(), d.bias ? db.data() : nullptr);
+  const GuardedInput::Edge edge = guarded_edge(integer_valued);
+  const GuardedInput x(in.x, edge), dy(in.dy, edge), y(in.y, edge);
   Outcome o;
+  o.fault = run_catching_faults(
+      [&] { k.run(x.data(), dy.data(), d.relu ? y.data() : nullptr, dw.data(), d.bias ? db.data() : nullptr); });
+  if (o.fault) return o;
   const double terms = double(d.mb * d.oh() * d.ow());
   compare("dw", dw, want.dw, abs_sum.dw, terms, integer_valued, o);
   if (d.bias) {
@@ -117,6 +127,7 @@ Outcome run_backward_weights(JitBackwardWeightsKernel& k, const ConvDescriptor& 
 }
 
 void check(const Outcome& o) {
+  if (o.fault) FAIL_CHECK("faulted at 0x" << std::hex << o.fault << ": a read outside the inputs");
   INFO(o.first_mismatch);
   CHECK(o.mismatches == 0);
   CHECK(o.guard_damage == 0);
@@ -127,11 +138,13 @@ void run_class(const std::string& cls) {
   for (const SweepCase& c : sweep_cases(cls)) {
     INFO(c.descriptor.to_string() << "  schedule: " << describe(c.schedule));
     {
+      INFO("backward-data");
       JitBackwardDataKernel k(c.descriptor, c.schedule, t);
       check(run_backward_data(k, c.descriptor, true, 7));
       check(run_backward_data(k, c.descriptor, false, 11));
     }
     {
+      INFO("backward-weights");
       JitBackwardWeightsKernel k(c.descriptor, c.schedule, t);
       check(run_backward_weights(k, c.descriptor, true, 7));
       check(run_backward_weights(k, c.descriptor, false, 11));

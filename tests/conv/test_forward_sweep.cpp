@@ -15,6 +15,7 @@
 #include "schedules/kernel_plan.h"
 #include "schedules/schedule_records.h"
 #include "schedules/weight_panels.h"
+#include "tests/common/guarded_input.h"
 #include "tests/common/guarded_output.h"
 #include "tests/common/reference_conv.h"
 #include "tests/conv/sweep_plan.h"
@@ -50,6 +51,7 @@ Tensors make_inputs(const ConvDescriptor& d, bool integer_valued, uint32_t seed)
 struct Outcome {
   size_t mismatches = 0;
   size_t guard_damage = 0;
+  std::uintptr_t fault = 0;  // the address of a read outside the inputs (run_catching_faults)
   std::string first_mismatch;
 };
 
@@ -66,9 +68,14 @@ Outcome run_and_compare(JitForwardKernel& kernel, const ConvDescriptor& d, bool 
   const WeightPanels& panels = kernel.weight_panels();
   std::vector<float> packed(static_cast<size_t>(panels.floats), std::nanf(""));
   if (!panels.empty()) pack_weight_panels(panels, in.w.data(), packed.data());
-  kernel.run(in.x.data(), panels.empty() ? in.w.data() : packed.data(), d.bias ? in.b.data() : nullptr,
-             out.data() + first, d.residual ? in.r.data() : nullptr);
+  // Every input against a faulting page: a read past either end crashes the case.
+  const GuardedInput::Edge edge = guarded_edge(integer_valued);
+  const GuardedInput x(in.x, edge), w(panels.empty() ? in.w : packed, edge), b(in.b, edge), r(in.r, edge);
   Outcome o;
+  o.fault = run_catching_faults([&] {
+    kernel.run(x.data(), w.data(), d.bias ? b.data() : nullptr, out.data() + first, d.residual ? r.data() : nullptr);
+  });
+  if (o.fault) return o;
   o.guard_damage = out.damaged_guards();
   for (int64_t p = 0; p < pixels; ++p)
     for (int64_t c = 0; c < first; ++c) o.guard_damage += !GuardedOutput::is_sentinel(out[size_t(p * stride + c)]);
@@ -107,14 +114,13 @@ void check_exactness_precondition(const ConvDescriptor& d) {
 void check_kernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t) {
   check_exactness_precondition(d);
   JitForwardKernel kernel(d, s, t);
-  const Outcome exact = run_and_compare(kernel, d, true, 7);
-  INFO(exact.first_mismatch);
-  CHECK(exact.mismatches == 0);
-  CHECK(exact.guard_damage == 0);
-  const Outcome real = run_and_compare(kernel, d, false, 11);
-  INFO(real.first_mismatch);
-  CHECK(real.mismatches == 0);
-  CHECK(real.guard_damage == 0);
+  for (const bool integer_valued : {true, false}) {
+    const Outcome o = run_and_compare(kernel, d, integer_valued, integer_valued ? 7 : 11);
+    if (o.fault) FAIL_CHECK("faulted at 0x" << std::hex << o.fault << ": a read outside the inputs");
+    INFO(o.first_mismatch);
+    CHECK(o.mismatches == 0);
+    CHECK(o.guard_damage == 0);
+  }
 }
 
 // The forward epilogue's other activations take turns on the cases without a ReLU, a

@@ -3,6 +3,7 @@
 // operator new; both usable end to end and freed with the size they were asked.
 #include <catch2/catch.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -60,6 +61,10 @@ TEST_CASE("huge pages: a large buffer is mapped at a huge-page boundary and advi
     const std::string flags = vm_flags_of(p);
     INFO(flags);
     CHECK(flags.find(" hg") != std::string::npos);  // MADV_HUGEPAGE
+    // The slack on either side is readable (a kernel's vector load past an end).
+    const volatile unsigned char* bytes_at = static_cast<unsigned char*>(p);
+    CHECK(bytes_at[-static_cast<std::ptrdiff_t>(kMappedSlackBytes)] == 0);
+    CHECK(bytes_at[(bytes + 4095) / 4096 * 4096 + kMappedSlackBytes - 1] == 0);
   }
   release_buffer(p, bytes, 64);
   if (maps_huge_pages()) CHECK(vm_flags_of(p).find(" hg") == std::string::npos);  // unmapped

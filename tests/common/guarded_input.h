@@ -1,0 +1,110 @@
+// An input buffer for kernel tests that faults on reads outside it and its slack: the
+// values sit kInputSlackBytes from a page mapped PROT_NONE, after their last float
+// (Edge::End) or before their first (Edge::Start), the slack filled with NaN so that a
+// kernel using what it reads there fails the bit-exact comparison. A kernel that loads
+// further outside an input faults instead of reading whatever the heap holds there;
+// run_catching_faults turns the fault into a failed check naming the address.
+//
+// The slack is the contract generated kernels meet today: some load a whole vector that
+// runs past either end of an input (a channel tile rounded up to the vector, a shifted
+// border load) and discard the extra lanes; the runtime's buffers keep a page of slack
+// for it (runtime/memory/page_allocation.h). With no slack, 47 sweep cases fault (46
+// backward, 1 forward), all within one vector of an end (docs/architecture.md, "Buffers
+// on huge pages"): tightening this to 0 is the fix still owed.
+#pragma once
+
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <vector>
+
+namespace convgen::test {
+
+// One AVX-512 vector.
+inline constexpr size_t kInputSlackBytes = 64;
+
+class GuardedInput {
+ public:
+  enum class Edge { Start, End };
+
+  GuardedInput(const std::vector<float>& values, Edge edge) : bytes_(values.size() * sizeof(float)) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t pages = (bytes_ + kInputSlackBytes + page - 1) / page;
+    span_ = (pages + 2) * page;
+    void* raw = mmap(nullptr, span_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) throw std::bad_alloc();
+    base_ = static_cast<char*>(raw);
+    mprotect(base_, page, PROT_NONE);
+    mprotect(base_ + (pages + 1) * page, page, PROT_NONE);
+    char* first = base_ + page;
+    const size_t usable = pages * page;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (size_t i = 0; i + sizeof(float) <= usable; i += sizeof(float)) std::memcpy(first + i, &nan, sizeof nan);
+    data_ = edge == Edge::Start ? first + kInputSlackBytes : first + usable - kInputSlackBytes - bytes_;
+    if (bytes_ > 0) std::memcpy(data_, values.data(), bytes_);
+  }
+  GuardedInput(const GuardedInput&) = delete;
+  GuardedInput& operator=(const GuardedInput&) = delete;
+  ~GuardedInput() { munmap(base_, span_); }
+
+  const float* data() const { return bytes_ > 0 ? reinterpret_cast<const float*>(data_) : nullptr; }
+  float* data() { return bytes_ > 0 ? reinterpret_cast<float*>(data_) : nullptr; }
+
+ private:
+  size_t bytes_, span_ = 0;
+  char* base_ = nullptr;
+  char* data_ = nullptr;
+};
+
+// The sweeps run every case on integer-valued data and again on real data: the first run
+// guards the inputs' ends, the second their starts.
+inline GuardedInput::Edge guarded_edge(bool integer_valued) {
+  return integer_valued ? GuardedInput::Edge::End : GuardedInput::Edge::Start;
+}
+
+namespace fault_detail {
+inline thread_local sigjmp_buf* armed = nullptr;
+inline thread_local std::uintptr_t address = 0;
+inline void on_fault(int sig, siginfo_t* info, void*) {
+  if (armed == nullptr) {  // not the calling thread, or outside a call: the default action
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  address = reinterpret_cast<std::uintptr_t>(info->si_addr);
+  siglongjmp(*armed, 1);
+}
+}  // namespace fault_detail
+
+// Runs `call` (a kernel on guarded inputs, on this thread) and returns 0, or the address
+// it faulted at (SIGSEGV/SIGBUS) -- the case then fails with that address instead of the
+// whole test binary dying at its first out-of-bounds read.
+template <typename Call>
+std::uintptr_t run_catching_faults(Call&& call) {
+  struct sigaction catcher {}, old_segv {}, old_bus {};
+  catcher.sa_sigaction = fault_detail::on_fault;
+  catcher.sa_flags = SA_SIGINFO | SA_NODEFER;
+  sigemptyset(&catcher.sa_mask);
+  sigaction(SIGSEGV, &catcher, &old_segv);
+  sigaction(SIGBUS, &catcher, &old_bus);
+  sigjmp_buf here;
+  std::uintptr_t fault = 0;
+  if (sigsetjmp(here, 1) == 0) {
+    fault_detail::armed = &here;
+    call();
+  } else {
+    fault = fault_detail::address == 0 ? 1 : fault_detail::address;
+  }
+  fault_detail::armed = nullptr;
+  sigaction(SIGSEGV, &old_segv, nullptr);
+  sigaction(SIGBUS, &old_bus, nullptr);
+  return fault;
+}
+
+}  // namespace convgen::test
