@@ -321,6 +321,11 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
   const bool flat_rows = padded && gemm && d.g == 1 && cg < vl && !in_place;
   Func x_rows("x_rows");
   Var cx("cx");
+  // Tap tiles round the taps up past C/g*R*S, and x_band is asked those channels (their
+  // rows of dW are dropped): they read the last real channel, so the band's last vector
+  // of the last pixel stays inside x (it read up to a vector past its end, found with
+  // faulting pages around the sweeps' inputs).
+  const Expr channel_in_x = min(c, cg - 1);
   if (flat_rows) {
     RDom rc = define_flat_padded_rows(x_rows, cx, yy, n, p.x, cg, iw, ih, last_row);
     x_rows.vectorize(cx, vl, TailStrategy::ShiftInwards);
@@ -329,10 +334,10 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
     explain(why, "input rows staged (column, channel) flat: the real columns copied densely over zeros");
   } else if (padded) {
     // Read in place, the padding test is a `likely` interior: border pixels and rows split off.
-    x_band(c, grp, xx, yy, n) = zero_padded_read(p.x, c, grp, xx, yy, n, iw, ih, last_row, in_place);
+    x_band(c, grp, xx, yy, n) = zero_padded_read(p.x, channel_in_x, grp, xx, yy, n, iw, ih, last_row, in_place);
     if (in_place) explain(why, "input read in place: border pixels and rows split off, no padded copy");
   } else {
-    x_band(c, grp, xx, yy, n) = p.x(c, grp, xx, yy, n);
+    x_band(c, grp, xx, yy, n) = p.x(channel_in_x, grp, xx, yy, n);
   }
   // The Func that is staged per reduction item when padded: x_band, or x_rows behind it.
   Func x_staged = flat_rows ? x_rows : x_band;

@@ -22,10 +22,9 @@ namespace convgen {
 
 inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 
-// A mapped buffer stays readable this far beyond either end. Some generated kernels load
-// a whole vector that runs past the end of an input (Halide's dense load over a tail
-// whose extra lanes are discarded): ResNet-50's 3x3 64->64 backward-weights kernel read
-// 28 bytes past the end of a 6.4 MB input. malloc's blocks always had room for that; an
+// A mapped buffer stays readable this far beyond either end. A few generated kernels load
+// a vector that starts before an input and discard those lanes (tests/common/
+// guarded_input.h bounds it at 64 bytes); malloc's blocks always had room for that, an
 // exact mapping faulted.
 inline constexpr std::size_t kMappedSlackBytes = 4096;
 

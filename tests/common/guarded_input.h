@@ -5,12 +5,12 @@
 // further outside an input faults instead of reading whatever the heap holds there;
 // run_catching_faults turns the fault into a failed check naming the address.
 //
-// The slack is the contract generated kernels meet today: some load a whole vector that
-// runs past either end of an input (a channel tile rounded up to the vector, a shifted
-// border load) and discard the extra lanes; the runtime's buffers keep a page of slack
-// for it (runtime/memory/page_allocation.h). With no slack, 47 sweep cases fault (46
-// backward, 1 forward), all within one vector of an end (docs/architecture.md, "Buffers
-// on huge pages"): tightening this to 0 is the fix still owed.
+// The slack is the contract generated kernels meet today: a few still load a vector
+// that starts before an input (Halide lowers a stride-3 weight load of backward-data's
+// packing as a dense load shifted back; a ReLU mask and a depthwise input likewise) and
+// discard those lanes; the runtime's buffers keep a page of slack for it
+// (runtime/memory/page_allocation.h). With no slack 8 sweep cases fault (7 backward, 1
+// forward), all within 28 bytes of a start: removing the slack is the fix still owed.
 #pragma once
 
 #include <setjmp.h>
@@ -19,9 +19,13 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <initializer_list>
 #include <new>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace convgen::test {
@@ -53,6 +57,17 @@ class GuardedInput {
   GuardedInput& operator=(const GuardedInput&) = delete;
   ~GuardedInput() { munmap(base_, span_); }
 
+  // Where `address` lies relative to this input, if in one of its faulting pages: e.g.
+  // "28 bytes past the end", else "".
+  std::string describe_fault(std::uintptr_t address) const {
+    const auto base = reinterpret_cast<std::uintptr_t>(base_), data = reinterpret_cast<std::uintptr_t>(data_);
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    if (address >= base && address < base + page) return std::to_string(data - address) + " bytes before the start";
+    if (address >= base + span_ - page && address < base + span_)
+      return std::to_string(address - (data + bytes_) + 1) + " bytes past the end";
+    return "";
+  }
+
   const float* data() const { return bytes_ > 0 ? reinterpret_cast<const float*>(data_) : nullptr; }
   float* data() { return bytes_ > 0 ? reinterpret_cast<float*>(data_) : nullptr; }
 
@@ -81,6 +96,19 @@ inline void on_fault(int sig, siginfo_t* info, void*) {
   siglongjmp(*armed, 1);
 }
 }  // namespace fault_detail
+
+// "dy: 28 bytes past the end" for the first named input whose faulting page holds
+// `address`, else the bare address.
+inline std::string name_fault(std::uintptr_t address,
+                              std::initializer_list<std::pair<const char*, const GuardedInput*>> inputs) {
+  for (const auto& [name, input] : inputs) {
+    const std::string where = input->describe_fault(address);
+    if (!where.empty()) return std::string(name) + ": " + where;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, "address %#zx", static_cast<size_t>(address));
+  return text;
+}
 
 // Runs `call` (a kernel on guarded inputs, on this thread) and returns 0, or the address
 // it faulted at (SIGSEGV/SIGBUS) -- the case then fails with that address instead of the

@@ -62,6 +62,7 @@ std::vector<float> absolute(std::vector<float> v) {
 struct Outcome {
   size_t mismatches = 0, guard_damage = 0;
   std::uintptr_t fault = 0;  // the address of a read outside the inputs (run_catching_faults)
+  std::string fault_text;    // which input, and how far outside it
   std::string first_mismatch;
 };
 
@@ -98,7 +99,10 @@ Outcome run_backward_data(JitBackwardDataKernel& k, const ConvDescriptor& d, boo
   const GuardedInput dy(in.dy, edge), w(panels.empty() ? in.w : packed, edge), y(in.y, edge);
   Outcome o;
   o.fault = run_catching_faults([&] { k.run(dy.data(), w.data(), d.relu ? y.data() : nullptr, dx.data()); });
-  if (o.fault) return o;
+  if (o.fault) {
+    o.fault_text = name_fault(o.fault, {{"dy", &dy}, {"w", &w}, {"y", &y}});
+    return o;
+  }
   compare("dx", dx, want, abs_sum, double(d.ocg() * d.kh * d.kw), integer_valued, o);
   return o;
 }
@@ -115,7 +119,10 @@ Outcome run_backward_weights(JitBackwardWeightsKernel& k, const ConvDescriptor& 
   Outcome o;
   o.fault = run_catching_faults(
       [&] { k.run(x.data(), dy.data(), d.relu ? y.data() : nullptr, dw.data(), d.bias ? db.data() : nullptr); });
-  if (o.fault) return o;
+  if (o.fault) {
+    o.fault_text = name_fault(o.fault, {{"x", &x}, {"dy", &dy}, {"y", &y}});
+    return o;
+  }
   const double terms = double(d.mb * d.oh() * d.ow());
   compare("dw", dw, want.dw, abs_sum.dw, terms, integer_valued, o);
   if (d.bias) {
@@ -127,7 +134,7 @@ Outcome run_backward_weights(JitBackwardWeightsKernel& k, const ConvDescriptor& 
 }
 
 void check(const Outcome& o) {
-  if (o.fault) FAIL_CHECK("faulted at 0x" << std::hex << o.fault << ": a read outside the inputs");
+  if (o.fault) FAIL_CHECK("a read outside the inputs: " << o.fault_text);
   INFO(o.first_mismatch);
   CHECK(o.mismatches == 0);
   CHECK(o.guard_damage == 0);

@@ -52,6 +52,7 @@ struct Outcome {
   size_t mismatches = 0;
   size_t guard_damage = 0;
   std::uintptr_t fault = 0;  // the address of a read outside the inputs (run_catching_faults)
+  std::string fault_text;    // which input, and how far outside it
   std::string first_mismatch;
 };
 
@@ -75,7 +76,10 @@ Outcome run_and_compare(JitForwardKernel& kernel, const ConvDescriptor& d, bool 
   o.fault = run_catching_faults([&] {
     kernel.run(x.data(), w.data(), d.bias ? b.data() : nullptr, out.data() + first, d.residual ? r.data() : nullptr);
   });
-  if (o.fault) return o;
+  if (o.fault) {
+    o.fault_text = name_fault(o.fault, {{"x", &x}, {"w", &w}, {"bias", &b}, {"residual", &r}});
+    return o;
+  }
   o.guard_damage = out.damaged_guards();
   for (int64_t p = 0; p < pixels; ++p)
     for (int64_t c = 0; c < first; ++c) o.guard_damage += !GuardedOutput::is_sentinel(out[size_t(p * stride + c)]);
@@ -116,7 +120,7 @@ void check_kernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetIn
   JitForwardKernel kernel(d, s, t);
   for (const bool integer_valued : {true, false}) {
     const Outcome o = run_and_compare(kernel, d, integer_valued, integer_valued ? 7 : 11);
-    if (o.fault) FAIL_CHECK("faulted at 0x" << std::hex << o.fault << ": a read outside the inputs");
+    if (o.fault) FAIL_CHECK("a read outside the inputs: " << o.fault_text);
     INFO(o.first_mismatch);
     CHECK(o.mismatches == 0);
     CHECK(o.guard_damage == 0);
