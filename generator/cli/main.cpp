@@ -149,6 +149,8 @@ Commands:
 Options for every command: --help, --version, --verbose.
 DESCRIPTOR is a layer in benchdnn-style form, e.g. mb8ic64ih56oc64oh56kh3ph1n"res2a",
 or a quoted row of a layer-set TSV (docs/descriptor.md). Exit codes: docs/exit-codes.md.
+Buffers of 2 MiB and more lie on transparent huge pages; CONVGEN_HUGE_PAGES=0 turns that
+off (docs/architecture.md).
 )";
 
 int run(const Args& args) {

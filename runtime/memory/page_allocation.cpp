@@ -61,9 +61,9 @@ const Policy& policy() {
 bool mapped(std::size_t bytes) { return bytes >= kHugePageBytes && policy().maps; }
 
 // Whole small pages at a huge-page boundary, with one readable small page on either
-// side: some kernels load a whole vector that runs past the end of an input (a guarded
-// tail whose lanes are discarded; see kMappedSlackBytes in the header), which malloc's
-// blocks always had room for. Map a huge page more than asked, then give back the rest.
+// side for the few kernels that load a vector starting before an input
+// (kMappedSlackBytes in the header). Map a huge page more than asked, then give back the
+// rest.
 void* map_huge(std::size_t bytes) {
   const std::size_t size = round_up(bytes, kSmallPage);
   const std::size_t span = kMappedSlackBytes + size + kMappedSlackBytes + kHugePageBytes;
