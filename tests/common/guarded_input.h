@@ -3,7 +3,8 @@
 // (Edge::End) or before their first (Edge::Start), the slack filled with NaN so that a
 // kernel using what it reads there fails the bit-exact comparison. A kernel that loads
 // further outside an input faults instead of reading whatever the heap holds there;
-// run_catching_faults turns the fault into a failed check naming the address.
+// run_catching_faults turns the fault into a failed check, and name_fault says which
+// input it hit and how far outside.
 //
 // The slack is the contract generated kernels meet today: a few still load a vector
 // that starts before an input (Halide lowers a stride-3 weight load of backward-data's
@@ -21,8 +22,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <initializer_list>
+#include <limits>
 #include <new>
 #include <string>
 #include <utility>
