@@ -43,16 +43,29 @@ std::string selected_mode(const std::string& file) {
   return file.substr(open + 1, close - open - 1);
 }
 
+bool turned_off(const char* env_value) { return env_value != nullptr && std::strcmp(env_value, "0") == 0; }
+
+// Decided once, at first use, with the reason reports give.
 struct Policy {
-  std::string thp_file;
   bool maps = false;
+  std::string description;
 };
 
 const Policy& policy() {
   static const Policy p = [] {
+    const char* env = std::getenv("CONVGEN_HUGE_PAGES");
+    const std::string thp_file = read_thp_enabled(), mode = selected_mode(thp_file);
     Policy out;
-    out.thp_file = read_thp_enabled();
-    out.maps = !kAddressSanitizer && huge_pages_allowed(std::getenv("CONVGEN_HUGE_PAGES"), out.thp_file);
+    out.maps = !kAddressSanitizer && huge_pages_allowed(env, thp_file);
+    if (out.maps)
+      out.description = "2 MiB transparent huge pages (kernel mode " + mode + ") for buffers of 2 MiB and more";
+    else if (kAddressSanitizer)
+      out.description = "small pages (AddressSanitizer build)";
+    else if (turned_off(env))
+      out.description = "small pages (CONVGEN_HUGE_PAGES=0)";
+    else
+      out.description =
+          "small pages (transparent huge pages " + (mode.empty() ? std::string("unavailable") : "mode " + mode) + ")";
     return out;
   }();
   return p;
@@ -83,23 +96,14 @@ void* map_huge(std::size_t bytes) {
 }  // namespace
 
 bool huge_pages_allowed(const char* env_value, const std::string& thp_enabled_file) {
-  if (env_value != nullptr && std::strcmp(env_value, "0") == 0) return false;
+  if (turned_off(env_value)) return false;
   const std::string mode = selected_mode(thp_enabled_file);
   return mode == "always" || mode == "madvise";
 }
 
 bool maps_huge_pages() { return policy().maps; }
 
-std::string huge_page_policy() {
-  const Policy& p = policy();
-  const std::string mode = selected_mode(p.thp_file);
-  if (p.maps)
-    return "2 MiB transparent huge pages (kernel mode " + mode + ") for buffers of 2 MiB and more";
-  if (kAddressSanitizer) return "small pages (AddressSanitizer build)";
-  const char* env = std::getenv("CONVGEN_HUGE_PAGES");
-  if (env != nullptr && std::strcmp(env, "0") == 0) return "small pages (CONVGEN_HUGE_PAGES=0)";
-  return "small pages (transparent huge pages " + (mode.empty() ? std::string("unavailable") : "mode " + mode) + ")";
-}
+std::string huge_page_policy() { return policy().description; }
 
 void* allocate_buffer(std::size_t bytes, std::size_t alignment) {
   if (mapped(bytes)) return map_huge(bytes);

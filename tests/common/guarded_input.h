@@ -3,8 +3,8 @@
 // (Edge::End) or before their first (Edge::Start), the slack filled with NaN so that a
 // kernel using what it reads there fails the bit-exact comparison. A kernel that loads
 // further outside an input faults instead of reading whatever the heap holds there;
-// run_catching_faults turns the fault into a failed check, and name_fault says which
-// input it hit and how far outside.
+// read_outside_inputs turns the fault into a failed check saying which input it hit
+// and how far outside.
 //
 // The slack is the contract generated kernels meet today: a few still load a vector
 // that starts before an input (Halide lowers a stride-3 weight load of backward-data's
@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -39,18 +40,16 @@ class GuardedInput {
   enum class Edge { Start, End };
 
   GuardedInput(const std::vector<float>& values, Edge edge) : bytes_(values.size() * sizeof(float)) {
-    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    const size_t pages = (bytes_ + kInputSlackBytes + page - 1) / page;
-    span_ = (pages + 2) * page;
+    const size_t pages = (bytes_ + kInputSlackBytes + page_ - 1) / page_;
+    span_ = (pages + 2) * page_;
     void* raw = mmap(nullptr, span_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) throw std::bad_alloc();
     base_ = static_cast<char*>(raw);
-    mprotect(base_, page, PROT_NONE);
-    mprotect(base_ + (pages + 1) * page, page, PROT_NONE);
-    char* first = base_ + page;
-    const size_t usable = pages * page;
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    for (size_t i = 0; i + sizeof(float) <= usable; i += sizeof(float)) std::memcpy(first + i, &nan, sizeof nan);
+    mprotect(base_, page_, PROT_NONE);
+    mprotect(base_ + (pages + 1) * page_, page_, PROT_NONE);
+    char* first = base_ + page_;
+    const size_t usable = pages * page_;
+    std::fill_n(reinterpret_cast<float*>(first), usable / sizeof(float), std::numeric_limits<float>::quiet_NaN());
     data_ = edge == Edge::Start ? first + kInputSlackBytes : first + usable - kInputSlackBytes - bytes_;
     if (bytes_ > 0) std::memcpy(data_, values.data(), bytes_);
   }
@@ -62,9 +61,8 @@ class GuardedInput {
   // "28 bytes past the end", else "".
   std::string describe_fault(std::uintptr_t address) const {
     const auto base = reinterpret_cast<std::uintptr_t>(base_), data = reinterpret_cast<std::uintptr_t>(data_);
-    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    if (address >= base && address < base + page) return std::to_string(data - address) + " bytes before the start";
-    if (address >= base + span_ - page && address < base + span_)
+    if (address >= base && address < base + page_) return std::to_string(data - address) + " bytes before the start";
+    if (address >= base + span_ - page_ && address < base + span_)
       return std::to_string(address - (data + bytes_) + 1) + " bytes past the end";
     return "";
   }
@@ -74,6 +72,7 @@ class GuardedInput {
 
  private:
   size_t bytes_, span_ = 0;
+  const size_t page_ = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   char* base_ = nullptr;
   char* data_ = nullptr;
 };
@@ -98,19 +97,6 @@ inline void on_fault(int sig, siginfo_t* info, void*) {
 }
 }  // namespace fault_detail
 
-// "dy: 28 bytes past the end" for the first named input whose faulting page holds
-// `address`, else the bare address.
-inline std::string name_fault(std::uintptr_t address,
-                              std::initializer_list<std::pair<const char*, const GuardedInput*>> inputs) {
-  for (const auto& [name, input] : inputs) {
-    const std::string where = input->describe_fault(address);
-    if (!where.empty()) return std::string(name) + ": " + where;
-  }
-  char text[32];
-  std::snprintf(text, sizeof text, "address %#zx", static_cast<size_t>(address));
-  return text;
-}
-
 // Runs `call` (a kernel on guarded inputs, on this thread) and returns 0, or the address
 // it faulted at (SIGSEGV/SIGBUS) -- the case then fails with that address instead of the
 // whole test binary dying at its first out-of-bounds read.
@@ -134,6 +120,23 @@ std::uintptr_t run_catching_faults(Call&& call) {
   sigaction(SIGSEGV, &old_segv, nullptr);
   sigaction(SIGBUS, &old_bus, nullptr);
   return fault;
+}
+
+// Runs `call` over the named guarded inputs: "" when it reads only inside them, else what
+// it read outside, e.g. "dy: 28 bytes past the end" (the bare address if in none of
+// their faulting pages).
+template <typename Call>
+std::string read_outside_inputs(Call&& call,
+                                std::initializer_list<std::pair<const char*, const GuardedInput*>> inputs) {
+  const std::uintptr_t address = run_catching_faults(std::forward<Call>(call));
+  if (address == 0) return "";
+  for (const auto& [name, input] : inputs) {
+    const std::string where = input->describe_fault(address);
+    if (!where.empty()) return std::string(name) + ": " + where;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, "address %#zx", static_cast<size_t>(address));
+  return text;
 }
 
 }  // namespace convgen::test
