@@ -74,8 +74,10 @@ ConvSchedule parallel_variant(const ConvDescriptor& d, const std::string& pass, 
   // 512 at 7x7 (9 MiB) 256 vs 370, 1x1 1024->2048 216 vs 300.
   const int64_t dw_bytes = d.oc * d.icg() * d.kh * d.kw * 4;
   // (gemm_input_lanes has no partitions: its threads split the input-channel tiles. Where
-  // the generator refuses it for gemm -- a window not 1x1 or padded -- gemm's apply.)
-  const bool input_lanes = s.strategy == Strategy::GemmInputLanes && input_lane_window(d);
+  // the generator refuses it for gemm -- a window not 1x1, padded, or fewer input
+  // channels per group than a vector -- gemm's apply. Below AVX-512's 16 floats a
+  // narrower target may still take input lanes, which then ignores the partitions.)
+  const bool input_lanes = s.strategy == Strategy::GemmInputLanes && input_lane_window(d) && d.icg() >= 16;
   if (pass == "bwd_weights" && p != Parallel::None && s.partitions == 1 && dw_bytes <= (int64_t(1) << 20) &&
       !input_lanes) {
     s.partitions = 4;

@@ -9,6 +9,7 @@
 
 #include "generator/cli/cli.h"
 #include "generator/conv/backward.h"
+#include "generator/conv/kernel_pipeline.h"
 #include "generator/conv/pipeline.h"
 #include "schedules/build_info.h"
 #include "schedules/conv_descriptor.h"
@@ -123,14 +124,14 @@ PassPipeline build_pass(const std::string& pass, const ConvDescriptor& d, const 
                         std::vector<std::string>* why) {
   if (pass == "bwd_data") {
     BackwardDataPipeline bp = build_backward_data(d, s, t, why);
-    return {Halide::Pipeline(bp.dx), bp.arguments()};
+    return {kernel_pipeline(bp.dx), bp.arguments()};
   }
   if (pass == "bwd_weights") {
     BackwardWeightsPipeline bp = build_backward_weights(d, s, t, why);
-    return {Halide::Pipeline(bp.outputs()), bp.arguments()};
+    return {kernel_pipeline(bp.outputs()), bp.arguments()};
   }
   ForwardPipeline fp = build_forward(d, s, t, why);
-  return {Halide::Pipeline(fp.output), fp.arguments()};
+  return {kernel_pipeline(fp.output), fp.arguments()};
 }
 
 SelectedSchedule select_with_overrides(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t,

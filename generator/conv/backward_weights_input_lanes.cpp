@@ -10,9 +10,11 @@
 //
 //   micro-kernel  input_lane_tile: MR x NR accumulators summed over one item's pixels
 //   packing       per item and channel tile: X as an [pixel][MR] panel (contiguous, so
-//                 strided or page-aliased input rows never compete for L1 sets); per
-//                 item: dY as [k tile][pixel][NR] panels, masked by the forward's ReLU
-//                 and zero past the last pixel and channel
+//                 strided or page-aliased input rows never compete for L1 sets), or read
+//                 in place where that panel would be a plain copy; dY as [k tile][pixel]
+//                 [NR] panels, masked by the forward's ReLU and zero past the last pixel
+//                 and channel -- per item with items outermost, else once for every
+//                 item of the group
 //   loop nest     pixels_outer: items, channel tiles, output-channel tiles -- dW (small,
 //                 many pixels) stays in cache while each item's panels are reused;
 //                 channels_outer: channel tiles, items, output-channel tiles -- the

@@ -3,6 +3,7 @@
 // code as `convgen compile-layer`; GeneratorParams are the full layer descriptor.
 #include <Halide.h>
 
+#include "generator/conv/kernel_pipeline.h"
 #include "generator/conv/pipeline.h"
 #include "schedules/conv_descriptor.h"
 #include "schedules/errors.h"
@@ -60,6 +61,8 @@ class ConvForwardGenerator : public Halide::Generator<ConvForwardGenerator> {
     pin_dense([&](int i) { return weights.dim(i); }, extents[1]);
     pin_dense([&](int i) { return bias_values.dim(i); }, extents[2]);
     pin_dense([&](int i) { return output.dim(i); }, extents[3]);
+    Halide::Pipeline pipeline = get_pipeline();  // a handle: the Generator compiles this one
+    add_kernel_lowering_passes(pipeline);
   }
 };
 

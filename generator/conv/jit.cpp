@@ -1,6 +1,7 @@
 #include "generator/conv/jit.h"
 
 #include "generator/conv/backward.h"
+#include "generator/conv/kernel_pipeline.h"
 #include "generator/kernel_cache/kernel_cache.h"
 #include "generator/kernel_cache/loaded_kernel.h"
 #include "runtime/parallel/kernel_heap.h"
@@ -147,7 +148,7 @@ JitForwardKernel::JitForwardKernel(const ConvDescriptor& d, const ConvSchedule& 
   impl_->target = halide_target(t.target);
   auto define = [&] {
     impl_->fp = build_forward(d, s, t, nullptr, options);
-    impl_->pipeline = Pipeline(impl_->fp.output);
+    impl_->pipeline = kernel_pipeline(impl_->fp.output);
   };
   impl_->loaded = open_cached(d, "fwd", s, t, options, source, impl_->target, [&](Pipeline* p, std::vector<Argument>* a) {
     define();
@@ -212,7 +213,7 @@ JitBackwardDataKernel::JitBackwardDataKernel(const ConvDescriptor& d, const Conv
   impl_->target = halide_target(t.target);
   auto define = [&] {
     impl_->bp = build_backward_data(d, s, t, nullptr, options);
-    impl_->pipeline = Pipeline(impl_->bp.dx);
+    impl_->pipeline = kernel_pipeline(impl_->bp.dx);
   };
   impl_->loaded = open_cached(d, "bwd_data", s, t, options, source, impl_->target, [&](Pipeline* p, std::vector<Argument>* a) {
     define();
@@ -270,7 +271,7 @@ JitBackwardWeightsKernel::JitBackwardWeightsKernel(const ConvDescriptor& d, cons
   impl_->target = halide_target(t.target);
   auto define = [&] {
     impl_->bp = build_backward_weights(d, s, t, nullptr, options);
-    impl_->pipeline = Pipeline(impl_->bp.outputs());
+    impl_->pipeline = kernel_pipeline(impl_->bp.outputs());
   };
   impl_->loaded = open_cached(d, "bwd_weights", s, t, options, source, impl_->target, [&](Pipeline* p, std::vector<Argument>* a) {
     define();

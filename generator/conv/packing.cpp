@@ -103,14 +103,17 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
   }
   // Vectorise the copy along channels when a group's fill a vector, else across groups
   // (a pixel's channels are adjacent in memory whatever the grouping); first layers'
-  // flat rows along the row's floats.
+  // flat rows along the row's floats. GEMM stages one group at a time: fused across
+  // groups its vector would shift back over the groups before it, and before the input
+  // itself for the first (7 floats, found with faulting pages around the sweeps' inputs),
+  // so there the copy stays scalar (C/g < vector: not a schedule that wins anyway).
   if (a.stages_flat_rows) {
     a.in_rows.vectorize(a.cx, vl, TailStrategy::ShiftInwards);
     a.in_rows.update().vectorize(a.rows_rd.x, vl, TailStrategy::GuardWithIf);
     explain(why, "padded rows staged (column, channel) flat: the real columns copied densely over zeros");
   } else if (d.icg() >= vl) {
     a.in_padded.vectorize(a.c, vl, TailStrategy::ShiftInwards);
-  } else if (d.ic >= vl) {
+  } else if (d.ic >= vl && !gemm) {
     Var cgf("cgf");
     a.in_padded.fuse(a.c, a.g, cgf).vectorize(cgf, vl, TailStrategy::ShiftInwards);
   }

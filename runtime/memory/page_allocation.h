@@ -22,10 +22,11 @@ namespace convgen {
 
 inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 
-// A mapped buffer stays readable this far beyond either end. A few generated kernels load
-// a vector that starts before an input and discard those lanes (tests/common/
-// guarded_input.h bounds it at 64 bytes); malloc's blocks always had room for that, an
-// exact mapping faulted.
+// A mapped buffer stays readable this far beyond either end: a margin for a kernel that
+// loads a vector past an input's end or before its start and discards those lanes.
+// malloc's blocks always had room for that, an exact mapping faults. The sweeps hold the
+// generated kernels to reading inside their inputs (tests/common/guarded_input.h); the
+// page stays for shapes they do not reach.
 inline constexpr std::size_t kMappedSlackBytes = 4096;
 
 // At least `bytes` bytes aligned to `alignment` (a power of two, at most 4 KiB). Throws

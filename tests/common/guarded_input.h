@@ -1,17 +1,14 @@
-// An input buffer for kernel tests that faults on reads outside it and its slack: the
-// values sit kInputSlackBytes from a page mapped PROT_NONE, after their last float
-// (Edge::End) or before their first (Edge::Start), the slack filled with NaN so that a
-// kernel using what it reads there fails the bit-exact comparison. A kernel that loads
-// further outside an input faults instead of reading whatever the heap holds there;
-// read_outside_inputs turns the fault into a failed check saying which input it hit
-// and how far outside.
+// An input buffer for kernel tests that faults on reads outside it: the values end at a
+// page mapped PROT_NONE (Edge::End) or begin at one (Edge::Start), so a kernel that
+// loads even one float outside an input faults instead of reading whatever the heap
+// holds there; read_outside_inputs turns the fault into a failed check saying which
+// input it hit and how far outside.
 //
-// The slack is the contract generated kernels meet today: a few still load a vector
-// that starts before an input (Halide lowers a stride-3 weight load of backward-data's
-// packing as a dense load shifted back; a ReLU mask and a depthwise input likewise) and
-// discard those lanes; the runtime's buffers keep a page of slack for it
-// (runtime/memory/page_allocation.h). With no slack 8 sweep cases fault (7 backward, 1
-// forward), all within 28 bytes of a start: removing the slack is the fix still owed.
+// Kernels once loaded a vector up to 28 bytes before an input and discarded those lanes:
+// Halide 14 starts a stride-2..4 load's dense vector early (generator/conv/
+// kernel_pipeline.cpp now loads the exact span) and GEMM's per-group input copy shifted
+// its vector back over earlier groups (generator/conv/packing.cpp). kInputSlackBytes
+// leaves room of that kind; it is 0, so no read outside an input goes unnoticed.
 #pragma once
 
 #include <setjmp.h>
@@ -32,8 +29,8 @@
 
 namespace convgen::test {
 
-// One AVX-512 vector.
-inline constexpr size_t kInputSlackBytes = 64;
+// Bytes of NaN between an input and its faulting page.
+inline constexpr size_t kInputSlackBytes = 0;
 
 class GuardedInput {
  public:

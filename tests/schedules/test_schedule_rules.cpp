@@ -47,8 +47,9 @@ TEST_CASE("analytic default: forward channel blocks stay within L2 whatever the 
 }
 
 TEST_CASE("parallel variant: partitions skipped only where gemm_input_lanes runs", "[schedule]") {
-  // The generator refuses gemm_input_lanes on a 3x3 or padded layer and runs gemm,
-  // which then takes the small dW's partitions like any gemm schedule.
+  // The generator refuses gemm_input_lanes on a 3x3 or padded layer, or one with fewer
+  // input channels per group than an AVX-512 vector, and runs gemm, which then takes
+  // the small dW's partitions like any gemm schedule.
   ConvSchedule s;
   s.strategy = Strategy::GemmInputLanes;
   s.mr = 64;
@@ -56,9 +57,11 @@ TEST_CASE("parallel variant: partitions skipped only where gemm_input_lanes runs
   const ConvDescriptor one_by_one = parse_descriptor("mb8ic256ih14oc64oh14kh1");
   const ConvDescriptor three_by_three = parse_descriptor("mb8ic64ih14oc64oh14kh3ph1");
   const ConvDescriptor padded_1x1 = parse_descriptor("mb8ic256ih14oc64oh16kh1ph1");
+  const ConvDescriptor narrow_groups = parse_descriptor("g8mb8ic64ih14oc64oh14kh1");
   CHECK(parallel_variant(one_by_one, "bwd_weights", s, Parallel::Images).partitions == 1);
   CHECK(parallel_variant(three_by_three, "bwd_weights", s, Parallel::Images).partitions == 4);
   CHECK(parallel_variant(padded_1x1, "bwd_weights", s, Parallel::Images).partitions == 4);
+  CHECK(parallel_variant(narrow_groups, "bwd_weights", s, Parallel::Images).partitions == 4);
   s.strategy = Strategy::Gemm;
   CHECK(parallel_variant(one_by_one, "bwd_weights", s, Parallel::Images).partitions == 4);
 }
