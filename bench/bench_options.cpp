@@ -53,13 +53,13 @@ options:
                           'mr=8 nr=8' (same words as convgen compile-layer --schedule);
                           'pack_weights=prepacked' packs GEMM weights once, untimed, as
                           oneDNN's are reordered (what the trainer does per mini-batch)
-  --weights MODE          per_call (default) or prepacked: how every convgen peer (default,
+  --weights MODE          prepacked (default) or per_call: how every convgen peer (default,
                           tuned, control) gets its GEMM forward and backward-data weights
                           (a pack_weights word of --schedule sets the same).
-                          per_call packs them inside each timed call (training at the whole
-                          batch: once per step); prepacked packs them once, untimed, as
-                          oneDNN's weights are reordered once before its timed calls
-                          (compile's inference kernels; the trainer's micro-batched layers)
+                          prepacked packs them once, untimed, as oneDNN's weights are
+                          reordered once before its timed calls (compile's inference
+                          kernels; the trainer's micro-batched layers); per_call packs them
+                          inside each timed call (training at the whole batch: once per step)
   --target T              convgen's kernel target (default: the build's default, AVX2+FMA;
                           'host' = the widest this CPU runs, e.g. AVX-512). The FMA probe
                           measures the peak with the same vector width.

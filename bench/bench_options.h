@@ -47,8 +47,9 @@ struct Options {
   bool schedule_verbose = false;
   std::string schedule_overrides;  // --schedule WORDS, applied over the analytic default
   // --weights (or a pack_weights word of --schedule): how every convgen peer's GEMM
-  // forward and backward-data weights are packed, per call or once at set-up.
-  convgen::PackWeights weights = convgen::PackWeights::PerCall;
+  // forward and backward-data weights are packed, once at set-up (as oneDNN's are
+  // reordered, and as compile and the trainer's micro-batched layers run) or per call.
+  convgen::PackWeights weights = convgen::PackWeights::Prepacked;
   std::string target_name;         // --target as given ("" = the build's default target)
   convgen::TargetInfo target = convgen::default_target();
   bool peer_isa_matched = true;    // --peer-isa matched (default) | native

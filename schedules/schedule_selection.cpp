@@ -19,7 +19,11 @@ SelectedSchedule select_schedule(const ConvDescriptor& d, const std::string& pas
       if (why && r->tuning.present && r->tuning.provenance.cpu != host_cpu().model)
         why->push_back(fmt::format("record measured on {} ({} thread(s)); this CPU is {}: applied all the same",
                                    r->tuning.provenance.cpu, r->tuning.provenance.threads, host_cpu().model));
-      return {r->schedule, fmt::format("record in {}", records_path)};
+      // Its pack_weights says how the tuner handed the candidates their weights (as the
+      // consumer it tuned for does); what a kernel reads is its consumer's choice.
+      ConvSchedule s = r->schedule;
+      s.pack_weights = PackWeights::PerCall;
+      return {s, fmt::format("record in {}", records_path)};
     }
     // Say why near misses were refused: the same layer under other code or target.
     for (const ScheduleRecord& r : records) {

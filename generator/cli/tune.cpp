@@ -40,6 +40,10 @@ What is tuned:
   MODEL.onnx --train   every kernel the trainer runs (each layer x size x pass)
   LAYERS.tsv           every row (docs/descriptor.md), --passes of each
   DESCRIPTOR           one layer, e.g. mb8ic64ih56oc64oh56kh3ph1
+Candidates get their weights as the consumer hands them: packed once, untimed, for
+forward and backward-data GEMM kernels of layer sets, descriptors, inference models and
+the trainer's micro-batched layers (as convgen-bench runs them by default); per call
+otherwise.
 
 Options:
   --records FILE       the records file (JSON lines), created if missing; locked while tuning
@@ -119,15 +123,15 @@ std::string duration_text(double seconds) {
 }
 
 // What tuning and comparing a layer's pass share: the parallel field its consumer
-// records (candidates are timed with it), the space, and the analytic default in its
-// normal form (with the consumer's parallel field).
+// records and the consumer's weights mode (candidates are timed with both), the space,
+// and the analytic default in its normal form (with both).
 struct KeySetup {
   Parallel variant;
   TuningSpace space;
   ConvSchedule def;
   KeySetup(const TuneItem& item, const TargetInfo& t)
       : variant(recorded_parallel(item.descriptor)),
-        space(item.descriptor, item.pass, t, variant),
+        space(item.descriptor, item.pass, t, variant, item.weights),
         def(space.normalise(analytic_schedule_for_pass(item.descriptor, item.pass, t))) {}
   EvaluatorOptions evaluator_options(int threads, int jobs) const {
     EvaluatorOptions eo;

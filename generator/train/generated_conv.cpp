@@ -18,7 +18,7 @@ class GeneratedConv : public TrainConv {
     // repeating the copy for every micro-batch.
     auto schedule = [&](const std::string& pass) {
       ConvSchedule s = training_schedule(d_, pass, r.target, r.records, why).schedule;
-      if (pass != "bwd_weights" && r.pack_weights_once) s.pack_weights = PackWeights::Prepacked;
+      s.pack_weights = pass != "bwd_weights" && r.pack_weights_once ? PackWeights::Prepacked : PackWeights::PerCall;
       return s;
     };
     if (r.needs_forward) fwd_ = std::make_unique<JitForwardKernel>(d_, schedule("fwd"), r.target);

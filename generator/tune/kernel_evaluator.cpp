@@ -20,13 +20,17 @@ struct KernelEvaluator::Kernel {
   std::unique_ptr<JitForwardKernel> fwd;
   std::unique_ptr<JitBackwardDataKernel> bwd_data;
   std::unique_ptr<JitBackwardWeightsKernel> bwd_weights;
+  // A pack_weights=prepacked kernel's panels, packed once when it is built (untimed, as
+  // its consumers pack them once per change of the weights); empty otherwise.
+  FloatBuffer panels;
 
+  const float* weights(const PassTensors& in) const { return panels.empty() ? in.w.data() : panels.data(); }
   // One call over the evaluator's tensors into `out` (y; dx; or dw and db).
   void run(const ConvDescriptor& d, const PassTensors& in, std::vector<FloatBuffer>& out) {
     if (fwd)
-      fwd->run(in.x.data(), in.w.data(), d.bias ? in.bias.data() : nullptr, out[0].data(),
+      fwd->run(in.x.data(), weights(in), d.bias ? in.bias.data() : nullptr, out[0].data(),
                d.residual ? in.residual.data() : nullptr);
-    if (bwd_data) bwd_data->run(in.dy.data(), in.w.data(), d.relu ? in.y.data() : nullptr, out[0].data());
+    if (bwd_data) bwd_data->run(in.dy.data(), weights(in), d.relu ? in.y.data() : nullptr, out[0].data());
     if (bwd_weights)
       bwd_weights->run(in.x.data(), in.dy.data(), d.relu ? in.y.data() : nullptr, out[0].data(),
                        d.bias ? out[1].data() : nullptr);
@@ -173,6 +177,12 @@ std::shared_ptr<KernelEvaluator::Kernel> KernelEvaluator::build(const ConvSchedu
   if (pass_ == "fwd") k->fwd = std::make_unique<JitForwardKernel>(d_, s, t_, o, source);
   else if (pass_ == "bwd_data") k->bwd_data = std::make_unique<JitBackwardDataKernel>(d_, s, t_, o, source);
   else k->bwd_weights = std::make_unique<JitBackwardWeightsKernel>(d_, s, t_, o, source);
+  const WeightPanels& panels = k->fwd ? k->fwd->weight_panels() : k->bwd_data ? k->bwd_data->weight_panels()
+                                                                              : WeightPanels{};
+  if (!panels.empty()) {
+    k->panels = FloatBuffer(static_cast<size_t>(panels.floats));
+    pack_weight_panels(panels, in_.w.data(), k->panels.data());
+  }
   return k;
 }
 

@@ -23,12 +23,12 @@ bool ends_with(const std::string& s, const std::string& tail) {
 class ItemList {
  public:
   explicit ItemList(const std::vector<std::string>& passes) : passes_(passes) {}
-  void add(ConvDescriptor d, const std::string& pass, const std::string& layer) {
+  void add(ConvDescriptor d, const std::string& pass, const std::string& layer, PackWeights weights) {
     d.name.clear();
     if (std::find(passes_.begin(), passes_.end(), pass) == passes_.end()) return;
     const std::string key = d.normalised() + "|" + pass;
     auto [it, fresh] = index_.emplace(key, items_.size());
-    if (fresh) items_.push_back({d, pass, {}});
+    if (fresh) items_.push_back({d, pass, {}, pass == "bwd_weights" ? PackWeights::PerCall : weights});
     auto& layers = items_[it->second].layers;
     if (std::find(layers.begin(), layers.end(), layer) == layers.end()) layers.push_back(layer);
   }
@@ -59,7 +59,8 @@ void add_model(const std::string& path, const TuneSources& src, const TargetInfo
     // At the per-call batch compile runs the batch in (generator/model/batch_split.h).
     const model::Graph g = model::split_batch(import_at, batch, src.per_call_batch, why).graph;
     for (const model::PlannedKernel& k : model::plan_kernels(g, t, "", nullptr))
-      for (const std::string& layer : k.layers) items.add(k.descriptor, k.pass, path + ":" + layer);
+      for (const std::string& layer : k.layers)
+        items.add(k.descriptor, k.pass, path + ":" + layer, k.selection.schedule.pack_weights);
     return;
   }
   model::TrainerOptions topt;
@@ -74,7 +75,8 @@ void add_model(const std::string& path, const TuneSources& src, const TargetInfo
       if (std::string(pass) == "bwd_data" && !r.needs_backward_data) continue;
       if (std::string(pass) == "fwd" && !r.needs_forward) continue;
       for (const std::string& layer : model::training_layers_of(tg, r.descriptor))
-        items.add(r.descriptor, pass, layer + fmt::format(" (mb {})", r.descriptor.mb));
+        items.add(r.descriptor, pass, layer + fmt::format(" (mb {})", r.descriptor.mb),
+                  r.pack_weights_once ? PackWeights::Prepacked : PackWeights::PerCall);
     }
   }
 }
@@ -86,7 +88,7 @@ void add_layers(const std::string& path, const TuneSources& src, ItemList& items
     const std::string name = d.name.empty() ? fmt::format("{} row {}", path, row) : d.name;
     if (src.batch > 0) d.mb = src.batch;
     validate(d);
-    for (const std::string& pass : src.passes) items.add(d, pass, name);
+    for (const std::string& pass : src.passes) items.add(d, pass, name, PackWeights::Prepacked);
   }
 }
 
@@ -113,7 +115,7 @@ std::vector<TuneItem> tune_items(const TuneSources& src, const TargetInfo& t, st
           throw Error(ExitCode::Usage, fmt::format("tune: {}: {} is inference only: the {} pass does not exist for "
                                                    "it; tune it with --passes fwd",
                                                    input, inference_only, pass));
-      for (const std::string& pass : src.passes) items.add(d, pass, name);
+      for (const std::string& pass : src.passes) items.add(d, pass, name, PackWeights::Prepacked);
     }
   }
   return items.take();

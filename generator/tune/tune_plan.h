@@ -29,9 +29,15 @@ struct TuneItem {
   ConvDescriptor descriptor;        // without a name
   std::string pass;
   std::vector<std::string> layers;  // the layers (or rows) it serves, for messages
+  // How its consumer hands a GEMM kernel its weights, and so how candidates are timed:
+  // packed once into panels, untimed (compile's inference kernels, the trainer's
+  // micro-batched layers, convgen-bench by default), or packed inside every call.
+  PackWeights weights = PackWeights::PerCall;
 };
 
-// In order of first appearance. Error(Usage) for an input that is neither a readable
+// In order of first appearance; a shape and pass two consumers share is timed as the
+// first asks. Layer sets and descriptors: forward and backward-data packed once, as
+// convgen-bench and compile run them. Error(Usage) for an input that is neither a readable
 // .onnx / .tsv file nor a descriptor; import errors name the file and node.
 std::vector<TuneItem> tune_items(const TuneSources& sources, const TargetInfo& t, std::vector<std::string>* why);
 

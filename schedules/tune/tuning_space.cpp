@@ -46,8 +46,9 @@ std::vector<T> adjacent(const std::vector<T>& list, const T& v) {
 
 }  // namespace
 
-TuningSpace::TuningSpace(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t, Parallel variant)
-    : d_(d), pass_(pass), t_(t), variant_(variant), weights_pass_(pass == "bwd_weights") {
+TuningSpace::TuningSpace(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t, Parallel variant,
+                         PackWeights weights)
+    : d_(d), pass_(pass), t_(t), variant_(variant), weights_(weights), weights_pass_(pass == "bwd_weights") {
   if (pass != "fwd" && pass != "bwd_data" && pass != "bwd_weights")
     throw Error(ExitCode::Usage, "tune: unknown pass '" + pass + "' (expected fwd, bwd_data or bwd_weights)");
   tiled_ = pass == "bwd_data" ? largest_residue_class(d) : d;
@@ -149,7 +150,7 @@ ConvSchedule TuningSpace::normalise(ConvSchedule s) const {
   const int vl = t_.vector_floats;
   s.parallel = variant_;
   s.layout = Layout::Nhwc;
-  s.pack_weights = PackWeights::PerCall;
+  s.pack_weights = weights_pass_ ? PackWeights::PerCall : weights_;
   if (std::find(strategies_.begin(), strategies_.end(), s.strategy) == strategies_.end()) s.strategy = strategies_[0];
   s.mr = std::clamp(s.mr / vl * vl, vl, 4 * vl);
   s.nr = std::clamp(s.nr, 1, weights_pass_ ? 9 : 8);

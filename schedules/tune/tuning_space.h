@@ -8,9 +8,9 @@
 // mr x nr, takes kc as its reduction item's pixels, nc as the taps of a packed panel
 // block, and splits its reduction into `partitions` -- or, as gemm_input_lanes (unpadded
 // 1x1 layers), tiles input x output channels, takes kc as pixels across images and
-// loop_order as items or channel tiles outermost. `parallel` is never searched: the
-// consumers fix it by the layer (generator/tune/tune_plan.h: recorded_parallel), and it is
-// part of every candidate.
+// loop_order as items or channel tiles outermost. `parallel` and `pack_weights` are never
+// searched: the consumers fix them (generator/tune/tune_plan.h: recorded_parallel, and
+// how each consumer hands its kernels their weights), and they are part of every candidate.
 #pragma once
 
 #include <string>
@@ -23,8 +23,10 @@ namespace convgen {
 
 class TuningSpace {
  public:
-  // `variant` is the parallel field every candidate carries (the consumer's).
-  TuningSpace(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t, Parallel variant);
+  // `variant` is the parallel field every candidate carries (the consumer's), `weights`
+  // its weights mode (forward and backward-data; backward-weights reads none).
+  TuningSpace(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t, Parallel variant,
+              PackWeights weights = PackWeights::PerCall);
 
   // The canonical schedule the generator builds `s` as: clamped tiles, blocks that
   // cover everything written as 0, fields the pass does not read at their defaults.
@@ -55,6 +57,7 @@ class TuningSpace {
   std::string pass_;
   TargetInfo t_;
   Parallel variant_;
+  PackWeights weights_;
   bool weights_pass_;
   bool output_staged_ = false;  // backward-data over several residue classes
   std::vector<Strategy> strategies_;

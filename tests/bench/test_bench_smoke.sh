@@ -113,36 +113,42 @@ for s in doc["summary"]:
         print(f"bench.smoke: summary counts {s['tuned_compared']} / {s['tuned_below_default']}, expected 1 / {below}")
         sys.exit(1)
 PY
-# --weights prepacked: every convgen peer (default, tuned, control) reads GEMM weights
-# packed once at set-up (the JSON counts the floats it packed); bwd_weights reads none.
-# A GEMM layer in every pass (the smoke layer's groups take other strategies on AVX-512).
+# Weights: by default (and with --weights prepacked) every convgen peer (default, tuned,
+# control) reads GEMM weights packed once at set-up (the JSON counts the floats it
+# packed); with --weights per_call none does; bwd_weights reads none either way. A GEMM
+# layer in every pass (the smoke layer's groups take other strategies on AVX-512).
 gemm_layer='mb2ic16ih9iw7oc32kh3kw3sh2pt1pb0pl1pr1'
 "$convgen" tune "$gemm_layer" --batch 8 --target host --records "$dir/g.jsonl" --trials 2 >"$dir/out" 2>&1 ||
   { cat "$dir/out"; fail "convgen tune of the GEMM layer failed"; }
-for target in "" host; do
-  "$bench" --descriptor "$gemm_layer" --pass all --runs 1 ${target:+--target $target} --weights prepacked \
+for run in "default:" "host:prepacked" "default:per_call"; do
+  target=${run%%:*} weights=${run#*:}
+  [ "$target" = default ] && target=
+  "$bench" --descriptor "$gemm_layer" --pass all --runs 1 ${target:+--target $target} ${weights:+--weights $weights} \
     ${target:+--schedules "$dir/g.jsonl"} --json "$dir/packed.json" >"$dir/out" 2>&1 ||
-    { cat "$dir/out"; fail "--weights prepacked ${target:+(host, tuned)} run failed"; }
-  grep -q "convgen weights prepacked" "$dir/out" || { cat "$dir/out"; fail "no weights line"; }
-  "$py" - "$dir/packed.json" "${target:-avx2}" <<'PY' || exit 1
+    { cat "$dir/out"; fail "--weights ${weights:-(default)} ${target:+(host, tuned)} run failed"; }
+  want_mode=${weights:-prepacked} want_line="convgen weights prepacked"
+  [ "$want_mode" = per_call ] && want_line="convgen weights packed per call"
+  grep -q "$want_line" "$dir/out" || { cat "$dir/out"; fail "no weights line for $want_mode"; }
+  "$py" - "$dir/packed.json" "${target:-avx2}" "$want_mode" <<'PY' || exit 1
 import json, sys
-doc, target = json.load(open(sys.argv[1])), sys.argv[2]
+doc, target, mode = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
 def need(ok, what):
     if not ok:
-        print(f"bench.smoke: --weights prepacked ({target}): {what}"); sys.exit(1)
-need(doc["weights"] == "prepacked", f"weights {doc['weights']}")
+        print(f"bench.smoke: --weights {mode} ({target}): {what}"); sys.exit(1)
+need(doc["weights"] == mode, f"weights {doc['weights']}")
 packed_runs = set()
 for l in doc["layers"]:
     for peer in ("convgen", "tuned", "default_again"):
         p = l.get(peer)
         if p is None: continue
         gemm = p["schedule"].startswith("gemm ")
-        want = l["pass"] != "bwd_weights" and gemm
+        want = l["pass"] != "bwd_weights" and gemm and mode == "prepacked"
         need(("pack_weights=prepacked" in p["schedule"]) == want, f"{l['pass']} {peer}: {p['schedule']}")
         need((p["packed_weight_floats"] > 0) == want, f"{l['pass']} {peer}: {p['packed_weight_floats']} floats packed")
         if want: packed_runs.add((l["pass"], peer))
-    need(l["check_ok"] is True, f"{l['pass']}: prepacked peers disagree ({l['max_rel_diff']})")
-need(("fwd", "convgen") in packed_runs and ("bwd_data", "convgen") in packed_runs, f"packed runs {packed_runs}")
+    need(l["check_ok"] is True, f"{l['pass']}: peers disagree ({l['max_rel_diff']})")
+if mode == "prepacked":
+    need(("fwd", "convgen") in packed_runs and ("bwd_data", "convgen") in packed_runs, f"packed runs {packed_runs}")
 if target == "host":
     need(("fwd", "tuned") in packed_runs and ("fwd", "default_again") in packed_runs, f"packed runs {packed_runs}")
 PY

@@ -46,6 +46,26 @@ TEST_CASE("a matching record wins over the analytic default", "[selection]") {
   CHECK(sel.source.find(path) != std::string::npos);
 }
 
+TEST_CASE("a record timed on packed weights selects the schedule, not the consumer's weights", "[selection]") {
+  // `convgen tune` times a layer set's forward candidates on weights packed once; a
+  // consumer that hands the kernel ONNX weights (compile-layer, the Generator, AOT
+  // training kernels) must still get a kernel that reads them.
+  const ConvDescriptor d = parse_descriptor("mb8ic64ih56oc64oh56kh3ph1");
+  const TargetInfo t = default_target();
+  ScheduleRecord r;
+  r.key = {d.normalised(), "fwd", t.target, CONVGEN_GENERATOR_HASH};
+  r.schedule = analytic_schedule(d, t);
+  r.schedule.nr = 3;
+  r.schedule.pack_weights = PackWeights::Prepacked;
+  r.source = "tuned";
+  const std::string path = temp_path("packed");
+  write_records(path, {r});
+  const SelectedSchedule sel = select_schedule(d, "fwd", t, path, nullptr);
+  std::remove(path.c_str());
+  CHECK(sel.schedule.nr == 3);
+  CHECK(sel.schedule.pack_weights == PackWeights::PerCall);
+}
+
 TEST_CASE("records for another generator or target are refused, and the log says why", "[selection]") {
   const ConvDescriptor d = parse_descriptor("mb8ic64ih56oc64oh56kh3ph1");
   const TargetInfo t = default_target();

@@ -173,3 +173,30 @@ TEST_CASE("fused inference layers tune: a residual is added, a +outstride slice 
   d.residual = false;
   CHECK(reference_forward_at(d, in, 3) == 2 * 4);
 }
+
+TEST_CASE("candidates of a consumer that packs weights once read packed panels, checked like any other", "[tune]") {
+  // A padded GEMM layer: the planted padding bug changes its result.
+  const ConvDescriptor d = parse_descriptor("mb2ic16ih9oc24oh9kh3ph1+relu");
+  const TargetInfo t = default_target();
+  for (const char* pass : {"fwd", "bwd_data"}) {
+    CAPTURE(pass);
+    const TuningSpace space(d, pass, t, Parallel::None, PackWeights::Prepacked);
+    const ConvSchedule def = space.normalise(analytic_schedule_for_pass(d, pass, t));
+    REQUIRE(def.strategy == Strategy::Gemm);
+    CHECK(def.pack_weights == PackWeights::Prepacked);
+    const auto around = space.neighbours(def);
+    REQUIRE(around.size() >= 2);
+    for (const ConvSchedule& s : around) CHECK(s.pack_weights == PackWeights::Prepacked);
+    EvaluatorOptions o;
+    o.plant_wrong = describe(around[0]);
+    o.min_sample_seconds = 0.001;
+    // The default is checked against the plain reference here, reading its panels.
+    KernelEvaluator ev(d, pass, t, def, o);
+    CHECK(ev.evaluate(around[0], 0).status == "wrong");
+    CHECK(ev.evaluate(around[1], 0).status == "ok");
+  }
+  // Backward-weights reads no weights: its candidates stay per call.
+  const TuningSpace weights_space(d, "bwd_weights", t, Parallel::None, PackWeights::Prepacked);
+  CHECK(weights_space.normalise(analytic_schedule_for_pass(d, "bwd_weights", t)).pack_weights ==
+        PackWeights::PerCall);
+}

@@ -49,6 +49,18 @@ expect_error 2 "inference only" tune "$layer+residual" --records "$work/r.jsonl"
 [[ $(key_count "$work/r.jsonl" trial) -eq 15 ]] || fail "want 15 trial lines (3 passes x 5), got $(key_count "$work/r.jsonl" trial)"
 [[ $(key_count "$work/r.jsonl" schedule) -eq 3 ]] || fail "want 3 tuned lines"
 grep -q "geomean gain" "$work/out" || fail "no final table: $(cat "$work/out")"
+# A descriptor's forward and backward-data candidates are timed on weights packed once (as
+# convgen-bench and compile run them; the layer is GEMM); backward-weights reads none.
+python3 - "$work/r.jsonl" <<'EOF' || fail "weights modes of the trials"
+import json, sys
+modes = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    modes.setdefault(r["key"]["pass"], set()).add(r["schedule"]["pack_weights"])
+want = {"fwd": {"prepacked"}, "bwd_data": {"prepacked"}, "bwd_weights": {"per_call"}}
+if modes != want:
+    print(f"weights modes {modes}, want {want}"); sys.exit(1)
+EOF
 [[ $(grep -c '"event":"trial"' "$work/log.jsonl") -eq 15 ]] || fail "--log: want 15 trial events"
 before=$(wc -l <"$work/r.jsonl")
 "$convgen" tune "$layer" --records "$work/r.jsonl" --trials 5 >"$work/out" 2>"$work/err" || fail "second run failed"
@@ -60,9 +72,11 @@ tuned=$(python3 -c 'import json,sys
 for l in open(sys.argv[1]):
     r = json.loads(l)
     if r["kind"] == "schedule" and r["key"]["pass"] == "fwd": s = r["schedule"]
-print(" ".join([s["strategy"]] + [f"{k}={v}" for k, v in s.items() if k != "strategy"]))' "$work/r.jsonl")
+# pack_weights is how the tuner passed weights; a consumer decides what its kernel reads.
+print(" ".join([s["strategy"]] + [f"{k}={v}" for k, v in s.items() if k not in ("strategy", "pack_weights")]))' "$work/r.jsonl")
 "$convgen" schedule "$layer" --target host --schedules "$work/r.jsonl" >"$work/sched" 2>&1 ||
   fail "schedule --schedules failed: $(cat "$work/sched")"
+grep -q -- "pack_weights=per_call" "$work/sched" || fail "schedule --schedules: not per_call: $(cat "$work/sched")"
 for word in $tuned; do
   grep -q -- "$word" "$work/sched" || fail "schedule --schedules does not print the tuned $word: $(cat "$work/sched")"
 done
