@@ -40,10 +40,10 @@ What is tuned:
   MODEL.onnx --train   every kernel the trainer runs (each layer x size x pass)
   LAYERS.tsv           every row (docs/descriptor.md), --passes of each
   DESCRIPTOR           one layer, e.g. mb8ic64ih56oc64oh56kh3ph1
-Candidates get their weights as the consumer hands them: packed once, untimed, for
-forward and backward-data GEMM kernels of layer sets, descriptors, inference models and
-the trainer's micro-batched layers (as convgen-bench runs them by default); per call
-otherwise.
+Candidates get their weights as the consumer hands them: GEMM kernels read them packed
+once, untimed, in the forward of inference models, in both passes of layer sets and
+descriptors (as convgen-bench runs them by default) and of the layers convgen train runs
+per micro-batch; ConvTranspose kernels and compile --train's drivers pack per call.
 
 Options:
   --records FILE       the records file (JSON lines), created if missing; locked while tuning

@@ -48,13 +48,11 @@ class ConvForwardGenerator : public Halide::Generator<ConvForwardGenerator> {
     validate(d);
     const TargetInfo t = target_info(get_target().to_string());
     const std::string record = schedule_record;
-    const ConvSchedule s = record.empty() ? analytic_schedule(d, t)
-                                          : parse_record_line(record, "schedule_record").schedule;
-    // Its weights input is ONNX OIHW (5-D); packed panels would be a flat buffer.
-    if (!forward_weight_panels(d, s, t).empty())
-      throw Error(ExitCode::Usage, "convgen_conv_fwd: schedule_record asks pack_weights=prepacked; the Generator "
-                                   "takes ONNX weights (use convgen compile-layer for a kernel that reads packed "
-                                   "panels)");
+    ConvSchedule s = record.empty() ? analytic_schedule(d, t) : parse_record_line(record, "schedule_record").schedule;
+    // Its weights input is ONNX OIHW (5-D). A record's pack_weights says how `convgen
+    // tune` timed the schedule (as select_schedule reads records, schedules/
+    // schedule_selection.cpp); this kernel packs per call.
+    s.pack_weights = PackWeights::PerCall;
     output = define_scheduled_forward(d, s, t, input, weights, bias_values, Halide::Func(), nullptr, {});
     const auto extents = forward_buffer_extents(d);
     pin_dense([&](int i) { return input.dim(i); }, extents[0]);

@@ -5,9 +5,11 @@
 // which faults when the buffer begins a mapping (backward-data's weight packing of 1x3,
 // 3x1 and 2x2 kernels read up to 8 bytes before the weights; tests/common/guarded_input.h
 // found them). The pass below runs after lowering and rewrites such loads from the
-// kernel's arguments as a dense load of exactly the span they touch, sliced: the same
-// instructions, never an element outside the buffer. Halide 16 moved the rewrite into
-// lowering with the bounds in view; this is its effect for Halide 14.
+// kernel's arguments as a dense load of exactly the span they touch, sliced: never an
+// element outside the buffer. Neighbouring strided loads (w[3i], w[3i+1], w[3i+2]) no
+// longer share one dense load, up to `stride` times the loads; they occur in per-call
+// weight packing, not in micro-kernels. Halide 16 moved the rewrite into lowering with
+// the bounds in view; this is its effect for Halide 14.
 #include "generator/conv/kernel_pipeline.h"
 
 namespace convgen {
@@ -33,7 +35,7 @@ class ExactStridedLoads : public IRMutator {
     }
     const int lanes = ramp->lanes, step = static_cast<int>(*stride);
     const int span = (lanes - 1) * step + 1;
-    Expr dense = Load::make(op->type.with_lanes(span), op->name, Ramp::make(ramp->base, 1, span), op->image, op->param,
+    Expr dense = Load::make(op->type.with_lanes(span), op->name, Ramp::make(ramp->base, make_one(ramp->base.type()), span), op->image, op->param,
                             const_true(span), op->alignment);
     return Shuffle::make_slice(dense, 0, step, lanes);
   }

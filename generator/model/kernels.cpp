@@ -31,7 +31,8 @@ std::vector<PlannedKernel> plan_kernels(const Graph& g, const TargetInfo& t, con
     if (sel.schedule.pack_input != selected.pack_input || sel.schedule.nc != selected.nc)
       overrides += fmt::format(" pack_input={} nc={}", to_string(sel.schedule.pack_input), sel.schedule.nc);
     // Constant weights need packing only once: the plan packs them at load.
-    const bool prepack = pass == "fwd" && sel.schedule.strategy == Strategy::Gemm && g.is_float_constant(n.inputs.at(1));
+    const bool packs_at_load = pass == "fwd" && g.is_float_constant(n.inputs.at(1));
+    const bool prepack = packs_at_load && sel.schedule.strategy == Strategy::Gemm;
     // Either way, never what a record says: the plan decides which weights it packs.
     sel.schedule.pack_weights = prepack ? PackWeights::Prepacked : PackWeights::PerCall;
     overrides += prepack ? " pack_weights=prepacked" : " pack_weights=per_call";
@@ -50,6 +51,7 @@ std::vector<PlannedKernel> plan_kernels(const Graph& g, const TargetInfo& t, con
     k.key = key;
     k.layers.push_back(n.name);
     k.schedule_overrides = overrides;  // what compile-layer children apply after selection
+    k.packs_weights_at_load = packs_at_load;
     if (prepack) k.weight_panels = forward_weight_panels(d, sel.schedule, t);
     if (why) {
       why->push_back(fmt::format("{}: kernel {} for {}{} (schedule: {})", n.name, k.name, d.normalised(),

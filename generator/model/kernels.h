@@ -29,6 +29,9 @@ struct PlannedKernel {
   // compile-layer --schedule words applied after selection (the parallel variant, and
   // for inference how weights are packed); part of the key.
   std::string schedule_overrides;
+  // A forward kernel of constant weights: a GEMM schedule reads them packed at load (what
+  // `convgen tune` times its GEMM candidates with, whatever the selected strategy).
+  bool packs_weights_at_load = false;
   // A forward GEMM kernel of constant weights reads them packed once, at load
   // (pack_weights=prepacked, schedules/weight_panels.h): the panels the plan packs them
   // into. Empty: the kernel takes ONNX OIHW weights.

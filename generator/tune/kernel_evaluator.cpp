@@ -20,11 +20,12 @@ struct KernelEvaluator::Kernel {
   std::unique_ptr<JitForwardKernel> fwd;
   std::unique_ptr<JitBackwardDataKernel> bwd_data;
   std::unique_ptr<JitBackwardWeightsKernel> bwd_weights;
-  // A pack_weights=prepacked kernel's panels, packed once when it is built (untimed, as
-  // its consumers pack them once per change of the weights); empty otherwise.
-  FloatBuffer panels;
+  // A pack_weights=prepacked kernel's panels, packed when it is built (untimed, as its
+  // consumers pack them once per change of the weights) and shared by every candidate of
+  // the same layout; null otherwise.
+  std::shared_ptr<const FloatBuffer> panels;
 
-  const float* weights(const PassTensors& in) const { return panels.empty() ? in.w.data() : panels.data(); }
+  const float* weights(const PassTensors& in) const { return panels ? panels->data() : in.w.data(); }
   // One call over the evaluator's tensors into `out` (y; dx; or dw and db).
   void run(const ConvDescriptor& d, const PassTensors& in, std::vector<FloatBuffer>& out) {
     if (fwd)
@@ -179,11 +180,26 @@ std::shared_ptr<KernelEvaluator::Kernel> KernelEvaluator::build(const ConvSchedu
   else k->bwd_weights = std::make_unique<JitBackwardWeightsKernel>(d_, s, t_, o, source);
   const WeightPanels& panels = k->fwd ? k->fwd->weight_panels() : k->bwd_data ? k->bwd_data->weight_panels()
                                                                               : WeightPanels{};
-  if (!panels.empty()) {
-    k->panels = FloatBuffer(static_cast<size_t>(panels.floats));
-    pack_weight_panels(panels, in_.w.data(), k->panels.data());
-  }
+  if (!panels.empty()) k->panels = packed(panels);
   return k;
+}
+
+std::shared_ptr<const FloatBuffer> KernelEvaluator::packed(const WeightPanels& panels) const {
+  // The layout depends on a few fields (MR above all), so hundreds of candidates share a
+  // handful of buffers: a 3x3 512->512 layer's panels are 9.4 MB each.
+  std::string layout;
+  for (const WeightPanel& p : panels.panels)
+    layout += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{};", p.offset, p.mr, p.channels, p.taps_w, p.taps_h,
+                          p.blocks, p.groups, p.outputs, p.base, p.g_stride, p.o_stride, p.c_stride, p.s_stride,
+                          p.r_stride);
+  const std::lock_guard<std::mutex> lock(packing_mutex_);  // candidates are built in threads
+  std::shared_ptr<const FloatBuffer>& buffer = packed_[layout];
+  if (!buffer) {
+    auto fresh = std::make_shared<FloatBuffer>(static_cast<size_t>(panels.floats));
+    pack_weight_panels(panels, in_.w.data(), fresh->data());
+    buffer = std::move(fresh);
+  }
+  return buffer;
 }
 
 void KernelEvaluator::prepare(const std::vector<ConvSchedule>& batch) {

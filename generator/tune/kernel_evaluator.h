@@ -8,6 +8,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -66,9 +67,13 @@ class KernelEvaluator : public CandidateEvaluator {
   int64_t default_reps_ = 0;
   double reference_seconds_ = 0;  // the default's best time at the first evaluate()
   std::map<std::string, std::string> build_errors_;
+  mutable std::mutex packing_mutex_;
+  mutable std::map<std::string, std::shared_ptr<const FloatBuffer>> packed_;  // panels by layout
 
   std::shared_ptr<Kernel> build(const ConvSchedule& s, KernelSource source = KernelSource::Cache) const;
   std::shared_ptr<Kernel> kernel_for(const ConvSchedule& s, std::string* error);
+  // The evaluator's weights packed into `panels`, one buffer per distinct layout.
+  std::shared_ptr<const FloatBuffer> packed(const WeightPanels& panels) const;
   // Builds (or reuses) and checks the candidate; its kernel when the check passed.
   CandidateResult check_candidate(const ConvSchedule& s, std::shared_ptr<Kernel>* kernel);
   double sample_seconds(Kernel& k, int64_t reps);

@@ -60,7 +60,8 @@ void add_model(const std::string& path, const TuneSources& src, const TargetInfo
     const model::Graph g = model::split_batch(import_at, batch, src.per_call_batch, why).graph;
     for (const model::PlannedKernel& k : model::plan_kernels(g, t, "", nullptr))
       for (const std::string& layer : k.layers)
-        items.add(k.descriptor, k.pass, path + ":" + layer, k.selection.schedule.pack_weights);
+        items.add(k.descriptor, k.pass, path + ":" + layer,
+                  k.packs_weights_at_load ? PackWeights::Prepacked : PackWeights::PerCall);
     return;
   }
   model::TrainerOptions topt;

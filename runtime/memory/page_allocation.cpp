@@ -74,8 +74,8 @@ const Policy& policy() {
 bool mapped(std::size_t bytes) { return bytes >= kHugePageBytes && policy().maps; }
 
 // Whole small pages at a huge-page boundary, with one readable small page on either
-// side as a margin against reads just outside a buffer (kMappedSlackBytes in the header). Map a huge page more than asked, then give back the
-// rest.
+// side as a margin against reads just outside a buffer (kMappedSlackBytes in the
+// header). Map a huge page more than asked, then give back the rest.
 void* map_huge(std::size_t bytes) {
   const std::size_t size = round_up(bytes, kSmallPage);
   const std::size_t span = kMappedSlackBytes + size + kMappedSlackBytes + kHugePageBytes;

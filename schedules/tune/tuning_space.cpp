@@ -150,8 +150,9 @@ ConvSchedule TuningSpace::normalise(ConvSchedule s) const {
   const int vl = t_.vector_floats;
   s.parallel = variant_;
   s.layout = Layout::Nhwc;
-  s.pack_weights = weights_pass_ ? PackWeights::PerCall : weights_;
   if (std::find(strategies_.begin(), strategies_.end(), s.strategy) == strategies_.end()) s.strategy = strategies_[0];
+  // Only GEMM reads packed panels; depthwise and grouped kernels read ONNX weights.
+  s.pack_weights = !weights_pass_ && s.strategy == Strategy::Gemm ? weights_ : PackWeights::PerCall;
   s.mr = std::clamp(s.mr / vl * vl, vl, 4 * vl);
   s.nr = std::clamp(s.nr, 1, weights_pass_ ? 9 : 8);
   if (weights_pass_ && s.strategy == Strategy::GemmInputLanes) {

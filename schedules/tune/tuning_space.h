@@ -24,7 +24,8 @@ namespace convgen {
 class TuningSpace {
  public:
   // `variant` is the parallel field every candidate carries (the consumer's), `weights`
-  // its weights mode (forward and backward-data; backward-weights reads none).
+  // how the consumer hands GEMM kernels their weights (forward and backward-data; other
+  // strategies and backward-weights read ONNX weights or none, and stay per_call).
   TuningSpace(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t, Parallel variant,
               PackWeights weights = PackWeights::PerCall);
 

@@ -33,10 +33,12 @@ struct StridedCopy {
   }
 };
 
-std::string run(Halide::Pipeline& p, StridedCopy& c, std::vector<float>* got) {
-  std::vector<float> values(3 * kOutputs);
+// The input holds exactly the floats the outputs read (in[0] .. in[3 * (kOutputs - 1)]),
+// against a faulting page at `edge`.
+std::string run(Halide::Pipeline& p, StridedCopy& c, GuardedInput::Edge edge, std::vector<float>* got) {
+  std::vector<float> values(3 * (kOutputs - 1) + 1);
   for (size_t k = 0; k < values.size(); ++k) values[k] = static_cast<float>(k);
-  GuardedInput input(values, GuardedInput::Edge::Start);
+  GuardedInput input(values, edge);
   Halide::Buffer<float> in_buffer(input.data(), static_cast<int>(values.size()));
   Halide::Buffer<float> out_buffer(kOutputs);
   c.in.set(in_buffer);
@@ -56,10 +58,14 @@ TEST_CASE("stride-3 loads of a kernel pipeline read only inside their input", "[
   std::vector<float> got;
   // The failure the pass exists for: if Halide stops loading early, this test has
   // nothing left to show and says so.
-  CHECK(run(plain, plain_copy, &got) == "in: 8 bytes before the start");
+  CHECK(run(plain, plain_copy, GuardedInput::Edge::Start, &got) == "in: 8 bytes before the start");
 
-  StridedCopy exact_copy;
-  Halide::Pipeline exact = kernel_pipeline(exact_copy.out);
-  CHECK(run(exact, exact_copy, &got).empty());
-  for (int i = 0; i < kOutputs; ++i) CHECK(got[static_cast<size_t>(i)] == static_cast<float>(3 * i));
+  for (GuardedInput::Edge edge : {GuardedInput::Edge::Start, GuardedInput::Edge::End}) {
+    StridedCopy exact_copy;
+    Halide::Pipeline exact = kernel_pipeline(exact_copy.out);
+    got.clear();
+    CHECK(run(exact, exact_copy, edge, &got).empty());
+    REQUIRE(got.size() == static_cast<size_t>(kOutputs));
+    for (int i = 0; i < kOutputs; ++i) CHECK(got[static_cast<size_t>(i)] == static_cast<float>(3 * i));
+  }
 }
