@@ -6,7 +6,6 @@
 #include "generator/conv/kernel_pipeline.h"
 #include "generator/conv/pipeline.h"
 #include "schedules/conv_descriptor.h"
-#include "schedules/errors.h"
 #include "schedules/schedule_records.h"
 
 namespace convgen {

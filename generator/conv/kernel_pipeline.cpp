@@ -35,8 +35,9 @@ class ExactStridedLoads : public IRMutator {
     }
     const int lanes = ramp->lanes, step = static_cast<int>(*stride);
     const int span = (lanes - 1) * step + 1;
-    Expr dense = Load::make(op->type.with_lanes(span), op->name, Ramp::make(ramp->base, make_one(ramp->base.type()), span), op->image, op->param,
-                            const_true(span), op->alignment);
+    Expr dense_index = Ramp::make(ramp->base, make_one(ramp->base.type()), span);
+    Expr dense = Load::make(op->type.with_lanes(span), op->name, dense_index, op->image, op->param, const_true(span),
+                            op->alignment);
     return Shuffle::make_slice(dense, 0, step, lanes);
   }
 };

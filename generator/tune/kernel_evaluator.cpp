@@ -178,15 +178,15 @@ std::shared_ptr<KernelEvaluator::Kernel> KernelEvaluator::build(const ConvSchedu
   if (pass_ == "fwd") k->fwd = std::make_unique<JitForwardKernel>(d_, s, t_, o, source);
   else if (pass_ == "bwd_data") k->bwd_data = std::make_unique<JitBackwardDataKernel>(d_, s, t_, o, source);
   else k->bwd_weights = std::make_unique<JitBackwardWeightsKernel>(d_, s, t_, o, source);
-  const WeightPanels& panels = k->fwd ? k->fwd->weight_panels() : k->bwd_data ? k->bwd_data->weight_panels()
-                                                                              : WeightPanels{};
-  if (!panels.empty()) k->panels = packed(panels);
+  if (k->fwd) k->panels = packed(k->fwd->weight_panels());
+  if (k->bwd_data) k->panels = packed(k->bwd_data->weight_panels());
   return k;
 }
 
 std::shared_ptr<const FloatBuffer> KernelEvaluator::packed(const WeightPanels& panels) const {
   // The layout depends on a few fields (MR above all), so hundreds of candidates share a
   // handful of buffers: a 3x3 512->512 layer's panels are 9.4 MB each.
+  if (panels.empty()) return nullptr;
   std::string layout;
   for (const WeightPanel& p : panels.panels)
     layout += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{};", p.offset, p.mr, p.channels, p.taps_w, p.taps_h,

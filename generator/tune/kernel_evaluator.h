@@ -72,7 +72,8 @@ class KernelEvaluator : public CandidateEvaluator {
 
   std::shared_ptr<Kernel> build(const ConvSchedule& s, KernelSource source = KernelSource::Cache) const;
   std::shared_ptr<Kernel> kernel_for(const ConvSchedule& s, std::string* error);
-  // The evaluator's weights packed into `panels`, one buffer per distinct layout.
+  // The evaluator's weights packed into `panels`, one buffer per distinct layout; null
+  // when there are none (the kernel reads ONNX weights).
   std::shared_ptr<const FloatBuffer> packed(const WeightPanels& panels) const;
   // Builds (or reuses) and checks the candidate; its kernel when the check passed.
   CandidateResult check_candidate(const ConvSchedule& s, std::shared_ptr<Kernel>* kernel);

@@ -28,7 +28,7 @@ class ItemList {
     if (std::find(passes_.begin(), passes_.end(), pass) == passes_.end()) return;
     const std::string key = d.normalised() + "|" + pass;
     auto [it, fresh] = index_.emplace(key, items_.size());
-    if (fresh) items_.push_back({d, pass, {}, pass == "bwd_weights" ? PackWeights::PerCall : weights});
+    if (fresh) items_.push_back({d, pass, {}, weights});
     auto& layers = items_[it->second].layers;
     if (std::find(layers.begin(), layers.end(), layer) == layers.end()) layers.push_back(layer);
   }

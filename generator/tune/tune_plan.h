@@ -31,7 +31,8 @@ struct TuneItem {
   std::vector<std::string> layers;  // the layers (or rows) it serves, for messages
   // How its consumer hands a GEMM kernel its weights, and so how candidates are timed:
   // packed once into panels, untimed (compile's inference kernels, the trainer's
-  // micro-batched layers, convgen-bench by default), or packed inside every call.
+  // micro-batched layers, convgen-bench by default), or packed inside every call. The
+  // tuning space applies it to GEMM forward and backward-data candidates only.
   PackWeights weights = PackWeights::PerCall;
 };
 

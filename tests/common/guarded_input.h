@@ -7,8 +7,8 @@
 // Kernels once loaded a vector up to 28 bytes before an input and discarded those lanes:
 // Halide 14 starts a stride-2..4 load's dense vector early (generator/conv/
 // kernel_pipeline.cpp now loads the exact span) and GEMM's per-group input copy shifted
-// its vector back over earlier groups (generator/conv/packing.cpp). kInputSlackBytes
-// leaves room of that kind; it is 0, so no read outside an input goes unnoticed.
+// its vector back over earlier groups (generator/conv/packing.cpp). No slack is left
+// between an input and its page, so no such read goes unnoticed.
 #pragma once
 
 #include <setjmp.h>
@@ -29,15 +29,12 @@
 
 namespace convgen::test {
 
-// Bytes of NaN between an input and its faulting page.
-inline constexpr size_t kInputSlackBytes = 0;
-
 class GuardedInput {
  public:
   enum class Edge { Start, End };
 
   GuardedInput(const std::vector<float>& values, Edge edge) : bytes_(values.size() * sizeof(float)) {
-    const size_t pages = (bytes_ + kInputSlackBytes + page_ - 1) / page_;
+    const size_t pages = (bytes_ + page_ - 1) / page_;
     span_ = (pages + 2) * page_;
     void* raw = mmap(nullptr, span_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) throw std::bad_alloc();
@@ -46,8 +43,9 @@ class GuardedInput {
     mprotect(base_ + (pages + 1) * page_, page_, PROT_NONE);
     char* first = base_ + page_;
     const size_t usable = pages * page_;
+    // NaN on the readable side, so a kernel using a float read there fails the comparison.
     std::fill_n(reinterpret_cast<float*>(first), usable / sizeof(float), std::numeric_limits<float>::quiet_NaN());
-    data_ = edge == Edge::Start ? first + kInputSlackBytes : first + usable - kInputSlackBytes - bytes_;
+    data_ = edge == Edge::Start ? first : first + usable - bytes_;
     if (bytes_ > 0) std::memcpy(data_, values.data(), bytes_);
   }
   GuardedInput(const GuardedInput&) = delete;
