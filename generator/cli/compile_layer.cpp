@@ -128,7 +128,7 @@ PassPipeline build_pass(const std::string& pass, const ConvDescriptor& d, const 
   }
   if (pass == "bwd_weights") {
     BackwardWeightsPipeline bp = build_backward_weights(d, s, t, why);
-    return {kernel_pipeline(bp.outputs()), bp.arguments()};
+    return {kernel_pipeline(bp.outputs(), bp.prefetches), bp.arguments()};
   }
   ForwardPipeline fp = build_forward(d, s, t, why);
   return {kernel_pipeline(fp.output), fp.arguments()};

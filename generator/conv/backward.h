@@ -16,6 +16,7 @@
 
 #include <Halide.h>
 
+#include "generator/conv/item_prefetch.h"
 #include "generator/conv/pipeline.h"
 #include "schedules/conv_descriptor.h"
 #include "schedules/conv_schedule.h"
@@ -53,16 +54,21 @@ struct BackwardWeightsPipeline {
   Halide::ImageParam x, dy, y;
   Halide::Func dw;
   Halide::Func db;  // defined only when the layer has a bias
+  // The next reduction item's input, prefetched while an item computes (kernel_pipeline
+  // takes them).
+  std::vector<ItemPrefetch> prefetches;
   std::vector<Halide::Argument> arguments() const { return {x, dy, y}; }
   std::vector<Halide::Func> outputs() const;
 };
 // Backward-weights of an unpadded 1x1 layer with vectors along the input channels
 // (Strategy::GemmInputLanes; input_lane_weights_apply, kernel_plan.h): dW in the 5-D
 // view above, computed straight in ONNX order from x and dy_masked (dY, ReLU-masked, in
-// its 4-D view). generator/conv/backward_weights_input_lanes.cpp.
+// its 4-D view). Adds its next-item prefetch, if any, to `prefetches`.
+// generator/conv/backward_weights_input_lanes.cpp.
 Halide::Func define_input_lane_weights(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
                                        const Halide::ImageParam& x, const Halide::Func& dy_masked,
-                                       std::vector<std::string>* why);
+                                       std::vector<std::string>* why,
+                                       std::vector<ItemPrefetch>* prefetches);
 
 BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
                                                std::vector<std::string>* why = nullptr,

@@ -22,6 +22,11 @@
 //                   item's im2col as NR-wide panels -- BLIS's packed A and B
 //     loop nest     tap blocks, channel tiles, tap tiles, the micro-kernel over the item
 //
+// Every form with several items prefetches the next item's input and dY rows while an
+// item computes (next_item_prefetch, generator/conv/item_prefetch.h): the first touch
+// of an item's rows no longer waits on memory (1x1 256->64 at 56x56, mb 8, Intel Xeon
+// AVX-512: 67 -> 109-134 GF/s; layers whose data stay in cache unchanged).
+//
 // Vectors run along K/g output channels for GEMM; for depthwise-like layers (few
 // channels per group) along all K channels across groups. The im2col matrix of the
 // layer never exists: panels hold one item's pixels for one block of taps.
@@ -111,8 +116,53 @@ void schedule_dw_transpose(const ConvDescriptor& d, Func dw, Func dw_block, bool
                            window == 1 ? "input channels" : "window taps"));
 }
 
+// The next reduction item's input rows and dY rows (and the ReLU mask's), prefetched
+// while an item computes (item_prefetch.h). Items run bands inner, image blocks outer;
+// the item after the last band of a block is the next block's first. Ranges have the
+// length of a whole item and are clamped inside their buffers: a short last band
+// prefetches some rows it does not need. `inner_loop` carries the prefetches and starts
+// `inner_visits` times per item.
+std::vector<ItemPrefetch> next_item_prefetch(const ConvDescriptor& d, int band_rows, int bands, int images_per_item,
+                                             int partitions, int per_part, const Func& partial,
+                                             const std::string& inner_loop, int64_t inner_visits, Why* why) {
+  const int P = int(d.oh()), Q = int(d.ow()), ih = int(d.ih), iw = int(d.iw), N = int(d.mb);
+  const int ic = int(d.ic), oc = int(d.oc);
+  // Loops of one iteration are not in the lowered kernel: their variable is 0 there.
+  // Halide names a loop <func>.s<stage>.<var>, the Func's name made unique in the process.
+  const std::string band_loop = partial.name() + ".s1.ri$x", block_loop = partial.name() + ".s1.ri$y",
+                    part_loop = partial.name() + ".s1.part";
+  auto loop_var = [](const std::string& name, int extent) { return extent > 1 ? item_loop_var(name) : Expr(0); };
+  const std::string item_loop = bands > 1 ? band_loop : per_part > 1 ? block_loop : partitions > 1 ? part_loop : "";
+  if (item_loop.empty()) return {};  // one item: nothing comes next
+  Expr band = loop_var(band_loop, bands);
+  Expr blk = loop_var(part_loop, partitions) * per_part + loop_var(block_loop, per_part);
+  Expr last_band = band == bands - 1;
+  Expr next_band = select(last_band, 0, band + 1);
+  Expr next_image = (blk + select(last_band, 1, 0)) * images_per_item;
+  // Input rows an item of band_rows output rows reads, and the first of the next item's.
+  const int span_rows = std::min(ih, (band_rows - 1) * int(d.sh) + (int(d.kh) - 1) * int(d.dh) + 1);
+  const int x_rows = bands == 1 ? ih * images_per_item : span_rows;
+  Expr x_row = max(next_band * band_rows * int(d.sh) - int(d.pt), 0);
+  const int64_t x_total = int64_t(N) * ih * iw * ic, dy_total = int64_t(N) * P * Q * oc;
+  const int x_elements = int(std::min<int64_t>(int64_t(x_rows) * iw * ic, x_total));
+  const int dy_rows = bands == 1 ? P * images_per_item : band_rows;
+  const int dy_elements = int(std::min<int64_t>(int64_t(dy_rows) * Q * oc, dy_total));
+  Expr x_first = min((next_image * ih + x_row) * (iw * ic), int(x_total - x_elements));
+  Expr dy_first = min((next_image * P + next_band * band_rows) * (Q * oc), int(dy_total - dy_elements));
+  ItemPrefetch plan;
+  plan.item_loop = item_loop;
+  plan.inner_loop = inner_loop;
+  plan.ranges.push_back({"x", x_first, x_elements});
+  plan.ranges.push_back({"dy", dy_first, dy_elements});
+  if (d.relu) plan.ranges.push_back({"y", dy_first, dy_elements});
+  spread_over_visits(plan, inner_visits);
+  explain(why, fmt::format("the next item's input and dY rows prefetched, {} cache lines per tile row",
+                           plan.lines_per_visit));
+  return {plan};
+}
+
 struct GemmPartial {
-  Func partial;
+  Func partial, band_sum;
   int mr, nr;
 };
 
@@ -191,13 +241,18 @@ GemmPartial define_gemm_partial(const ConvDescriptor& d, const ConvSchedule& s, 
   // Packing.
   dy_pack.compute_at(partial, ri.x).vectorize(ki, std::min(vl, mr), TailStrategy::RoundUp);
   x_panel.compute_at(partial, tb);
+  // Pixels outside the block's tap tiles: the copy reads X in memory order (a pixel's
+  // channels, then the next pixel), where tap tiles outermost read a few floats of every
+  // pixel's row per pass, an access pattern the hardware prefetcher does not follow (1x1
+  // 256->64 at 56x56, Intel Xeon: 66 vs 85 GF/s without item prefetch, +5% with).
+  x_panel.reorder(ti, tt, ip);
   if (whole_channel_runs && nr >= 4) {
     x_panel.vectorize(ti);
   } else {
     x_panel.unroll(ti);
   }
   if (stage_x) x_staged.compute_at(partial, ri.x);
-  return {partial, mr, nr};
+  return {partial, band_sum, mr, nr};
 }
 
 // db: the same dY sums as dW's, per channel, images outer and pixels inner.
@@ -268,7 +323,7 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
     dy_masked(k, grp, pix, n) = value;
   }
   if (input_lanes) {
-    p.dw = define_input_lane_weights(d, s, t, p.x, dy_masked, why);
+    p.dw = define_input_lane_weights(d, s, t, p.x, dy_masked, why, &p.prefetches);
     define_bias_gradient(d, vl, dy_masked, &p);
     pin_buffers(d, p);
     return p;
@@ -358,6 +413,11 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
     GemmPartial gp = define_gemm_partial(d, s, t, dy_masked, p.x, x_band, x_staged, padded, mr, nr, band_rows, bands,
                                          images_per_item, blocks, partitions, per_part, why);
     sum_partitions([&](int i) { return gp.partial(kout % mr, kout / mr, tap_of % nr, tap_of / nr, grp, i); });
+    // The prefetches ride on the item's pixel loop, which an item of one pixel lacks.
+    if (band_rows * Q * images_per_item > 1)
+      p.prefetches = next_item_prefetch(d, band_rows, bands, images_per_item, partitions, per_part, gp.partial,
+                                        gp.band_sum.name() + ".s1.rp$x",
+                                        int64_t(ceil_div(kgn, mr)) * ceil_div(taps, nr), why);
   } else {
     // The micro-kernel: one item's sum for one output channel and tap.
     RDom rb(0, Q, 0, band_rows, 0, images_per_item, "rb");
@@ -419,6 +479,11 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
     partial(chan(k, ti, tt, grp, {part})) += band_sum(chan(k, ti, tt, grp, {ri.x, part * per_part + ri.y}));
 
     Expr lane = gemm ? Expr(kout) : grp * kgn + kout;
+    // The prefetches ride on the pixel-column loop, which a 1-pixel-wide output lacks.
+    if (Q > 1)
+      p.prefetches = next_item_prefetch(d, band_rows, bands, images_per_item, partitions, per_part, partial,
+                                        band_sum.name() + ".s1.rb$x",
+                                        int64_t(chan_padded / mr) * t_tiles * band_rows * images_per_item, why);
     sum_partitions([&](int i) { return partial(chan(lane, tap_of % nr, tap_of / nr, grp, {i})); });
 
     // ---- schedule -----------------------------------------------------------------

@@ -41,7 +41,8 @@ int ceil_div(int a, int b) { return (a + b - 1) / b; }
 }  // namespace
 
 Func define_input_lane_weights(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
-                               const ImageParam& x, const Func& dy_masked, std::vector<std::string>* why) {
+                               const ImageParam& x, const Func& dy_masked, std::vector<std::string>* why,
+                               std::vector<ItemPrefetch>* prefetches) {
   const int vl = t.vector_floats;
   const int cg = int(d.icg()), kgn = int(d.ocg());
   const int Q = int(d.ow()), PQ = int(d.oh() * d.ow());
@@ -154,10 +155,32 @@ Func define_input_lane_weights(const ConvDescriptor& d, const ConvSchedule& s, c
     x_lanes.compute_at(sum, c_tile);
   }
   if (!x_in_place) x_lanes.vectorize(ci, vl, TailStrategy::RoundUp);
-  if (items > 1 && !channels_outer) {
+  if (items > 1 && !channels_outer && item > 1) {  // the prefetches ride on the item's pixel loop
     dy_lanes.compute_at(sum, ri.x);
   } else {
     dy_lanes.compute_at(dw, grp);
+  }
+  // Items outermost: the next item's rows of X and dY are prefetched while this one
+  // computes (item_prefetch.h). With channel tiles outermost X is read once per channel
+  // tile, and prefetching whole rows would fetch them C/MR times: not there.
+  if (items > 1 && !channels_outer && item > 1) {  // the prefetches ride on the item's pixel loop
+    const int ih = int(d.ih), iw = int(d.iw), ic = int(d.ic), oc = int(d.oc);
+    Expr next = (item_loop_var(sum.name() + ".s1.ri$x") + 1) * item;  // its first pixel
+    Expr img = next / PQ, row = (next % PQ) / Q;
+    const int64_t x_total = int64_t(d.mb) * ih * iw * ic, dy_total = int64_t(pixels) * oc;
+    const int rows = ceil_div(item, Q) + 1;  // output rows an item can touch
+    const int x_elements = int(std::min<int64_t>(int64_t(rows) * int(d.sh) * iw * ic, x_total));
+    const int dy_elements = int(std::min<int64_t>(int64_t(item) * oc, dy_total));
+    Expr dy_first = min(next * oc, int(dy_total - dy_elements));
+    ItemPrefetch plan;
+    plan.item_loop = sum.name() + ".s1.ri$x";
+    plan.inner_loop = tile.name() + ".s1.rp$x";
+    plan.ranges.push_back({"x", min((img * ih + row * int(d.sh)) * (iw * ic), int(x_total - x_elements)), x_elements});
+    plan.ranges.push_back({"dy", dy_first, dy_elements});
+    if (d.relu) plan.ranges.push_back({"y", dy_first, dy_elements});
+    spread_over_visits(plan, int64_t(ceil_div(cg, mr)) * k_tiles);
+    prefetches->push_back(plan);
+    explain(why, fmt::format("the next item's X and dY rows prefetched, {} cache lines per tile", plan.lines_per_visit));
   }
   // Read dY along its channels (one pixel's row), write each k tile's panel.
   dy_lanes.reorder(ki, kt, ip, it).vectorize(ki);

@@ -271,7 +271,7 @@ JitBackwardWeightsKernel::JitBackwardWeightsKernel(const ConvDescriptor& d, cons
   impl_->target = halide_target(t.target);
   auto define = [&] {
     impl_->bp = build_backward_weights(d, s, t, nullptr, options);
-    impl_->pipeline = kernel_pipeline(impl_->bp.outputs());
+    impl_->pipeline = kernel_pipeline(impl_->bp.outputs(), impl_->bp.prefetches);
   };
   impl_->loaded = open_cached(d, "bwd_weights", s, t, options, source, impl_->target, [&](Pipeline* p, std::vector<Argument>* a) {
     define();

@@ -52,9 +52,10 @@ Pipeline kernel_pipeline(const Func& output) {
   return pipeline;
 }
 
-Pipeline kernel_pipeline(const std::vector<Func>& outputs) {
+Pipeline kernel_pipeline(const std::vector<Func>& outputs, const std::vector<ItemPrefetch>& prefetches) {
   Pipeline pipeline(outputs);
   add_kernel_lowering_passes(pipeline);
+  if (!prefetches.empty()) pipeline.add_custom_lowering_pass(item_prefetch_pass(prefetches));
   return pipeline;
 }
 

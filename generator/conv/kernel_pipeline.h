@@ -7,10 +7,14 @@
 
 #include <Halide.h>
 
+#include "generator/conv/item_prefetch.h"
+
 namespace convgen {
 
 Halide::Pipeline kernel_pipeline(const Halide::Func& output);
-Halide::Pipeline kernel_pipeline(const std::vector<Halide::Func>& outputs);
+// `prefetches`: the kernel's next-item prefetches (item_prefetch.h), when it has any.
+Halide::Pipeline kernel_pipeline(const std::vector<Halide::Func>& outputs,
+                                 const std::vector<ItemPrefetch>& prefetches = {});
 
 // Adds the passes to a pipeline built elsewhere (the Halide Generator builds its own).
 void add_kernel_lowering_passes(Halide::Pipeline& pipeline);

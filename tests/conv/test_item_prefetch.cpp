@@ -1,0 +1,149 @@
+// The next-item prefetch of backward-weights kernels (generator/conv/item_prefetch.h):
+// every form with several reduction items carries a plan, the compiled kernel holds
+// prefetcht0 (not Halide's own prefetchnta, whose lines skip L2), every range it asks
+// for lies inside its buffer and points at the next item's rows, and a plan whose loops
+// Halide lowered differently leaves the kernel as it was. That the
+// prefetching kernels compute dW bit for bit is the backward sweeps' job (they build
+// every form with the plans on).
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include <Halide.h>
+
+#include "generator/conv/backward.h"
+#include "generator/conv/kernel_pipeline.h"
+#include "schedules/conv_descriptor.h"
+#include "schedules/schedule_records.h"
+
+using namespace convgen;
+
+namespace {
+
+const TargetInfo kWide = target_info("x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41");
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string assembly_of(const BackwardWeightsPipeline& bp) {
+  Halide::Pipeline p = kernel_pipeline(bp.outputs(), bp.prefetches);
+  const std::string path = std::string(std::tmpnam(nullptr)) + ".s";
+  p.compile_to_assembly(path, bp.arguments(), "kernel", Halide::Target(kWide.target));
+  const std::string text = slurp(path);
+  std::remove(path.c_str());
+  return text;
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Substitutes `values` for the loop variables of e and folds it to a constant.
+int64_t evaluate(const Halide::Expr& e, const std::map<std::string, int>& values) {
+  std::map<std::string, Halide::Expr> replacements;
+  for (const auto& [name, v] : values) replacements[name] = v;
+  const Halide::Expr folded = Halide::Internal::simplify(Halide::Internal::substitute(replacements, e));
+  const int64_t* k = Halide::Internal::as_const_int(folded);
+  REQUIRE(k);
+  return *k;
+}
+
+ConvSchedule schedule(const std::string& words) {
+  ConvSchedule s;
+  s.parallel = Parallel::None;
+  apply_schedule_overrides(words, &s);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("backward-weights kernels with several items prefetch the next one with prefetcht0", "[item_prefetch]") {
+  struct Case {
+    const char* layer;
+    const char* schedule;
+  };
+  for (const Case& c : {Case{"mb2ic64ih12oc32kh1", "gemm mr=32 nr=8 kc=24 pack_input=image"},
+                        Case{"mb2ic64ih12oc32kh1", "gemm mr=32 nr=8 kc=24 pack_input=panel nc=64"},
+                        Case{"mb2ic32ih10oc32kh3ph1+relu", "gemm mr=32 nr=4 kc=20 pack_input=image"},
+                        Case{"mb2ic64ih12oc32kh1", "gemm_input_lanes mr=32 nr=8 kc=48"}}) {
+    INFO(c.layer << " " << c.schedule);
+    const ConvDescriptor d = parse_descriptor(c.layer);
+    std::vector<std::string> why;
+    const BackwardWeightsPipeline bp = build_backward_weights(d, schedule(c.schedule), kWide, &why);
+    REQUIRE(bp.prefetches.size() == 1);
+    CHECK(bp.prefetches[0].ranges.size() == (d.relu ? 3u : 2u));
+    const std::string text = assembly_of(bp);
+    CHECK(count(text, "prefetcht0") >= 2);
+    CHECK(count(text, "prefetchnta") == 0);
+    bool said = false;
+    for (const auto& w : why) said = said || w.find("prefetched") != std::string::npos;
+    CHECK(said);
+  }
+}
+
+TEST_CASE("a backward-weights kernel of one item has nothing to prefetch", "[item_prefetch]") {
+  const ConvDescriptor d = parse_descriptor("mb1ic64ih6oc32kh1");
+  const BackwardWeightsPipeline bp = build_backward_weights(d, schedule("gemm mr=32 nr=8 kc=0"), kWide);
+  CHECK(bp.prefetches.empty());
+}
+
+TEST_CASE("the prefetched ranges lie inside their buffers and start at the next item", "[item_prefetch]") {
+  // 1x1, stride 1, unpadded: items of 2 rows of 12 pixels, 6 bands per image, 3 images.
+  const ConvDescriptor d = parse_descriptor("mb3ic64ih12oc32kh1");
+  const BackwardWeightsPipeline bp = build_backward_weights(d, schedule("gemm mr=32 nr=8 kc=24 partitions=1"), kWide);
+  REQUIRE(bp.prefetches.size() == 1);
+  const ItemPrefetch& plan = bp.prefetches[0];
+  const std::string band = plan.item_loop, block = band.substr(0, band.size() - 1) + "y";
+  const int64_t row_x = 12 * 64, row_dy = 12 * 32, image_x = 12 * row_x, image_dy = 12 * row_dy;
+  for (int img = 0; img < 3; ++img) {
+    for (int b = 0; b < 6; ++b) {
+      const std::map<std::string, int> at = {{band, b}, {block, img}};
+      const auto& x = plan.ranges[0];
+      const auto& dy = plan.ranges[1];
+      CHECK(x.buffer == "x");
+      CHECK(dy.buffer == "dy");
+      const int64_t x_first = evaluate(x.first, at), dy_first = evaluate(dy.first, at);
+      CHECK(x_first >= 0);
+      CHECK(x_first + x.elements <= 3 * image_x);
+      CHECK(dy_first >= 0);
+      CHECK(dy_first + dy.elements <= 3 * image_dy);
+      if (img < 2 || b < 5) {  // the next item's first row: the next band, or the next image's first
+        const int next_img = b == 5 ? img + 1 : img, next_row = b == 5 ? 0 : 2 * (b + 1);
+        CHECK(x_first == next_img * image_x + next_row * row_x);
+        CHECK(dy_first == next_img * image_dy + next_row * row_dy);
+      }
+    }
+  }
+}
+
+TEST_CASE("a prefetch plan whose loops the lowered kernel lacks leaves the kernel without it", "[item_prefetch]") {
+  const ConvDescriptor d = parse_descriptor("mb2ic64ih12oc32kh1");
+  BackwardWeightsPipeline bp = build_backward_weights(d, schedule("gemm mr=32 nr=8 kc=24"), kWide);
+  REQUIRE(bp.prefetches.size() == 1);
+  BackwardWeightsPipeline missing_inner = bp;
+  missing_inner.prefetches[0].inner_loop = "no_such_func.s1.r$x";
+  CHECK(count(assembly_of(missing_inner), "prefetcht0") == 0);
+  BackwardWeightsPipeline missing_item = bp;
+  missing_item.prefetches[0].item_loop = "no_such_func.s1.ri$x";
+  CHECK(count(assembly_of(missing_item), "prefetcht0") == 0);
+  // A range in a variable no enclosing loop binds: left out, not a kernel that fails to
+  // compile.
+  BackwardWeightsPipeline unbound = bp;
+  unbound.prefetches[0].ranges[0].first = item_loop_var("no_such_func.s1.ri$y");
+  CHECK(count(assembly_of(unbound), "prefetcht0") == 0);
+  // Halide peels a 2-iteration item loop into two copies (2 bands of 5 rows): it builds.
+  const ConvDescriptor peeled = parse_descriptor("mb2ic3ih15oc35kh11ph2+bias+relu");
+  const BackwardWeightsPipeline p = build_backward_weights(
+      peeled, schedule("gemm mr=16 nr=8 kc=64 nc=8 pack_input=panel loop_order=channels_outer partitions=8"), kWide);
+  CHECK_NOTHROW(assembly_of(p));
+}
