@@ -123,7 +123,7 @@ void schedule_dw_transpose(const ConvDescriptor& d, Func dw, Func dw_block, bool
 // prefetches some rows it does not need. `inner_loop` carries the prefetches and starts
 // `inner_visits` times per item.
 std::vector<ItemPrefetch> next_item_prefetch(const ConvDescriptor& d, int band_rows, int bands, int images_per_item,
-                                             int partitions, int per_part, const Func& partial,
+                                             int partitions, int per_part, bool gemm_groups, const Func& partial,
                                              const std::string& inner_loop, int64_t inner_visits, Why* why) {
   const int P = int(d.oh()), Q = int(d.ow()), ih = int(d.ih), iw = int(d.iw), N = int(d.mb);
   const int ic = int(d.ic), oc = int(d.oc);
@@ -132,8 +132,11 @@ std::vector<ItemPrefetch> next_item_prefetch(const ConvDescriptor& d, int band_r
   const std::string band_loop = partial.name() + ".s1.ri$x", block_loop = partial.name() + ".s1.ri$y",
                     part_loop = partial.name() + ".s1.part";
   auto loop_var = [](const std::string& name, int extent) { return extent > 1 ? item_loop_var(name) : Expr(0); };
-  const std::string item_loop = bands > 1 ? band_loop : per_part > 1 ? block_loop : partitions > 1 ? part_loop : "";
-  if (item_loop.empty()) return {};  // one item: nothing comes next
+  // One item per partition: the next item is another partition's, which another thread
+  // may be computing. Groups run outside the items: every group would fetch all groups'
+  // channels (the form with vectors across groups has no group loop).
+  const std::string item_loop = bands > 1 ? band_loop : per_part > 1 ? block_loop : "";
+  if (item_loop.empty() || (gemm_groups && d.g > 1)) return {};
   Expr band = loop_var(band_loop, bands);
   Expr blk = loop_var(part_loop, partitions) * per_part + loop_var(block_loop, per_part);
   Expr last_band = band == bands - 1;
@@ -415,7 +418,7 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
     sum_partitions([&](int i) { return gp.partial(kout % mr, kout / mr, tap_of % nr, tap_of / nr, grp, i); });
     // The prefetches ride on the item's pixel loop, which an item of one pixel lacks.
     if (band_rows * Q * images_per_item > 1)
-      p.prefetches = next_item_prefetch(d, band_rows, bands, images_per_item, partitions, per_part, gp.partial,
+      p.prefetches = next_item_prefetch(d, band_rows, bands, images_per_item, partitions, per_part, true, gp.partial,
                                         gp.band_sum.name() + ".s1.rp$x",
                                         int64_t(ceil_div(kgn, mr)) * ceil_div(taps, nr), why);
   } else {
@@ -481,7 +484,7 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
     Expr lane = gemm ? Expr(kout) : grp * kgn + kout;
     // The prefetches ride on the pixel-column loop, which a 1-pixel-wide output lacks.
     if (Q > 1)
-      p.prefetches = next_item_prefetch(d, band_rows, bands, images_per_item, partitions, per_part, partial,
+      p.prefetches = next_item_prefetch(d, band_rows, bands, images_per_item, partitions, per_part, gemm, partial,
                                         band_sum.name() + ".s1.rb$x",
                                         int64_t(chan_padded / mr) * t_tiles * band_rows * images_per_item, why);
     sum_partitions([&](int i) { return partial(chan(lane, tap_of % nr, tap_of / nr, grp, {i})); });

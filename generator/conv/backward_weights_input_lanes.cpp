@@ -155,15 +155,17 @@ Func define_input_lane_weights(const ConvDescriptor& d, const ConvSchedule& s, c
     x_lanes.compute_at(sum, c_tile);
   }
   if (!x_in_place) x_lanes.vectorize(ci, vl, TailStrategy::RoundUp);
-  if (items > 1 && !channels_outer && item > 1) {  // the prefetches ride on the item's pixel loop
+  if (items > 1 && !channels_outer) {
     dy_lanes.compute_at(sum, ri.x);
   } else {
     dy_lanes.compute_at(dw, grp);
   }
   // Items outermost: the next item's rows of X and dY are prefetched while this one
-  // computes (item_prefetch.h). With channel tiles outermost X is read once per channel
-  // tile, and prefetching whole rows would fetch them C/MR times: not there.
-  if (items > 1 && !channels_outer && item > 1) {  // the prefetches ride on the item's pixel loop
+  // computes (item_prefetch.h). Not with channel tiles outermost (X is read once per
+  // channel tile: whole rows would be fetched C/MR times), nor with several groups
+  // (groups run outside the items: every group would fetch all groups' channels), nor
+  // for items of one pixel (the prefetches ride on the item's pixel loop).
+  if (items > 1 && !channels_outer && d.g == 1 && item > 1) {
     const int ih = int(d.ih), iw = int(d.iw), ic = int(d.ic), oc = int(d.oc);
     Expr next = (item_loop_var(sum.name() + ".s1.ri$x") + 1) * item;  // its first pixel
     Expr img = next / PQ, row = (next % PQ) / Q;

@@ -40,8 +40,11 @@ Expr element_address(const std::string& buffer, const Expr& index, int element_b
 
 Stmt prefetch_line(const ItemPrefetch::Range& r, const Expr& line) {
   const int per_line = kLineBytes / r.element_bytes;
-  Expr address = element_address(r.buffer, r.first + line * per_line, r.element_bytes);
-  // llvm.prefetch(address, rw = 0 read, locality = 3 all levels, cache = 1 data).
+  // The extra line for an unaligned start stops at the range's last element.
+  Expr address = element_address(r.buffer, r.first + min(line * per_line, r.elements - 1), r.element_bytes);
+  // llvm.prefetch(address, rw = 0 read, locality = 3 all levels, cache = 1 data). The
+  // name is LLVM 14's (typed pointers); with opaque pointers (LLVM 15+) it would be
+  // llvm.prefetch.p0, and an undeclared name becomes a call LLVM's verifier rejects.
   return Evaluate::make(Call::make(Int(32), "llvm.prefetch.p0i8", {address, 0, 3, 1}, Call::Extern));
 }
 
@@ -76,19 +79,44 @@ std::set<std::string> variables_of(const ItemPrefetch& plan) {
   return v.names;
 }
 
-// Adds the prefetches before each run of the plan's inner loop inside one item loop's
-// body, where every variable of the plan's ranges is bound.
-class InnerLoopPrefetch : public IRMutator {
+int total_lines(const ItemPrefetch& plan) {
+  int lines = 0;
+  for (const auto& r : plan.ranges) lines += prefetch_lines(r);
+  return lines;
+}
+
+// One counter's scope inside an item: the item loop's body, or the body of a parallel
+// loop inside it, whose iterations (threads) each take an equal share of the item's
+// lines with a counter of their own -- a counter shared by threads would be a data race
+// and would leave most lines to one core's caches. Adds the prefetches before each run
+// of the plan's inner loop where every variable of the plan's ranges is bound.
+class CounterScope : public IRMutator {
  public:
-  InnerLoopPrefetch(const ItemPrefetch& plan, std::string counter, std::set<std::string> bound)
-      : plan_(plan), counter_(std::move(counter)), bound_(std::move(bound)), needed_(variables_of(plan)) {}
-  int added = 0;
+  CounterScope(const ItemPrefetch& plan, int* counters, std::set<std::string> bound, Expr share_index, Expr shares)
+      : plan_(plan), counters_(counters), bound_(std::move(bound)), needed_(variables_of(plan)) {
+    counter_ = fmt::format("item_prefetch_counter{}", (*counters_)++);
+    const int lines = total_lines(plan);
+    Expr share = (lines + shares - 1) / shares;
+    first_ = share_index * share;
+    end_ = min(first_ + share, lines);
+  }
+
+  // The scope's body with its counter, or `body` unchanged when it holds no inner loop.
+  Stmt run(const Stmt& body) {
+    Stmt with = mutate(body);
+    if (!added_) return with;
+    Stmt init = Store::make(counter_, first_, 0, Parameter(), const_true(), ModulusRemainder());
+    return Allocate::make(counter_, Int(32), MemoryType::Stack, {1}, const_true(), Block::make(init, with));
+  }
 
  private:
   using IRMutator::visit;
   const ItemPrefetch& plan_;
+  int* counters_;
   std::string counter_;
   std::set<std::string> bound_, needed_;
+  Expr first_, end_;
+  int added_ = 0;
 
   Stmt visit(const LetStmt* op) override {
     const bool fresh = bound_.insert(op->name).second;
@@ -97,22 +125,32 @@ class InnerLoopPrefetch : public IRMutator {
     return s;
   }
 
-  // Before each run of the inner loop: the next lines_per_visit lines.
   Stmt visit(const For* op) override {
     const bool fresh = bound_.insert(op->name).second;
-    Stmt loop = IRMutator::visit(op);
+    Stmt result;
+    if (op->for_type == ForType::Parallel) {
+      // A scope of its own per iteration: its share of the lines, its own counter.
+      Expr index = Variable::make(Int(32), op->name) - op->min;
+      Stmt body = CounterScope(plan_, counters_, bound_, index, op->extent).run(op->body);
+      result = body.same_as(op->body) ? Stmt(op)
+                                      : For::make(op->name, op->min, op->extent, op->for_type, op->device_api, body);
+    } else {
+      result = IRMutator::visit(op);
+    }
     if (fresh) bound_.erase(op->name);
-    if (!is_loop(op->name, plan_.inner_loop)) return loop;
-    if (!std::includes(bound_.begin(), bound_.end(), needed_.begin(), needed_.end())) return loop;
-    ++added;
+    if (op->for_type == ForType::Parallel || !is_loop(op->name, plan_.inner_loop)) return result;
+    if (!std::includes(bound_.begin(), bound_.end(), needed_.begin(), needed_.end())) return result;
+    ++added_;
+    // Before each run of the inner loop: the scope's next lines_per_visit lines.
     const std::string first = counter_ + ".first", line = counter_ + ".line";
     Expr first_line = Variable::make(Int(32), first);
+    Expr at = first_line + Variable::make(Int(32), line);
     Stmt bump = Store::make(counter_, first_line + plan_.lines_per_visit, 0, Parameter(), const_true(),
                             ModulusRemainder());
     Stmt burst = For::make(line, 0, plan_.lines_per_visit, ForType::Serial, DeviceAPI::None,
-                           prefetch_of_line(plan_, first_line + Variable::make(Int(32), line)));
+                           IfThenElse::make(at < end_, prefetch_of_line(plan_, at)));
     Expr load = Load::make(Int(32), counter_, 0, Buffer<>(), Parameter(), const_true(), ModulusRemainder());
-    return LetStmt::make(first, load, Block::make({bump, burst, loop}));
+    return LetStmt::make(first, load, Block::make({bump, burst, result}));
   }
 };
 
@@ -142,14 +180,9 @@ class ItemPrefetchPass : public IRMutator {
     Stmt body = mutate(op->body);
     for (const auto& plan : plans_) {
       if (!is_loop(op->name, plan.item_loop)) continue;
-      // The counter lives in the item loop's body: one per item, and per thread when
-      // the item loop itself runs in parallel.
-      const std::string counter = fmt::format("item_prefetch_counter{}", counters_++);
-      InnerLoopPrefetch inner(plan, counter, bound_);
-      Stmt with = inner.mutate(body);
-      if (!inner.added) continue;
-      Stmt init = Store::make(counter, 0, 0, Parameter(), const_true(), ModulusRemainder());
-      body = Allocate::make(counter, Int(32), MemoryType::Stack, {1}, const_true(), Block::make(init, with));
+      // The item loop's body is one scope: one counter per item, and per thread when
+      // the item loop itself runs in parallel (its iterations are items).
+      body = CounterScope(plan, &counters_, bound_, 0, 1).run(body);
     }
     if (fresh) bound_.erase(op->name);
     if (body.same_as(op->body)) return op;

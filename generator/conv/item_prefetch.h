@@ -25,7 +25,8 @@ namespace convgen {
 struct ItemPrefetch {
   // The loop over items (its body computes one item) and the compute loop inside it
   // that carries the prefetches, as named in the lowered statement
-  // ("<func>.s<stage>.<var>"). A pipeline without them is an internal error.
+  // ("<func>.s<stage>.<var>"). Where Halide lowered them otherwise (a short loop peeled
+  // or gone) the kernel is left without the prefetch: it computes the same.
   std::string item_loop;
   std::string inner_loop;
   struct Range {
@@ -37,7 +38,8 @@ struct ItemPrefetch {
   };
   std::vector<Range> ranges;
   // Lines asked for each time the inner loop starts: the item's lines divided by the
-  // inner loop's runs per item, so they spread over the whole item.
+  // inner loop's runs per item, so they spread over the whole item. A parallel loop
+  // inside the item gives each of its iterations an equal share of the lines.
   int lines_per_visit = 1;
 };
 

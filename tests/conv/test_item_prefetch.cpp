@@ -1,6 +1,6 @@
 // The next-item prefetch of backward-weights kernels (generator/conv/item_prefetch.h):
 // every form with several reduction items carries a plan, the compiled kernel holds
-// prefetcht0 (not Halide's own prefetchnta, whose lines skip L2), every range it asks
+// prefetcht0 (locality 3: lines kept in every cache level), every range it asks
 // for lies inside its buffer and points at the next item's rows, and a plan whose loops
 // Halide lowered differently leaves the kernel as it was. That the
 // prefetching kernels compute dW bit for bit is the backward sweeps' job (they build
@@ -8,10 +8,13 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
+
+#include <unistd.h>
 
 #include <Halide.h>
 
@@ -35,7 +38,10 @@ std::string slurp(const std::string& path) {
 
 std::string assembly_of(const BackwardWeightsPipeline& bp) {
   Halide::Pipeline p = kernel_pipeline(bp.outputs(), bp.prefetches);
-  const std::string path = std::string(std::tmpnam(nullptr)) + ".s";
+  static int serial = 0;
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("convgen_item_prefetch_" + std::to_string(::getpid()) + "_" + std::to_string(serial++) + ".s"))
+                               .string();
   p.compile_to_assembly(path, bp.arguments(), "kernel", Halide::Target(kWide.target));
   const std::string text = slurp(path);
   std::remove(path.c_str());
@@ -84,17 +90,69 @@ TEST_CASE("backward-weights kernels with several items prefetch the next one wit
     CHECK(bp.prefetches[0].ranges.size() == (d.relu ? 3u : 2u));
     const std::string text = assembly_of(bp);
     CHECK(count(text, "prefetcht0") >= 2);
-    CHECK(count(text, "prefetchnta") == 0);
     bool said = false;
     for (const auto& w : why) said = said || w.find("prefetched") != std::string::npos;
     CHECK(said);
   }
 }
 
-TEST_CASE("a backward-weights kernel of one item has nothing to prefetch", "[item_prefetch]") {
-  const ConvDescriptor d = parse_descriptor("mb1ic64ih6oc32kh1");
-  const BackwardWeightsPipeline bp = build_backward_weights(d, schedule("gemm mr=32 nr=8 kc=0"), kWide);
-  CHECK(bp.prefetches.empty());
+TEST_CASE("kernels whose next item is not theirs to fetch have no plan", "[item_prefetch]") {
+  // One item.
+  CHECK(build_backward_weights(parse_descriptor("mb1ic64ih6oc32kh1"), schedule("gemm mr=32 nr=8 kc=0"), kWide)
+            .prefetches.empty());
+  // One item per partition: the next item is another partition's, perhaps another thread's.
+  CHECK(build_backward_weights(parse_descriptor("mb4ic64ih6oc32kh1"), schedule("gemm mr=32 nr=8 kc=36 partitions=4"),
+                               kWide)
+            .prefetches.empty());
+  // Several groups run outside the items: each would fetch every group's channels.
+  CHECK(build_backward_weights(parse_descriptor("g2mb2ic64ih12oc64kh1"), schedule("gemm mr=16 nr=8 kc=24"), kWide)
+            .prefetches.empty());
+  CHECK(build_backward_weights(parse_descriptor("g2mb2ic64ih12oc64kh1"), schedule("gemm_input_lanes mr=32 nr=8 kc=48"),
+                               kWide)
+            .prefetches.empty());
+}
+
+namespace {
+
+// Where the lowered kernel allocates its prefetch counters: inside a parallel loop or not.
+class CounterPlaces : public Halide::Internal::IRMutator {
+ public:
+  int in_parallel = 0, outside_parallel = 0;
+
+ private:
+  using IRMutator::visit;
+  int depth_ = 0;
+  Halide::Internal::Stmt visit(const Halide::Internal::For* op) override {
+    const bool parallel = op->for_type == Halide::Internal::ForType::Parallel;
+    depth_ += parallel;
+    Halide::Internal::Stmt s = IRMutator::visit(op);
+    depth_ -= parallel;
+    return s;
+  }
+  Halide::Internal::Stmt visit(const Halide::Internal::Allocate* op) override {
+    if (op->name.rfind("item_prefetch_counter", 0) == 0) ++(depth_ ? in_parallel : outside_parallel);
+    return IRMutator::visit(op);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("threads splitting an item's tiles each prefetch a share with a counter of their own", "[item_prefetch]") {
+  // Channel tiles in parallel inside each item (2 tiles of 32 of 64 output channels): a
+  // counter allocated outside them would be shared by the threads.
+  for (const char* s : {"gemm mr=32 nr=8 kc=24 pack_input=image parallel=channels partitions=1",
+                        "gemm mr=32 nr=8 kc=24 pack_input=panel nc=64 parallel=channels partitions=1",
+                        "gemm_input_lanes mr=32 nr=8 kc=48 parallel=channels"}) {
+    INFO(s);
+    const BackwardWeightsPipeline bp = build_backward_weights(parse_descriptor("mb2ic64ih12oc64kh1"), schedule(s), kWide);
+    REQUIRE(bp.prefetches.size() == 1);
+    Halide::Pipeline p = kernel_pipeline(bp.outputs(), bp.prefetches);
+    auto* places = new CounterPlaces;  // the pipeline owns its passes
+    p.add_custom_lowering_pass(places);
+    p.compile_to_module(bp.arguments(), "kernel", Halide::Target(kWide.target));
+    CHECK(places->in_parallel >= 1);
+    CHECK(places->outside_parallel == 0);
+  }
 }
 
 TEST_CASE("the prefetched ranges lie inside their buffers and start at the next item", "[item_prefetch]") {
