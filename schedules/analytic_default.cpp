@@ -129,6 +129,25 @@ Tile choose_tile(const ConvDescriptor& d, int64_t channels, const TargetInfo& t,
       reason += fmt::format("; {} registers: {}x8 tiles inside the {}-pixel rows, 16 accumulator chains",
                             t.vector_registers, tile.mr, q);
     }
+    // Two vectors x 14 pixels: 28 accumulators, two weight vectors and a broadcast fill
+    // 31 of the 32 registers, and each weight vector loaded (from L2 once the panel
+    // outgrows L1) feeds 14 FMAs instead of 6 or 8. Intel Xeon (AVX-512), mb 8,
+    // interleaved against the tile before: ResNet-50 3x3 1.06-1.13x, 1x1 expanding and
+    // strided projections 1.03-1.11x (forward and backward-data alike), 1x1 at 7x7 (48x4
+    // before) 1.01-1.06x; AlexNet 1.09-1.17x (backward-data 5x5 48x4: 1.27x; 11x11/4 over
+    // RGB 1.09x); VGG-16 3x3 1.03-1.15x. Not where 4 vectors were chosen (1x1
+    // reducing in place: 64x6 0.79-0.97x), nor where 2 vectors pad the channels (5x5/3
+    // 16->24: 0.88x), nor across padded rows that 14 does not tile (16-pixel rows, 5x5
+    // pad 2: 0.30x; 32: 0.97x). Rows of 9 to 13 pixels take one tile each (AlexNet's 13:
+    // the gain above); rows of up to 8 are one 8-pixel tile already (3x3 at 7x7, 5x5 at
+    // 8x8: even); rows of over 4 tiles read a padded copy, where straddling tiles cost
+    // nothing (VGG at 224 and 112: 1.10-1.14x). 3x3 over RGB keeps the 7-pixel tiles below.
+    const bool two_or_three_vectors = tile.mr == 2 * vl || tile.mr == 3 * vl;
+    if (two_or_three_vectors && channels % (2 * vl) == 0 && pixels >= 2 * 14 &&
+        (!column_padding || (q > 8 && row_tiles_pay(q, 14)) || q > max_row_tiles * 14)) {
+      tile = {2 * vl, 14};
+      reason += fmt::format("; {} registers: {}x14, 28 accumulators", t.vector_registers, tile.mr);
+    }
     // A short fused kernel-row reduction (3x3 over RGB: 27 taps per tile) pays for each
     // tile's set-up about as much as for its FMAs, and a tile straddling rows finds
     // every pixel's row and column apart. Tiles of 7 pixels dividing the row start from

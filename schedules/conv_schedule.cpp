@@ -194,6 +194,8 @@ ScheduleSpace schedule_space(const TargetInfo& t) {
   space.strategy = all_values(kStrategyNames);
   for (int vectors = 1; vectors <= 4; ++vectors) space.mr.push_back(vectors * t.vector_floats);
   space.nr = {1, 2, 3, 4, 5, 6, 8, 9};  // 9: a 3x3 window as one backward-weights tile
+  // 32 registers: pixel tiles of 2 vectors x 12 or 14 pixels, 1 x 16 (analytic_default.cpp).
+  if (t.vector_registers >= 32) space.nr.insert(space.nr.end(), {12, 14, ConvSchedule::kMaxNr});
   space.kc = {0, 8, 24, 64};
   space.mc = {0, 48, 96};
   space.nc = {0, 8, 30, 96};
@@ -216,7 +218,8 @@ void validate(const ConvSchedule& s, const TargetInfo& t) {
   if (s.mr > 4 * vf) {
     invalid("mr", fmt::format("{} exceeds 4 vectors ({}) on {}", s.mr, 4 * vf, t.target));
   }
-  if (s.nr < 1 || s.nr > 9) invalid("nr", fmt::format("{} is outside 1..9", s.nr));
+  if (s.nr < 1 || s.nr > ConvSchedule::kMaxNr)
+    invalid("nr", fmt::format("{} is outside 1..{}", s.nr, ConvSchedule::kMaxNr));
   // MC and NC need not be multiples of MR/NR: the generator rounds them up.
   require_non_negative("kc", s.kc);
   require_non_negative("mc", s.mc);

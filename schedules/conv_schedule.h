@@ -40,10 +40,13 @@ enum class Parallel { None, Pixels, Images, Channels };
 
 struct ConvSchedule {
   static constexpr int kVersion = 2;
+  // The widest pixel tile: one vector of 16 lanes x 16 pixels, or 2 x 14 (28 of AVX-512's
+  // 32 registers as accumulators). Wider tiles only spill.
+  static constexpr int kMaxNr = 16;
 
   Strategy strategy = Strategy::Gemm;
   int mr = 24;
-  int nr = 4;
+  int nr = 4;  // 1..kMaxNr pixels (or backward-weights taps) per register tile
   int kc = 0;
   int mc = 0;
   int nc = 0;

@@ -146,18 +146,16 @@ std::vector<ItemPrefetch> next_item_prefetch(const ConvDescriptor& d, int band_r
   const int span_rows = std::min(ih, (band_rows - 1) * int(d.sh) + (int(d.kh) - 1) * int(d.dh) + 1);
   const int x_rows = bands == 1 ? ih * images_per_item : span_rows;
   Expr x_row = max(next_band * band_rows * int(d.sh) - int(d.pt), 0);
-  const int64_t x_total = int64_t(N) * ih * iw * ic, dy_total = int64_t(N) * P * Q * oc;
-  const int x_elements = int(std::min<int64_t>(int64_t(x_rows) * iw * ic, x_total));
   const int dy_rows = bands == 1 ? P * images_per_item : band_rows;
-  const int dy_elements = int(std::min<int64_t>(int64_t(dy_rows) * Q * oc, dy_total));
-  Expr x_first = min((next_image * ih + x_row) * (iw * ic), int(x_total - x_elements));
-  Expr dy_first = min((next_image * P + next_band * band_rows) * (Q * oc), int(dy_total - dy_elements));
+  const ItemPrefetch::Range x = clamped_range("x", (next_image * ih + x_row) * (iw * ic), int64_t(x_rows) * iw * ic,
+                                              int64_t(N) * ih * iw * ic);
+  const ItemPrefetch::Range dy = clamped_range("dy", (next_image * P + next_band * band_rows) * (Q * oc),
+                                               int64_t(dy_rows) * Q * oc, int64_t(N) * P * Q * oc);
   ItemPrefetch plan;
   plan.item_loop = item_loop;
   plan.inner_loop = inner_loop;
-  plan.ranges.push_back({"x", x_first, x_elements});
-  plan.ranges.push_back({"dy", dy_first, dy_elements});
-  if (d.relu) plan.ranges.push_back({"y", dy_first, dy_elements});
+  plan.ranges = {x, dy};
+  if (d.relu) plan.ranges.push_back({"y", dy.first, dy.elements});  // the ReLU mask: dY's shape
   spread_over_visits(plan, inner_visits);
   explain(why, fmt::format("the next item's input and dY rows prefetched, {} cache lines per tile row",
                            plan.lines_per_visit));

@@ -169,17 +169,15 @@ Func define_input_lane_weights(const ConvDescriptor& d, const ConvSchedule& s, c
     const int ih = int(d.ih), iw = int(d.iw), ic = int(d.ic), oc = int(d.oc);
     Expr next = (item_loop_var(sum.name() + ".s1.ri$x") + 1) * item;  // its first pixel
     Expr img = next / PQ, row = (next % PQ) / Q;
-    const int64_t x_total = int64_t(d.mb) * ih * iw * ic, dy_total = int64_t(pixels) * oc;
     const int rows = ceil_div(item, Q) + 1;  // output rows an item can touch
-    const int x_elements = int(std::min<int64_t>(int64_t(rows) * int(d.sh) * iw * ic, x_total));
-    const int dy_elements = int(std::min<int64_t>(int64_t(item) * oc, dy_total));
-    Expr dy_first = min(next * oc, int(dy_total - dy_elements));
+    const ItemPrefetch::Range x = clamped_range("x", (img * ih + row * int(d.sh)) * (iw * ic),
+                                                int64_t(rows) * int(d.sh) * iw * ic, int64_t(d.mb) * ih * iw * ic);
+    const ItemPrefetch::Range dy = clamped_range("dy", next * oc, int64_t(item) * oc, int64_t(pixels) * oc);
     ItemPrefetch plan;
     plan.item_loop = sum.name() + ".s1.ri$x";
     plan.inner_loop = tile.name() + ".s1.rp$x";
-    plan.ranges.push_back({"x", min((img * ih + row * int(d.sh)) * (iw * ic), int(x_total - x_elements)), x_elements});
-    plan.ranges.push_back({"dy", dy_first, dy_elements});
-    if (d.relu) plan.ranges.push_back({"y", dy_first, dy_elements});
+    plan.ranges = {x, dy};
+    if (d.relu) plan.ranges.push_back({"y", dy.first, dy.elements});  // the ReLU mask: dY's shape
     spread_over_visits(plan, int64_t(ceil_div(cg, mr)) * k_tiles);
     prefetches->push_back(plan);
     explain(why, fmt::format("the next item's X and dY rows prefetched, {} cache lines per tile", plan.lines_per_visit));

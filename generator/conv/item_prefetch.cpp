@@ -63,6 +63,37 @@ Stmt prefetch_of_line(const ItemPrefetch& plan, const Expr& line) {
   return chain;
 }
 
+// A mutator that knows the variables bound (by LetStmt or For) around the node it visits.
+class BoundNamesMutator : public IRMutator {
+ protected:
+  explicit BoundNamesMutator(std::set<std::string> bound = {}) : bound_(std::move(bound)) {}
+
+  // Binds a name for the guard's life; a name bound further out stays bound after it.
+  class Binding {
+   public:
+    Binding(std::set<std::string>& bound, const std::string& name)
+        : bound_(bound), name_(name), fresh_(bound.insert(name).second) {}
+    ~Binding() {
+      if (fresh_) bound_.erase(name_);
+    }
+    Binding(const Binding&) = delete;
+    Binding& operator=(const Binding&) = delete;
+
+   private:
+    std::set<std::string>& bound_;
+    std::string name_;
+    bool fresh_;
+  };
+
+  std::set<std::string> bound_;
+
+  using IRMutator::visit;
+  Stmt visit(const LetStmt* op) override {
+    Binding b(bound_, op->name);
+    return IRMutator::visit(op);
+  }
+};
+
 class VariableNames : public IRVisitor {
  public:
   std::set<std::string> names;
@@ -90,10 +121,10 @@ int total_lines(const ItemPrefetch& plan) {
 // lines with a counter of their own -- a counter shared by threads would be a data race
 // and would leave most lines to one core's caches. Adds the prefetches before each run
 // of the plan's inner loop where every variable of the plan's ranges is bound.
-class CounterScope : public IRMutator {
+class CounterScope : public BoundNamesMutator {
  public:
   CounterScope(const ItemPrefetch& plan, int* counters, std::set<std::string> bound, Expr share_index, Expr shares)
-      : plan_(plan), counters_(counters), bound_(std::move(bound)), needed_(variables_of(plan)) {
+      : BoundNamesMutator(std::move(bound)), plan_(plan), counters_(counters), needed_(variables_of(plan)) {
     counter_ = fmt::format("item_prefetch_counter{}", (*counters_)++);
     const int lines = total_lines(plan);
     Expr share = (lines + shares - 1) / shares;
@@ -110,34 +141,28 @@ class CounterScope : public IRMutator {
   }
 
  private:
-  using IRMutator::visit;
+  using BoundNamesMutator::visit;
   const ItemPrefetch& plan_;
   int* counters_;
   std::string counter_;
-  std::set<std::string> bound_, needed_;
+  std::set<std::string> needed_;
   Expr first_, end_;
   int added_ = 0;
 
-  Stmt visit(const LetStmt* op) override {
-    const bool fresh = bound_.insert(op->name).second;
-    Stmt s = IRMutator::visit(op);
-    if (fresh) bound_.erase(op->name);
-    return s;
-  }
-
   Stmt visit(const For* op) override {
-    const bool fresh = bound_.insert(op->name).second;
     Stmt result;
-    if (op->for_type == ForType::Parallel) {
-      // A scope of its own per iteration: its share of the lines, its own counter.
-      Expr index = Variable::make(Int(32), op->name) - op->min;
-      Stmt body = CounterScope(plan_, counters_, bound_, index, op->extent).run(op->body);
-      result = body.same_as(op->body) ? Stmt(op)
-                                      : For::make(op->name, op->min, op->extent, op->for_type, op->device_api, body);
-    } else {
-      result = IRMutator::visit(op);
+    {
+      Binding b(bound_, op->name);
+      if (op->for_type == ForType::Parallel) {
+        // A scope of its own per iteration: its share of the lines, its own counter.
+        Expr index = Variable::make(Int(32), op->name) - op->min;
+        Stmt body = CounterScope(plan_, counters_, bound_, index, op->extent).run(op->body);
+        result = body.same_as(op->body) ? Stmt(op)
+                                        : For::make(op->name, op->min, op->extent, op->for_type, op->device_api, body);
+      } else {
+        result = IRMutator::visit(op);
+      }
     }
-    if (fresh) bound_.erase(op->name);
     if (op->for_type == ForType::Parallel || !is_loop(op->name, plan_.inner_loop)) return result;
     if (!std::includes(bound_.begin(), bound_.end(), needed_.begin(), needed_.end())) return result;
     ++added_;
@@ -158,33 +183,27 @@ class CounterScope : public IRMutator {
 // names (a 2-iteration loop peeled into two copies, a 1-iteration loop gone): then the
 // kernel is left without that prefetch, as it computes the same either way; the unit
 // tests hold the usual forms to having it.
-class ItemPrefetchPass : public IRMutator {
+class ItemPrefetchPass : public BoundNamesMutator {
  public:
   explicit ItemPrefetchPass(std::vector<ItemPrefetch> plans) : plans_(std::move(plans)) {}
 
  private:
-  using IRMutator::visit;
+  using BoundNamesMutator::visit;
   std::vector<ItemPrefetch> plans_;
-  std::set<std::string> bound_;
   int counters_ = 0;
 
-  Stmt visit(const LetStmt* op) override {
-    const bool fresh = bound_.insert(op->name).second;
-    Stmt s = IRMutator::visit(op);
-    if (fresh) bound_.erase(op->name);
-    return s;
-  }
-
   Stmt visit(const For* op) override {
-    const bool fresh = bound_.insert(op->name).second;
-    Stmt body = mutate(op->body);
-    for (const auto& plan : plans_) {
-      if (!is_loop(op->name, plan.item_loop)) continue;
-      // The item loop's body is one scope: one counter per item, and per thread when
-      // the item loop itself runs in parallel (its iterations are items).
-      body = CounterScope(plan, &counters_, bound_, 0, 1).run(body);
+    Stmt body;
+    {
+      Binding b(bound_, op->name);
+      body = mutate(op->body);
+      for (const auto& plan : plans_) {
+        if (!is_loop(op->name, plan.item_loop)) continue;
+        // The item loop's body is one scope: one counter per item, and per thread when
+        // the item loop itself runs in parallel (its iterations are items).
+        body = CounterScope(plan, &counters_, bound_, 0, 1).run(body);
+      }
     }
-    if (fresh) bound_.erase(op->name);
     if (body.same_as(op->body)) return op;
     return For::make(op->name, op->min, op->extent, op->for_type, op->device_api, body);
   }
@@ -199,9 +218,13 @@ int prefetch_lines(const ItemPrefetch::Range& r) {
   return (r.elements + per_line - 1) / per_line + 1;  // +1: an unaligned start
 }
 
+ItemPrefetch::Range clamped_range(const std::string& buffer, const Expr& first, int64_t elements, int64_t total) {
+  const int n = int(std::min(elements, total));
+  return {buffer, min(first, int(total - n)), n};
+}
+
 void spread_over_visits(ItemPrefetch& plan, int64_t visits) {
-  int64_t lines = 0;
-  for (const auto& r : plan.ranges) lines += prefetch_lines(r);
+  const int64_t lines = total_lines(plan);
   plan.lines_per_visit = int(std::max<int64_t>(1, (lines + visits - 1) / std::max<int64_t>(visits, 1)));
 }
 

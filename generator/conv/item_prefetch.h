@@ -46,6 +46,11 @@ struct ItemPrefetch {
 // The variable of a loop of the lowered statement, for ItemPrefetch::Range::first.
 Halide::Expr item_loop_var(const std::string& loop_name);
 
+// The range of `elements` (at most `total`) from `first`, moved back where it would end
+// past a buffer of `total` elements: a range never leaves its buffer.
+ItemPrefetch::Range clamped_range(const std::string& buffer, const Halide::Expr& first, int64_t elements,
+                                  int64_t total);
+
 // Cache lines a range of `elements` covers, whatever its alignment.
 int prefetch_lines(const ItemPrefetch::Range& r);
 

@@ -64,6 +64,10 @@ TuningSpace::TuningSpace(const ConvDescriptor& d, const std::string& pass, const
   for (int v = 1; v <= 4; ++v) mr_.push_back(v * vl);
   for (int n = 1; n <= 8; ++n) nr_.push_back(n);
   if (pass == "bwd_weights" && d.kh * d.kw * d.icg() >= 9) nr_.push_back(9);  // a 3x3 window as one tile
+  // 32 registers: pixel tiles of 2 vectors x 10..14 pixels (up to 28 accumulators) and one
+  // vector x 16; past those the tile spills (prior() charges it).
+  if (pass != "bwd_weights" && t.vector_registers >= 32)
+    nr_.insert(nr_.end(), {10, 12, 14, ConvSchedule::kMaxNr});
   if (weights_pass_) {
     // Backward-weights: GEMM over channels x taps when a group's outputs fill a vector.
     strategies_ = {d.ocg() >= vl ? Strategy::Gemm : Strategy::Depthwise};
@@ -154,7 +158,7 @@ ConvSchedule TuningSpace::normalise(ConvSchedule s) const {
   // Only GEMM reads packed panels; depthwise and grouped kernels read ONNX weights.
   s.pack_weights = !weights_pass_ && s.strategy == Strategy::Gemm ? weights_ : PackWeights::PerCall;
   s.mr = std::clamp(s.mr / vl * vl, vl, 4 * vl);
-  s.nr = std::clamp(s.nr, 1, weights_pass_ ? 9 : 8);
+  s.nr = std::clamp(s.nr, 1, nr_.back());
   if (weights_pass_ && s.strategy == Strategy::GemmInputLanes) {
     // generator/conv/backward_weights_input_lanes.cpp: MR input channels x NR output
     // channels, items of kc pixels across images, loop order only between several items.
@@ -275,7 +279,11 @@ std::vector<ConvSchedule> TuningSpace::neighbours(const ConvSchedule& from) cons
     if (mr == s.mr) continue;
     ConvSchedule c = s;
     c.mr = mr;
-    c.nr = std::clamp(static_cast<int>(std::lround(double(accumulators) / (mr / vl))), 1, 8);
+    // The listed NR nearest that many accumulators (the larger of two as near).
+    const double wanted = double(accumulators) / (mr / vl);
+    c.nr = nr_.front();
+    for (int nr : nr_)
+      if (std::abs(nr - wanted) <= std::abs(c.nr - wanted)) c.nr = nr;
     add(c);
   }
   // The reduction's block and partitions: every value is one move. Their few values

@@ -293,7 +293,7 @@ TEST_CASE("strict reading: every malformed line is a BadRecord naming the field"
   }
   SECTION("schedule not legal for the record's target") {
     require_bad_line(replaced(kGolden, R"("mr":24)", R"("mr":20)"), {"mr", "multiple of the vector width 8"});
-    require_bad_line(replaced(kGolden, R"("nr":4)", R"("nr":10)"), {"nr"});
+    require_bad_line(replaced(kGolden, R"("nr":4)", R"("nr":17)"), {"nr"});
     // MR=64 is 4 AVX-512 vectors but 8 AVX2 vectors.
     const std::string mr64 = replaced(kGolden, R"("mr":24)", R"("mr":64)");
     require_bad_line(mr64, {"mr", "4 vectors"});
@@ -411,13 +411,14 @@ TEST_CASE("schedule names, equality and describe", "[schedule]") {
 TEST_CASE("schedule_space spans the target's vector width", "[schedule]") {
   const ScheduleSpace space = schedule_space(target_info(kAvx512));
   CHECK(space.mr == std::vector<int>{16, 32, 48, 64});
-  CHECK(space.nr == std::vector<int>{1, 2, 3, 4, 5, 6, 8, 9});
+  CHECK(space.nr == std::vector<int>{1, 2, 3, 4, 5, 6, 8, 9, 12, 14, 16});  // 32 registers: 2 x 14, 1 x 16
   CHECK(space.kc == std::vector<int>{0, 8, 24, 64});
   CHECK(space.mc == std::vector<int>{0, 48, 96});
   CHECK(space.nc == std::vector<int>{0, 8, 30, 96});
   CHECK(space.strategy.size() == 4);
   CHECK(space.pack_input.size() == 4);
   CHECK(schedule_space(default_target()).mr == std::vector<int>{8, 16, 24, 32});
+  CHECK(schedule_space(default_target()).nr == std::vector<int>{1, 2, 3, 4, 5, 6, 8, 9});
 }
 
 TEST_CASE("validate rejects illegal schedules naming the field", "[schedule]") {
@@ -431,7 +432,7 @@ TEST_CASE("validate rejects illegal schedules naming the field", "[schedule]") {
   const std::vector<Case> cases = {
       {[](ConvSchedule& s) { s.mr = 0; }, "mr"},   {[](ConvSchedule& s) { s.mr = -8; }, "mr"},
       {[](ConvSchedule& s) { s.mr = 12; }, "mr"},  {[](ConvSchedule& s) { s.mr = 40; }, "mr"},
-      {[](ConvSchedule& s) { s.nr = 0; }, "nr"},   {[](ConvSchedule& s) { s.nr = 10; }, "nr"},
+      {[](ConvSchedule& s) { s.nr = 0; }, "nr"},   {[](ConvSchedule& s) { s.nr = 17; }, "nr"},
       {[](ConvSchedule& s) { s.kc = -1; }, "kc"},  {[](ConvSchedule& s) { s.mc = -1; }, "mc"},
       {[](ConvSchedule& s) { s.nc = -96; }, "nc"},
   };

@@ -46,6 +46,32 @@ TEST_CASE("analytic default: forward channel blocks stay within L2 whatever the 
   CHECK(conv4_2.loop_order == LoopOrder::ChannelsOuter);
 }
 
+TEST_CASE("analytic default: 2 x 14 pixel tiles on 32 registers, only where they were measured to pay", "[schedule]") {
+  const TargetInfo wide = target_info(kAvx512), narrow = target_info(kAvx2);
+  auto tile = [](const char* layer, const TargetInfo& t) {
+    const ConvSchedule s = analytic_schedule(parse_descriptor(layer), t);
+    return std::to_string(s.mr) + "x" + std::to_string(s.nr);
+  };
+  // 3x3 over rows that 14 tiles, 13-pixel rows, rows too long for in-row tiles, a 1x1
+  // expanding layer, an unpadded 11x11/4.
+  for (const char* layer : {"mb8ic256ih56oc256oh56kh3ph1", "mb8ic128ih28oc128oh28kh3ph1", "mb8ic384ih13oc384oh13kh3ph1",
+                            "mb8ic64ih112oc128oh112kh3ph1", "mb8ic128ih28oc512oh28kh1", "mb8ic3ih227oc96oh55kh11sh4"}) {
+    INFO(layer);
+    CHECK(tile(layer, wide) == "32x14");
+  }
+  // Kept: 4 vectors on 1x1 reducing layers, 24 channels (2 vectors would pad a third),
+  // 16-pixel padded rows, images below two tiles, 3x3 over RGB (aligned 7-pixel tiles).
+  CHECK(tile("mb8ic512ih28oc128oh28kh1", wide) == "64x6");
+  CHECK(tile("mb8ic16ih37iw41oc24oh13ow14kh5sh3ph1", wide) != "32x14");
+  CHECK(tile("mb8ic32ih16oc32oh16kh5ph2", wide) != "32x14");
+  CHECK(tile("mb8ic32ih32oc32oh32kh5ph2", wide) != "32x14");
+  CHECK(tile("mb8ic512ih5oc512oh5kh3ph1", wide) != "32x14");
+  CHECK(tile("mb8ic3ih224oc32oh112kh3sh2ph1", wide) == "32x7");
+  // 16 registers: never past 8 pixels.
+  for (const char* layer : {"mb8ic256ih56oc256oh56kh3ph1", "mb8ic128ih28oc512oh28kh1"})
+    CHECK(analytic_schedule(parse_descriptor(layer), narrow).nr <= 8);
+}
+
 TEST_CASE("parallel variant: partitions skipped only where gemm_input_lanes runs", "[schedule]") {
   // The generator refuses gemm_input_lanes on a 3x3 or padded layer, or one with fewer
   // input channels per group than a vector, and runs gemm, which then takes the small
