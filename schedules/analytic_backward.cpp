@@ -33,7 +33,8 @@ ConvSchedule backward_data_default(const ConvDescriptor& d, const TargetInfo& t,
   in_place.pack_input = PackInput::None;
   in_place.mr = t.vector_floats;
   in_place.nr = static_cast<int>(2 * d.sw);
-  if (in_place.nr <= 9 && computes_depthwise_dx_in_place(d, in_place)) {
+  // Column strides up to 4 (tiles of up to 8 pixels): the measured range.
+  if (d.sw <= 4 && computes_depthwise_dx_in_place(d, in_place)) {
     note(why, fmt::format("backward-data: strided depthwise, dX pixel by pixel in place, tile {}x{}", in_place.mr,
                           depthwise_dx_row_tile(d, in_place)));
     return in_place;

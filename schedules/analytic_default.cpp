@@ -138,13 +138,15 @@ Tile choose_tile(const ConvDescriptor& d, int64_t channels, const TargetInfo& t,
     // RGB 1.09x); VGG-16 3x3 1.03-1.15x. Not where 4 vectors were chosen (1x1
     // reducing in place: 64x6 0.79-0.97x), nor where 2 vectors pad the channels (5x5/3
     // 16->24: 0.88x), nor across padded rows that 14 does not tile (16-pixel rows, 5x5
-    // pad 2: 0.30x; 32: 0.97x). Rows of 9 to 13 pixels take one tile each (AlexNet's 13:
-    // the gain above); rows of up to 8 are one 8-pixel tile already (3x3 at 7x7, 5x5 at
-    // 8x8: even); rows of over 4 tiles read a padded copy, where straddling tiles cost
-    // nothing (VGG at 224 and 112: 1.10-1.14x). 3x3 over RGB keeps the 7-pixel tiles below.
+    // pad 2: 0.30x; 32: 0.97x, over RGB too: cifar10 conv1 0.97x). Rows of 9 to 13
+    // pixels take one tile each (AlexNet's 13: the gain above); rows of up to 8 are one
+    // 8-pixel tile already (3x3 at 7x7, 5x5 at 8x8: even); rows of over 4 tiles read a
+    // padded copy, where straddling tiles cost nothing (VGG at 224 and 112: 1.10-1.14x).
+    // 3x3 over RGB keeps the 7-pixel tiles below.
     const bool two_or_three_vectors = tile.mr == 2 * vl || tile.mr == 3 * vl;
+    const bool padded_columns = (d.pl > 0 || d.pr > 0) && d.kw > 1;  // whatever the channels
     if (two_or_three_vectors && channels % (2 * vl) == 0 && pixels >= 2 * 14 &&
-        (!column_padding || (q > 8 && row_tiles_pay(q, 14)) || q > max_row_tiles * 14)) {
+        (!padded_columns || (q > 8 && row_tiles_pay(q, 14)) || q > max_row_tiles * 14)) {
       tile = {2 * vl, 14};
       reason += fmt::format("; {} registers: {}x14, 28 accumulators", t.vector_registers, tile.mr);
     }

@@ -60,12 +60,15 @@ TEST_CASE("analytic default: 2 x 14 pixel tiles on 32 registers, only where they
     CHECK(tile(layer, wide) == "32x14");
   }
   // Kept: 4 vectors on 1x1 reducing layers, 24 channels (2 vectors would pad a third),
-  // 16-pixel padded rows, images below two tiles, 3x3 over RGB (aligned 7-pixel tiles).
+  // padded rows of 16 and 32 pixels (also over RGB), padded rows of up to 8, images below
+  // two tiles, 3x3 over RGB (aligned 7-pixel tiles).
   CHECK(tile("mb8ic512ih28oc128oh28kh1", wide) == "64x6");
   CHECK(tile("mb8ic16ih37iw41oc24oh13ow14kh5sh3ph1", wide) != "32x14");
   CHECK(tile("mb8ic32ih16oc32oh16kh5ph2", wide) != "32x14");
   CHECK(tile("mb8ic32ih32oc32oh32kh5ph2", wide) != "32x14");
-  CHECK(tile("mb8ic512ih5oc512oh5kh3ph1", wide) != "32x14");
+  CHECK(tile("mb8ic3ih32oc32oh32kh5ph2", wide) != "32x14");
+  CHECK(tile("mb8ic512ih7oc512oh7kh3ph1", wide) != "32x14");
+  CHECK(tile("mb8ic256ih5oc256oh5kh1", wide) != "32x14");
   CHECK(tile("mb8ic3ih224oc32oh112kh3sh2ph1", wide) == "32x7");
   // 16 registers: never past 8 pixels.
   for (const char* layer : {"mb8ic256ih56oc256oh56kh3ph1", "mb8ic128ih28oc512oh28kh1"})

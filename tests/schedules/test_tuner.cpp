@@ -327,6 +327,27 @@ TEST_CASE("the space: the reduction's block and partitions reach every value in 
   CHECK(partition_moves == partitions);
 }
 
+TEST_CASE("the space: a register tile reshapes to the listed NR nearest its accumulator count", "[tune][space]") {
+  // 2 x 14 (28 accumulators) on 32 registers: 1 x 16 (the widest listed), 3 x 10 (9.33:
+  // 10 is the nearest listed, 9 is not listed for forward passes), 4 x 7.
+  const ConvDescriptor d = parse_descriptor("mb8ic256ih56oc256oh56kh3ph1");
+  const TuningSpace space(d, "fwd", avx512(), Parallel::None);
+  ConvSchedule from = space.normalise(analytic_schedule_for_pass(d, "fwd", avx512()));
+  REQUIRE(from.mr == 32);
+  REQUIRE(from.nr == 14);
+  // Tiles of another MR one move away (only MR moves, which keep NR 14, and reshapes
+  // change MR).
+  std::set<std::string> tiles;
+  for (const ConvSchedule& n : space.neighbours(from))
+    if (n.mr != from.mr) tiles.insert(std::to_string(n.mr) + "x" + std::to_string(n.nr));
+  CHECK(tiles == std::set<std::string>{"16x14", "16x16", "48x14", "48x10", "64x7"});
+  // 16 registers: NR stays within 1..8.
+  const TargetInfo avx2 = target_info("x86-64-linux-avx-avx2-f16c-fma-sse41");
+  const TuningSpace narrow(d, "fwd", avx2, Parallel::None);
+  for (const ConvSchedule& n : narrow.neighbours(narrow.normalise(analytic_schedule_for_pass(d, "fwd", avx2))))
+    CHECK(n.nr <= 8);
+}
+
 TEST_CASE("the search: default first, no repeats, a function of the seed and the results", "[tune][search]") {
   Setup s;
   StubEvaluator stub(s.space, s.def);
