@@ -37,6 +37,7 @@ ConvSchedule backward_data_default(const ConvDescriptor& d, const TargetInfo& t,
   if (d.sw <= 4 && computes_depthwise_dx_in_place(d, in_place)) {
     note(why, fmt::format("backward-data: strided depthwise, dX pixel by pixel in place, tile {}x{}", in_place.mr,
                           depthwise_dx_row_tile(d, in_place)));
+    in_place.output_stores = default_output_stores(d, "bwd_data", t, why);
     return in_place;
   }
   const ConvDescriptor* largest = nullptr;
@@ -56,7 +57,10 @@ ConvSchedule backward_data_default(const ConvDescriptor& d, const TargetInfo& t,
   ConvContext context;
   context.output_staged = !single_class(classes, d);
   context.input_computed = d.relu;
-  return analytic_schedule(*largest, t, why, context);
+  ConvSchedule s = analytic_schedule(*largest, t, why, context);
+  // One class: its output is dX, and analytic_schedule decided for it.
+  if (context.output_staged) s.output_stores = default_output_stores(d, "bwd_data", t, why);
+  return s;
 }
 
 // Backward-weights: an MR x NR tile of output channels x weight taps. Vectors along K/g

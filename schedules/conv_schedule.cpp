@@ -34,6 +34,8 @@ constexpr Named<LoopOrder> kLoopOrderNames[] = {{LoopOrder::PixelsOuter, "pixels
                                                 {LoopOrder::ChannelsOuter, "channels_outer"}};
 constexpr Named<Parallel> kParallelNames[] = {
     {Parallel::None, "none"}, {Parallel::Pixels, "pixels"}, {Parallel::Images, "images"}, {Parallel::Channels, "channels"}};
+constexpr Named<OutputStores> kOutputStoresNames[] = {{OutputStores::Cached, "cached"},
+                                                      {OutputStores::Streaming, "streaming"}};
 
 template <typename E, std::size_t N>
 std::string name_of(const Named<E> (&table)[N], E v) {
@@ -129,7 +131,7 @@ bool ConvSchedule::operator==(const ConvSchedule& o) const {
   return strategy == o.strategy && mr == o.mr && nr == o.nr && kc == o.kc && mc == o.mc &&
          nc == o.nc && layout == o.layout && pack_input == o.pack_input &&
          pack_weights == o.pack_weights && loop_order == o.loop_order && parallel == o.parallel &&
-         partitions == o.partitions;
+         partitions == o.partitions && output_stores == o.output_stores;
 }
 
 std::string to_string(Strategy v) { return name_of(kStrategyNames, v); }
@@ -138,6 +140,7 @@ std::string to_string(PackInput v) { return name_of(kPackInputNames, v); }
 std::string to_string(PackWeights v) { return name_of(kPackWeightsNames, v); }
 std::string to_string(LoopOrder v) { return name_of(kLoopOrderNames, v); }
 std::string to_string(Parallel v) { return name_of(kParallelNames, v); }
+std::string to_string(OutputStores v) { return name_of(kOutputStoresNames, v); }
 
 bool from_string(const std::string& name, Strategy* out) { return value_of(kStrategyNames, name, out); }
 bool from_string(const std::string& name, Layout* out) { return value_of(kLayoutNames, name, out); }
@@ -145,14 +148,15 @@ bool from_string(const std::string& name, PackInput* out) { return value_of(kPac
 bool from_string(const std::string& name, PackWeights* out) { return value_of(kPackWeightsNames, name, out); }
 bool from_string(const std::string& name, LoopOrder* out) { return value_of(kLoopOrderNames, name, out); }
 bool from_string(const std::string& name, Parallel* out) { return value_of(kParallelNames, name, out); }
+bool from_string(const std::string& name, OutputStores* out) { return value_of(kOutputStoresNames, name, out); }
 
 std::string describe(const ConvSchedule& s) {
   return fmt::format(
       "{} mr={} nr={} kc={} mc={} nc={} layout={} pack_input={} pack_weights={} loop_order={} "
-      "parallel={} partitions={}",
+      "parallel={} partitions={} output_stores={}",
       to_string(s.strategy), s.mr, s.nr, s.kc, s.mc, s.nc, to_string(s.layout),
       to_string(s.pack_input), to_string(s.pack_weights), to_string(s.loop_order),
-      to_string(s.parallel), s.partitions);
+      to_string(s.parallel), s.partitions, to_string(s.output_stores));
 }
 
 TargetInfo default_target() { return target_info(kDefaultTarget); }
@@ -206,6 +210,7 @@ ScheduleSpace schedule_space(const TargetInfo& t) {
   space.loop_order = all_values(kLoopOrderNames);
   space.parallel = all_values(kParallelNames);
   space.partitions = {1, 2, 4, 8};
+  space.output_stores = all_values(kOutputStoresNames);
   return space;
 }
 
@@ -275,6 +280,7 @@ void apply_schedule_overrides(const std::string& text, ConvSchedule* s) {
     else if (field == "loop_order") set_enum(field, value, &s->loop_order);
     else if (field == "parallel") set_enum(field, value, &s->parallel);
     else if (field == "partitions") s->partitions = parse_int_field(field, value);
+    else if (field == "output_stores") set_enum(field, value, &s->output_stores);
     else throw Error(ExitCode::Usage, fmt::format("schedule: unknown field '{}'", field));
   }
 }

@@ -37,6 +37,13 @@ enum class LoopOrder { PixelsOuter, ChannelsOuter };
 // the images, or the output-channel blocks -- these made the outermost loop, each thread
 // packing its own blocks' weights (generator/conv/loop_nest.cpp).
 enum class Parallel { None, Pixels, Images, Channels };
+// How the kernel writes its output: through the caches, or with streaming (non-temporal)
+// whole-vector stores that bypass them -- no read of each output line before it is
+// written, no inputs evicted. For outputs far larger than the caches that few FMAs make
+// per value, where the stores bound the kernel (analytic_default.cpp). Forward and
+// backward-data kernels; an output not aligned to a vector takes ordinary stores at run
+// time (generator/object_code/object_code.h). Never changes a value.
+enum class OutputStores { Cached, Streaming };
 
 struct ConvSchedule {
   static constexpr int kVersion = 2;
@@ -58,6 +65,7 @@ struct ConvSchedule {
   // Backward-weights only: the reduction over (image, row band) items is split into this
   // many partial sums, added in index order -- fixed here, never by the thread count.
   int partitions = 1;
+  OutputStores output_stores = OutputStores::Cached;
 
   bool operator==(const ConvSchedule& o) const;
   bool operator!=(const ConvSchedule& o) const { return !(*this == o); }
@@ -95,6 +103,11 @@ struct ConvContext {
 // Analytic default. `why` (if non-null) receives one line per decision for --verbose.
 ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t,
                                std::vector<std::string>* why = nullptr, const ConvContext& context = {});
+
+// The analytic default's output stores for a pass of `d` (analytic_default.cpp):
+// streaming where the pass writes far more per call than the last-level cache holds.
+OutputStores default_output_stores(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t,
+                                   std::vector<std::string>* why = nullptr);
 
 // Analytic default of one pass: "fwd" (= analytic_schedule), "bwd_data" (the forward
 // default of the largest residue class's derived convolution) or "bwd_weights".
@@ -152,6 +165,7 @@ std::string to_string(PackInput v);
 std::string to_string(PackWeights v);
 std::string to_string(LoopOrder v);
 std::string to_string(Parallel v);
+std::string to_string(OutputStores v);
 // One-line human summary: "gemm mr=24 nr=4 kc=0 ...".
 std::string describe(const ConvSchedule& s);
 
@@ -165,6 +179,7 @@ struct ScheduleSpace {
   std::vector<LoopOrder> loop_order;
   std::vector<Parallel> parallel;
   std::vector<int> partitions;
+  std::vector<OutputStores> output_stores;
 };
 ScheduleSpace schedule_space(const TargetInfo& t);
 

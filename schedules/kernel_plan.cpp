@@ -96,4 +96,14 @@ int64_t input_lane_item_pixels(const ConvDescriptor& d, const ConvSchedule& s) {
   return (pixels + items - 1) / items;
 }
 
+bool streams_output(const std::string& pass, const ConvSchedule& s) {
+  return s.output_stores == OutputStores::Streaming && pass != "bwd_weights";
+}
+
+int64_t pass_output_bytes(const ConvDescriptor& d, const std::string& pass) {
+  if (pass == "bwd_data") return d.mb * d.ih * d.iw * d.ic * 4;
+  if (pass == "bwd_weights") return (d.oc * d.icg() * d.kh * d.kw + (d.bias ? d.oc : 0)) * 4;
+  return d.mb * d.oh() * d.ow() * d.oc * 4;
+}
+
 }  // namespace convgen

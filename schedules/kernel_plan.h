@@ -80,4 +80,12 @@ bool input_lane_window(const ConvDescriptor& d);
 // of every pixel), balanced, so the last item is short by less than the item count.
 int64_t input_lane_item_pixels(const ConvDescriptor& d, const ConvSchedule& s);
 
+// Streaming output stores (OutputStores::Streaming) are compiled into forward-type kernels
+// (the forward pass, backward-data). Backward-weights, whose dW is small and summed over
+// the reduction items, keeps ordinary stores whatever the field says.
+bool streams_output(const std::string& pass, const ConvSchedule& s);
+// Bytes a pass writes per call: Y for the forward pass, dX for backward-data, dW (and
+// dB) for backward-weights.
+int64_t pass_output_bytes(const ConvDescriptor& d, const std::string& pass);
+
 }  // namespace convgen

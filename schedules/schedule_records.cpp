@@ -26,12 +26,11 @@ namespace {
 using json = nlohmann::json;
 
 constexpr const char* kFormat = "convgen-schedule";
-// Written: version 4 (kinds, tuning statistics and provenance with its timing method).
-// Still read: version 3 (no "timing_method": method 1), version 2 (no "kind", no
-// "tuning") and version 1 (no "partitions" either).
-// Training lines (kinds "training" and "training_trial") are version 5; schedule lines
-// stay at version 4.
-constexpr int kRecordVersion = 4;
+// Written: version 5 (the schedule's "output_stores"; training lines, kinds "training"
+// and "training_trial", came with it). Still read: version 4 (no "output_stores":
+// cached), version 3 (no "timing_method": method 1), version 2 (no "kind", no "tuning")
+// and version 1 (no "partitions" either).
+constexpr int kRecordVersion = 5;
 constexpr int kTrainingRecordVersion = 5;
 constexpr int kNewestReadableVersion = 5;
 constexpr int kOldestReadableVersion = 1;
@@ -105,10 +104,11 @@ std::string key_json(const ScheduleKey& k) {
 std::string schedule_json(const ConvSchedule& s) {
   return fmt::format(
       R"({{"strategy":"{}","mr":{},"nr":{},"kc":{},"mc":{},"nc":{},"layout":"{}",)"
-      R"("pack_input":"{}","pack_weights":"{}","loop_order":"{}","parallel":"{}","partitions":{}}})",
+      R"("pack_input":"{}","pack_weights":"{}","loop_order":"{}","parallel":"{}","partitions":{},)"
+      R"("output_stores":"{}"}})",
       to_string(s.strategy), s.mr, s.nr, s.kc, s.mc, s.nc, to_string(s.layout),
       to_string(s.pack_input), to_string(s.pack_weights), to_string(s.loop_order),
-      to_string(s.parallel), s.partitions);
+      to_string(s.parallel), s.partitions, to_string(s.output_stores));
 }
 
 // ---- reading ---------------------------------------------------------------------
@@ -271,9 +271,12 @@ ConvSchedule read_schedule(const json& j, const ScheduleSpace& space, int versio
   if (version == 1) {
     in.reject_unknown({"strategy", "mr", "nr", "kc", "mc", "nc", "layout", "pack_input", "pack_weights",
                        "loop_order", "parallel"});
-  } else {
+  } else if (version < 5) {
     in.reject_unknown({"strategy", "mr", "nr", "kc", "mc", "nc", "layout", "pack_input", "pack_weights",
                        "loop_order", "parallel", "partitions"});
+  } else {
+    in.reject_unknown({"strategy", "mr", "nr", "kc", "mc", "nc", "layout", "pack_input", "pack_weights",
+                       "loop_order", "parallel", "partitions", "output_stores"});
   }
   ConvSchedule s;
   s.strategy = in.enumeration("strategy", space.strategy);
@@ -288,6 +291,7 @@ ConvSchedule read_schedule(const json& j, const ScheduleSpace& space, int versio
   s.loop_order = in.enumeration("loop_order", space.loop_order);
   s.parallel = in.enumeration("parallel", space.parallel);
   if (version >= 2) s.partitions = in.integer("partitions");  // version 1 had none: 1
+  if (version >= 5) s.output_stores = in.enumeration("output_stores", space.output_stores);  // before: cached
   return s;
 }
 

@@ -133,6 +133,7 @@ bool from_string(const std::string& name, PackInput* out);
 bool from_string(const std::string& name, PackWeights* out);
 bool from_string(const std::string& name, LoopOrder* out);
 bool from_string(const std::string& name, Parallel* out);
+bool from_string(const std::string& name, OutputStores* out);
 
 // Applies "field=value" words (describe()'s form, e.g. "mr=16 nr=6 parallel=pixels";
 // a bare strategy name is accepted too) over `s`. Throws Error(Usage) naming the word.

@@ -11,9 +11,11 @@
 #include "generator/conv/backward.h"
 #include "generator/conv/kernel_pipeline.h"
 #include "generator/conv/pipeline.h"
+#include "generator/object_code/object_code.h"
 #include "schedules/build_info.h"
 #include "schedules/conv_descriptor.h"
 #include "schedules/errors.h"
+#include "schedules/kernel_plan.h"
 #include "schedules/schedule_records.h"
 #include "schedules/schedule_selection.h"
 
@@ -209,9 +211,16 @@ int compile_layer(const Args& args) {
   if (ec) throw Error(ExitCode::Io, fmt::format("{}: cannot create directory: {}", stage.string(), ec.message()));
   try {
     const std::string prefix = (stage / o.name).string();
-    fp.pipeline.compile_to_static_library(prefix, fp.arguments, o.name, target);
+    const bool streaming = streams_output(o.pass, sel.schedule);
+    const KernelObjectReport report =
+        compile_kernel_library({fp.pipeline, fp.arguments, o.name, target, streaming}, prefix, emit_asm);
+    if (o.verbose && streaming)
+      fmt::print(stderr, "convgen: output stores: {} whole-vector stores streaming (non-temporal) when the output is "
+                 "aligned to a vector; ordinary stores otherwise\n", report.streaming_stores);
+    if (o.verbose && sel.schedule.output_stores == OutputStores::Streaming && !streaming)
+      fmt::print(stderr, "convgen: output_stores=streaming refused: {} keeps ordinary stores (its output is small "
+                 "and summed over the reduction)\n", o.pass);
     if (emit_stmt) fp.pipeline.compile_to_lowered_stmt(prefix + ".stmt", fp.arguments, Halide::Text, target);
-    if (emit_asm) fp.pipeline.compile_to_assembly(prefix + ".s", fp.arguments, o.name, target);
     write_file(prefix + ".h", provenance_comment(d, o, sel) + with_stable_include_guard(read_file(prefix + ".h"), o.name));
     write_file(prefix + ".manifest.json", manifest_json(d, o, sel));
     for (const auto& entry : fs::directory_iterator(stage))

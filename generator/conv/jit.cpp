@@ -75,7 +75,8 @@ std::unique_ptr<LoadedKernel> open_cached(const ConvDescriptor& d, const std::st
                                           const Target& target, const LoadedKernel::Build& build) {
   const std::optional<std::string> key = cache_key(d, pass, s, t, options);
   if (!key) return nullptr;
-  return LoadedKernel::open(*key, pass, target, build, loaded_kernel_heap(), source == KernelSource::PrivateCopy);
+  return LoadedKernel::open(*key, pass, target, build, loaded_kernel_heap(), source == KernelSource::PrivateCopy,
+                            streams_output(pass, s));
 }
 
 void check_status(int status, const char* kernel) {

@@ -17,6 +17,7 @@
 #include "generator/kernel_cache/kernel_cache.h"
 #include "generator/kernel_cache/kernel_cache_stats.h"
 #include "generator/kernel_cache/link_shared_object.h"
+#include "generator/object_code/object_code.h"
 #include "runtime/parallel/parallel_runtime.h"
 #include "schedules/build_info.h"
 #include "schedules/sha256.h"
@@ -228,7 +229,8 @@ LoadedKernel::LoadedKernel(void* library, int (*entry)(void**), std::string path
 
 std::unique_ptr<LoadedKernel> LoadedKernel::open(const std::string& key, const std::string& pass,
                                                  const Halide::Target& target, const Build& build,
-                                                 const KernelHeapHooks& heap, bool private_copy) {
+                                                 const KernelHeapHooks& heap, bool private_copy,
+                                                 bool streaming_output_stores) {
   const std::optional<fs::path> cache = kernel_cache_dir();
   if (!cache) {
     record_kernel_cache_event(KernelCacheEvent::Jit);
@@ -280,7 +282,9 @@ std::unique_ptr<LoadedKernel> LoadedKernel::open(const std::string& key, const s
     try {
       Scratch scratch(*cache);
       const fs::path object = scratch / (name + ".o");
-      pipeline.compile_to_object(object.string(), arguments, name, target.with_feature(Halide::Target::NoRuntime));
+      compile_kernel_object({pipeline, arguments, name, target.with_feature(Halide::Target::NoRuntime),
+                             streaming_output_stores},
+                            object.string());
       if (!fs::exists(runtime->path)) runtime = acquire_runtime(*cache, target, heap, &why_not);
       if (!runtime) {
         record_kernel_cache_event(KernelCacheEvent::Jit, why_not);

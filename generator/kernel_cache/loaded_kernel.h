@@ -37,9 +37,12 @@ class LoadedKernel {
   // kernel_cache_stats() says why, and the caller JIT-compiles instead. `private_copy`:
   // load a copy of the entry's shared object, whose code sits at other addresses than
   // every other load of it in this process (the tuner's second default).
+  // `streaming_output_stores`: compiled with streaming stores (generator/object_code);
+  // the key must tell such a kernel apart (the schedule it holds does).
   static std::unique_ptr<LoadedKernel> open(const std::string& key, const std::string& pass,
                                             const Halide::Target& target, const Build& build,
-                                            const KernelHeapHooks& heap, bool private_copy = false);
+                                            const KernelHeapHooks& heap, bool private_copy = false,
+                                            bool streaming_output_stores = false);
   ~LoadedKernel();
   LoadedKernel(const LoadedKernel&) = delete;
   LoadedKernel& operator=(const LoadedKernel&) = delete;

@@ -4,7 +4,8 @@
 //
 // Which fields a pass reads (generator/conv): forward and backward-data (the forward
 // convolution of each residue class) tile with mr x nr, block with mc / nc / kc, stage
-// by pack_input and order by loop_order; backward-weights tiles channels x taps with
+// by pack_input, order by loop_order and store by output_stores (searched where the
+// output per call is at least a third of the last-level cache); backward-weights tiles channels x taps with
 // mr x nr, takes kc as its reduction item's pixels, nc as the taps of a packed panel
 // block, and splits its reduction into `partitions` -- or, as gemm_input_lanes (unpadded
 // 1x1 layers), tiles input x output channels, takes kc as pixels across images and
@@ -66,6 +67,7 @@ class TuningSpace {
   std::vector<int> mc_tiles_;  // channel-block sizes in whole register tiles (0 = all)
   std::vector<PackInput> pack_input_;
   std::vector<LoopOrder> loop_order_;
+  std::vector<OutputStores> output_stores_;
   mutable std::vector<ConvSchedule> all_;
   mutable bool enumerated_ = false;
 

@@ -14,21 +14,27 @@ class GuardedOutput {
   static constexpr size_t kGuard = 64;                // floats on each side
   static constexpr uint32_t kSentinelBits = 0x7fc0dead;
 
-  explicit GuardedOutput(size_t size) : size_(size) {
+  static constexpr size_t kLineFloats = 16;            // 64 bytes
+
+  // `misalign` (< 16) floats past a 64-byte boundary: 0 is aligned for every vector store.
+  explicit GuardedOutput(size_t size, size_t misalign = 0) : size_(size) {
     float sentinel;
     std::memcpy(&sentinel, &kSentinelBits, sizeof sentinel);
-    storage_.assign(size + 2 * kGuard, sentinel);
+    storage_.assign(size + 2 * kGuard + 2 * kLineFloats, sentinel);
+    const auto first = reinterpret_cast<uintptr_t>(storage_.data() + kGuard);
+    start_ = kGuard + (64 - first % 64) % 64 / sizeof(float) + misalign % kLineFloats;
   }
-  float* data() { return storage_.data() + kGuard; }
+  float* data() { return storage_.data() + start_; }
   size_t size() const { return size_; }
-  float operator[](size_t i) const { return storage_[kGuard + i]; }
+  float operator[](size_t i) const { return storage_[start_ + i]; }
   std::vector<float> values() const {
-    return std::vector<float>(storage_.begin() + kGuard, storage_.begin() + kGuard + size_);
+    return std::vector<float>(storage_.begin() + long(start_), storage_.begin() + long(start_ + size_));
   }
-  // Guard floats no longer holding the sentinel.
+  // Guard floats (kGuard on each side of the output) no longer holding the sentinel.
   size_t damaged_guards() const {
     size_t damaged = 0;
-    for (size_t i = 0; i < kGuard; ++i) damaged += !is_sentinel(storage_[i]) + !is_sentinel(storage_[kGuard + size_ + i]);
+    for (size_t i = 0; i < kGuard; ++i)
+      damaged += !is_sentinel(storage_[start_ - kGuard + i]) + !is_sentinel(storage_[start_ + size_ + i]);
     return damaged;
   }
   // Elements of the output itself that were written.
@@ -46,6 +52,7 @@ class GuardedOutput {
 
  private:
   size_t size_;
+  size_t start_ = kGuard;
   std::vector<float> storage_;
 };
 

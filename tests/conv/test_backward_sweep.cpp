@@ -84,12 +84,14 @@ double max_of(const std::vector<double>& v) {
   return m;
 }
 
-Outcome run_backward_data(JitBackwardDataKernel& k, const ConvDescriptor& d, bool integer_valued, uint32_t seed) {
+// `misalign`: floats dX starts past a 64-byte boundary.
+Outcome run_backward_data(JitBackwardDataKernel& k, const ConvDescriptor& d, bool integer_valued, uint32_t seed,
+                          size_t misalign = 0) {
   const Data in = make_data(d, integer_valued, seed);
   const auto want = reference_backward_data(d, in.dy_masked, in.w);
   const auto abs_sum = reference_backward_data(d, absolute(in.dy_masked), absolute(in.w));
   if (integer_valued) REQUIRE(max_of(abs_sum) < double(1 << 24));  // exact fp32 sums
-  GuardedOutput dx(want.size());
+  GuardedOutput dx(want.size(), misalign);
   const WeightPanels& panels = k.weight_panels();  // pack_weights=prepacked: packed here
   std::vector<float> packed(static_cast<size_t>(panels.floats), std::nanf(""));
   if (!panels.empty()) pack_weight_panels(panels, in.w.data(), packed.data());
@@ -144,6 +146,11 @@ void run_class(const std::string& cls) {
       JitBackwardDataKernel k(c.descriptor, c.schedule, t);
       check(run_backward_data(k, c.descriptor, true, 7));
       check(run_backward_data(k, c.descriptor, false, 11));
+      // Streaming stores: the ordinary variant on a dX off the 64-byte boundary too.
+      if (streams_output("bwd_data", c.schedule)) {
+        INFO("dX a float past a 64-byte boundary");
+        check(run_backward_data(k, c.descriptor, true, 7, 1));
+      }
     }
     {
       INFO("backward-weights");

@@ -57,13 +57,15 @@ struct Outcome {
 
 // Runs the kernel on one data set and compares with the reference. Integer-valued data
 // must match exactly; real data within a bound on fp32 rounding of the sum.
-Outcome run_and_compare(JitForwardKernel& kernel, const ConvDescriptor& d, bool integer_valued, uint32_t seed) {
+// `misalign`: floats the output starts past a 64-byte boundary.
+Outcome run_and_compare(JitForwardKernel& kernel, const ConvDescriptor& d, bool integer_valued, uint32_t seed,
+                        size_t misalign = 0) {
   const Tensors in = make_inputs(d, integer_valued, seed);
   const ReferenceResult ref = reference_forward(d, in.x, in.w, in.b, in.r);
   // +outstride(S): the output is the last oc channels of an S-channel tensor; the others
   // must keep their sentinel.
   const int64_t stride = d.out_pixel_stride(), first = stride - d.oc, pixels = int64_t(ref.y.size()) / d.oc;
-  GuardedOutput out(static_cast<size_t>(pixels * stride));
+  GuardedOutput out(static_cast<size_t>(pixels * stride), misalign);
   // pack_weights=prepacked: the caller packs the panels the kernel reads.
   const WeightPanels& panels = kernel.weight_panels();
   std::vector<float> packed(static_cast<size_t>(panels.floats), std::nanf(""));
@@ -116,12 +118,18 @@ void check_exactness_precondition(const ConvDescriptor& d) {
 void check_kernel(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t) {
   check_exactness_precondition(d);
   JitForwardKernel kernel(d, s, t);
+  // Streaming stores: the streaming variant runs on the aligned output, the ordinary one
+  // on an output a float past the boundary; both bit for bit.
+  const std::vector<size_t> misaligns = streams_output("fwd", s) ? std::vector<size_t>{0, 1} : std::vector<size_t>{0};
   for (const bool integer_valued : {true, false}) {
-    const Outcome o = run_and_compare(kernel, d, integer_valued, integer_valued ? 7 : 11);
-    if (!o.read_outside.empty()) FAIL_CHECK("a read outside the inputs: " << o.read_outside);
-    INFO(o.first_mismatch);
-    CHECK(o.mismatches == 0);
-    CHECK(o.guard_damage == 0);
+    for (const size_t misalign : misaligns) {
+      if (!integer_valued && misalign) continue;
+      const Outcome o = run_and_compare(kernel, d, integer_valued, integer_valued ? 7 : 11, misalign);
+      if (!o.read_outside.empty()) FAIL_CHECK("a read outside the inputs: " << o.read_outside);
+      INFO(o.first_mismatch << (misalign ? " (output off a 64-byte boundary)" : ""));
+      CHECK(o.mismatches == 0);
+      CHECK(o.guard_damage == 0);
+    }
   }
 }
 
@@ -200,6 +208,7 @@ TEST_CASE("sweep plan: every edge class has a test case and every schedule value
       seen["loop_order"].insert(to_string(s.loop_order));
       seen["parallel"].insert(to_string(s.parallel));
       seen["partitions"].insert(std::to_string(s.partitions));
+      seen["output_stores"].insert(to_string(s.output_stores));
     }
     INFO("edge class " << cls);
     CHECK(seen["strategy"].size() == sweep_strategies(sweep_target()).size());
@@ -214,6 +223,7 @@ TEST_CASE("sweep plan: every edge class has a test case and every schedule value
     CHECK(seen["loop_order"].size() == space.loop_order.size());
     CHECK(seen["parallel"].size() == space.parallel.size());
     CHECK(seen["partitions"].size() == space.partitions.size());
+    CHECK(seen["output_stores"].size() == space.output_stores.size());
   }
   CHECK(total >= 200);
 }

@@ -27,13 +27,21 @@ const char* const kAvx512 = "x86-64-linux-avx512_skylake-avx2-fma";
 
 // The example line of docs/schedules.md: the default schedule, analytic, unmeasured.
 const std::string kGolden =
+    R"({"format":"convgen-schedule","version":5,"kind":"schedule","key":{"descriptor":"mb1ic64ih56oc64oh56kh3ph1",)"
+    R"("pass":"fwd","target":"x86-64-linux-avx-avx2-f16c-fma-sse41","generator_hash":"abc123"},)"
+    R"("schedule":{"strategy":"gemm","mr":24,"nr":4,"kc":0,"mc":0,"nc":0,"layout":"nhwc",)"
+    R"("pack_input":"image","pack_weights":"per_call","loop_order":"pixels_outer","parallel":"none",)"
+    R"("partitions":1,"output_stores":"cached"},"source":"analytic","gflops":0,"note":""})";
+
+// The same record as version 4 wrote it: no "output_stores" (read as cached).
+const std::string kGoldenVersion4 =
     R"({"format":"convgen-schedule","version":4,"kind":"schedule","key":{"descriptor":"mb1ic64ih56oc64oh56kh3ph1",)"
     R"("pass":"fwd","target":"x86-64-linux-avx-avx2-f16c-fma-sse41","generator_hash":"abc123"},)"
     R"("schedule":{"strategy":"gemm","mr":24,"nr":4,"kc":0,"mc":0,"nc":0,"layout":"nhwc",)"
     R"("pack_input":"image","pack_weights":"per_call","loop_order":"pixels_outer","parallel":"none",)"
     R"("partitions":1},"source":"analytic","gflops":0,"note":""})";
 
-// The same record as version 3 wrote it: a schedule line without tuning is the same
+// The same record as version 3 wrote it: a schedule line without tuning is version 4's
 // but for the version (version 4 added only the tuning provenance's timing method).
 const std::string kGoldenVersion3 =
     R"({"format":"convgen-schedule","version":3,"kind":"schedule","key":{"descriptor":"mb1ic64ih56oc64oh56kh3ph1",)"
@@ -111,6 +119,7 @@ std::vector<ScheduleRecord> one_record_per_value(const std::string& target) {
   for (auto v : space.loop_order) add([=](ConvSchedule& s) { s.loop_order = v; });
   for (auto v : space.parallel) add([=](ConvSchedule& s) { s.parallel = v; });
   for (auto v : space.partitions) add([=](ConvSchedule& s) { s.partitions = v; });
+  for (auto v : space.output_stores) add([=](ConvSchedule& s) { s.output_stores = v; });
   return out;
 }
 
@@ -138,8 +147,9 @@ void require_bad_line(const std::string& line, std::vector<std::string> needles)
 TEST_CASE("the default record prints as the documented line", "[schedule_records]") {
   CHECK(to_json_line(golden_record()) == kGolden);
   CHECK(parse_record_line(kGolden, "golden") == golden_record());
-  // Version 1 lines read as partitions=1, version 2 lines as schedule lines; all are
-  // written back as version 4.
+  // Version 1 lines read as partitions=1, version 2 lines as schedule lines, version 4
+  // and older as ordinary output stores; all are written back as version 5.
+  CHECK(parse_record_line(kGoldenVersion4, "golden v4") == golden_record());
   CHECK(parse_record_line(kGoldenVersion3, "golden v3") == golden_record());
   CHECK(parse_record_line(kGoldenVersion1, "golden v1") == golden_record());
   CHECK(parse_record_line(kGoldenVersion2, "golden v2") == golden_record());
@@ -244,19 +254,24 @@ TEST_CASE("strict reading: every malformed line is a BadRecord naming the field"
     require_bad_line(replaced(kGolden, R"("pass":"fwd")", R"("pass":"fwd","cpu":"zen3")"), {"unknown field", "key.cpu"});
   }
   SECTION("version and format") {
-    require_bad_line(replaced(kGolden, R"("version":4)", R"("version":5)"), {"version 5", "reads versions 1 to 4"});
-    require_bad_line(replaced(kGolden, R"("version":4)", R"("version":0)"), {"version 0", "reads versions 1 to 4"});
+    require_bad_line(replaced(kGolden, R"("version":5)", R"("version":6)"), {"version 6", "reads versions 1 to 5"});
+    require_bad_line(replaced(kGolden, R"("version":5)", R"("version":0)"), {"version 0", "reads versions 1 to 5"});
     // A newer version is reported as such even when it has new fields.
-    require_bad_line(replaced(replaced(kGolden, R"("version":4)", R"("version":5)"), R"("note":"")",
+    require_bad_line(replaced(replaced(kGolden, R"("version":5)", R"("version":6)"), R"("note":"")",
                               R"("note":"","new":true)"),
-                     {"version 5"});
-    require_bad_line(replaced(kGolden, R"("version":4)", R"("version":"4")"), {"version", "expected an integer"});
-    // Version 2 had no kind; version 1 no partitions either: present there, unknown.
-    require_bad_line(replaced(kGolden, R"("version":4)", R"("version":2)"), {"unknown field", "\"kind\""});
+                     {"version 6"});
+    require_bad_line(replaced(kGolden, R"("version":5)", R"("version":"5")"), {"version", "expected an integer"});
+    // Version 4 had no output_stores, version 2 no kind, version 1 no partitions either:
+    // present there, unknown.
+    require_bad_line(replaced(kGolden, R"("version":5)", R"("version":4)"), {"unknown field", "schedule.output_stores"});
+    require_bad_line(replaced(kGolden, R"("version":5)", R"("version":2)"), {"unknown field", "\"kind\""});
     require_bad_line(replaced(kGoldenVersion2, R"("version":2)", R"("version":1)"),
                      {"unknown field", "schedule.partitions"});
     require_bad_line(replaced(kGolden, R"("kind":"schedule",)", ""), {"missing field", "\"kind\""});
     require_bad_line(replaced(kGolden, R"(,"partitions":1)", ""), {"missing field", "schedule.partitions"});
+    require_bad_line(replaced(kGolden, R"(,"output_stores":"cached")", ""), {"missing field", "schedule.output_stores"});
+    require_bad_line(replaced(kGolden, R"("output_stores":"cached")", R"("output_stores":"nontemporal")"),
+                     {"output_stores", "nontemporal"});
     require_bad_line(replaced(kGolden, R"("partitions":1)", R"("partitions":0)"), {"partitions", "outside 1..64"});
     // A backward-weights tile in a forward record (the golden line's pass is fwd).
     require_bad_line(replaced(kGolden, R"("strategy":"gemm")", R"("strategy":"gemm_input_lanes")"),
@@ -389,11 +404,18 @@ TEST_CASE("schedule names, equality and describe", "[schedule]") {
   const ConvSchedule s;
   CHECK(describe(s) ==
         "gemm mr=24 nr=4 kc=0 mc=0 nc=0 layout=nhwc pack_input=image pack_weights=per_call "
-        "loop_order=pixels_outer parallel=none partitions=1");
+        "loop_order=pixels_outer parallel=none partitions=1 output_stores=cached");
   ConvSchedule t = s;
   CHECK(t == s);
   t.parallel = Parallel::Pixels;
   CHECK(t != s);
+  ConvSchedule streaming = s;
+  streaming.output_stores = OutputStores::Streaming;
+  CHECK(streaming != s);
+  CHECK(to_string(OutputStores::Streaming) == "streaming");
+  ConvSchedule overridden = s;
+  apply_schedule_overrides("output_stores=streaming", &overridden);
+  CHECK(overridden == streaming);
   CHECK(to_string(Strategy::Depthwise) == "depthwise");
   CHECK(to_string(Strategy::Grouped) == "grouped");
   CHECK(to_string(PackInput::None) == "none");

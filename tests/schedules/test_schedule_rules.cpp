@@ -75,6 +75,31 @@ TEST_CASE("analytic default: 2 x 14 pixel tiles on 32 registers, only where they
     CHECK(analytic_schedule(parse_descriptor(layer), narrow).nr <= 8);
 }
 
+TEST_CASE("analytic default: streaming output stores where the output outgrows the last-level cache", "[schedule]") {
+  const TargetInfo avx512 = target_info(kAvx512), avx2 = target_info(kAvx2);
+  auto stores = [](const char* layer, const char* pass, const TargetInfo& t) {
+    return analytic_schedule_for_pass(parse_descriptor(layer), pass, t).output_stores;
+  };
+  // Over 1.5x the row's L3 (24 MiB on AVX-512): VGG conv1_1 (98 MiB), ResNet-50's conv1
+  // and res2 1x1 64->256 (24.5 MiB), and dX of res2 1x1 256->64, of the strided
+  // projection 256->512 (residue classes) and of a strided depthwise layer (in place).
+  CHECK(stores("mb8ic3ih224oc64kh3ph1", "fwd", avx512) == OutputStores::Streaming);
+  CHECK(stores("mb8ic3ih224oc64oh112kh7sh2ph3", "fwd", avx512) == OutputStores::Streaming);
+  CHECK(stores("mb8ic64ih56oc256kh1", "fwd", avx512) == OutputStores::Streaming);
+  CHECK(stores("mb8ic256ih56oc64kh1", "bwd_data", avx512) == OutputStores::Streaming);
+  CHECK(stores("mb8ic256ih56oc512kh1sh2", "bwd_data", avx512) == OutputStores::Streaming);
+  CHECK(stores("g96mb8ic96ih112oc96oh56kh3sh2ph1", "bwd_data", avx512) == OutputStores::Streaming);
+  // Below it the output is still cached when read: the 3x3/2 RGB stem (12.3 MiB), the
+  // same layers at a smaller batch, and every backward-weights pass (dW is small).
+  CHECK(stores("mb8ic3ih224oc32oh112kh3sh2ph1", "fwd", avx512) == OutputStores::Cached);
+  CHECK(stores("mb4ic64ih56oc256kh1", "fwd", avx512) == OutputStores::Cached);
+  CHECK(stores("mb4ic256ih56oc64kh1", "bwd_data", avx512) == OutputStores::Cached);
+  CHECK(stores("mb64ic3ih224oc64kh3ph1", "bwd_weights", avx512) == OutputStores::Cached);
+  // AVX2's row assumes a 32 MiB L3: 48 MiB and more.
+  CHECK(stores("mb8ic3ih224oc64kh3ph1", "fwd", avx2) == OutputStores::Streaming);
+  CHECK(stores("mb8ic64ih56oc256kh1", "fwd", avx2) == OutputStores::Cached);
+}
+
 TEST_CASE("parallel variant: partitions skipped only where gemm_input_lanes runs", "[schedule]") {
   // The generator refuses gemm_input_lanes on a 3x3 or padded layer, or one with fewer
   // input channels per group than a vector, and runs gemm, which then takes the small

@@ -141,10 +141,10 @@ ScheduleRecord sample_trial() {
 
 }  // namespace
 
-TEST_CASE("records version 4: trial and tuned lines read back as written, byte for byte", "[tune][records]") {
+TEST_CASE("records version 5: trial and tuned lines read back as written, byte for byte", "[tune][records]") {
   const ScheduleRecord trial = sample_trial();
   const std::string line = to_json_line(trial);
-  CHECK(line.find(R"("version":4,"kind":"trial")") != std::string::npos);
+  CHECK(line.find(R"("version":5,"kind":"trial")") != std::string::npos);
   CHECK(line.find(R"("variant":"none","timing_method":3})") != std::string::npos);
   const ScheduleRecord back = parse_record_line(line, "t:1");
   CHECK(back == trial);
@@ -178,9 +178,12 @@ TEST_CASE("records version 4: trial and tuned lines read back as written, byte f
 TEST_CASE("a version-3 trial reads as timing method 1 and is never replayed by today's tuner", "[tune][records]") {
   // Version 3 journals were timed on tensors at a 16-byte offset: their times are not
   // comparable with today's aligned ones, so a resumed run measures those schedules again.
+  // (Version 3 had no output_stores either: ordinary stores.)
+  const std::string stores = R"(,"output_stores":"cached")";
   std::string v3 = to_json_line(sample_trial());
-  v3.replace(v3.find(R"("version":4)"), 11, R"("version":3)");
+  v3.replace(v3.find(R"("version":5)"), 11, R"("version":3)");
   v3.replace(v3.find(R"(,"timing_method":3)"), 18, "");
+  v3.replace(v3.find(stores), stores.size(), "");
   const ScheduleRecord old = parse_record_line(v3, "old.jsonl:1");
   CHECK(old.tuning.provenance.timing_method == 1);
   CHECK(old.schedule == sample_trial().schedule);
@@ -195,7 +198,8 @@ TEST_CASE("a version-3 trial reads as timing method 1 and is never replayed by t
   CHECK(journal.find_trial(old.key, old.schedule, now) != nullptr);
   // A version-3 line that names a timing method is malformed.
   std::string bad = to_json_line(sample_trial());
-  bad.replace(bad.find(R"("version":4)"), 11, R"("version":3)");
+  bad.replace(bad.find(R"("version":5)"), 11, R"("version":3)");
+  bad.replace(bad.find(stores), stores.size(), "");
   CHECK_THROWS_WITH(parse_record_line(bad, "old.jsonl:2"), Catch::Contains("timing_method"));
 }
 
@@ -348,6 +352,34 @@ TEST_CASE("the space: a register tile reshapes to the listed NR nearest its accu
     CHECK(n.nr <= 8);
 }
 
+TEST_CASE("the space: output stores are searched where the output may outgrow the cache", "[tune][space]") {
+  auto searched = [](const char* layer, const char* pass) {
+    const TuningSpace space(parse_descriptor(layer), pass, avx512(), Parallel::None);
+    std::set<OutputStores> seen;
+    for (const ConvSchedule& s : space.all()) seen.insert(s.output_stores);
+    return seen.size() == 2;
+  };
+  // A third of the L3 the row assumes (16 MiB) and more: the stem's 12 MiB, VGG conv1_1.
+  CHECK(searched("mb8ic3ih224oc32oh112kh3sh2ph1", "fwd"));
+  CHECK(searched("mb8ic3ih224oc64kh3ph1", "fwd"));
+  CHECK(searched("mb8ic256ih56oc64kh1", "bwd_data"));
+  // Small outputs, and backward-weights whatever its size, have ordinary stores only.
+  CHECK_FALSE(searched("mb8ic256ih14oc256kh3ph1", "fwd"));
+  CHECK_FALSE(searched("mb8ic3ih224oc64kh3ph1", "bwd_weights"));
+  // A move flips them, and the default's value is in the space.
+  const ConvDescriptor d = parse_descriptor("mb8ic3ih224oc64kh3ph1");
+  const TuningSpace space(d, "fwd", avx512(), Parallel::None);
+  const ConvSchedule def = space.normalise(analytic_schedule_for_pass(d, "fwd", avx512()));
+  CHECK(def.output_stores == OutputStores::Streaming);
+  bool flipped = false;
+  for (const ConvSchedule& n : space.neighbours(def)) {
+    ConvSchedule back = n;
+    back.output_stores = def.output_stores;
+    flipped |= n.output_stores == OutputStores::Cached && back == def;
+  }
+  CHECK(flipped);
+}
+
 TEST_CASE("the search: default first, no repeats, a function of the seed and the results", "[tune][search]") {
   Setup s;
   StubEvaluator stub(s.space, s.def);
@@ -498,7 +530,7 @@ TEST_CASE("a whole last line without its newline is ended before the next append
   {
     std::ofstream out(path, std::ios::binary | std::ios::app);
     std::string newer = line;
-    newer.replace(newer.find(R"("version":4)"), 11, R"("version":9)");
+    newer.replace(newer.find(R"("version":5)"), 11, R"("version":9)");
     out << newer;
   }
   try {
