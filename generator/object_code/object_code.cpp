@@ -7,10 +7,13 @@
 
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/Function.h>
+#include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Instructions.h>
+#include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Metadata.h>
 #include <llvm/IR/Module.h>
+#include <llvm/Linker/Linker.h>
 #include <llvm/Support/raw_ostream.h>
 
 namespace convgen {
@@ -20,8 +23,8 @@ namespace {
 using namespace Halide;
 using namespace Halide::Internal;
 
-// Suffixes of the two variants' (internal) functions. LLVM names a variant's parallel
-// loop bodies after it, so the suffix also finds those.
+// Suffixes of the two variants' functions (exported: the entry point's object calls them).
+// Halide names a variant's parallel loop bodies after it, so the suffix finds those too.
 constexpr const char* kCachedSuffix = "__cached_stores";
 constexpr const char* kStreamingSuffix = "__streaming_stores";
 
@@ -91,9 +94,11 @@ class StreamingVariant : public IRMutator {
 LoweredFunc dispatcher(const std::string& name, const LoweredFunc& base, const std::vector<std::string>& outputs,
                        int alignment) {
   std::vector<Expr> call_args;
-  for (const LoweredArgument& a : base.args)
-    call_args.push_back(a.is_buffer() ? Variable::make(type_of<halide_buffer_t*>(), a.name + ".buffer")
-                                      : Variable::make(a.type, a.name));
+  for (const LoweredArgument& a : base.args) {
+    // Scalars would need Halide's argument-passing types; convgen kernels take buffers.
+    if (!a.is_buffer()) throw std::runtime_error(name + ": streaming stores: a scalar argument (" + a.name + ")");
+    call_args.push_back(Variable::make(type_of<halide_buffer_t*>(), a.name + ".buffer"));
+  }
   Expr aligned = const_true();
   for (const std::string& output : outputs) {
     Expr host = Call::make(type_of<void*>(), Call::buffer_get_host,
@@ -111,33 +116,44 @@ LoweredFunc dispatcher(const std::string& name, const LoweredFunc& base, const s
   return LoweredFunc(name, base.args, body, LinkageType::ExternalPlusMetadata);
 }
 
-// The module of a kernel with streaming stores: both variants and the dispatcher.
-Module streaming_module(const KernelObjectRequest& r, const std::vector<std::string>& outputs) {
+// A kernel with streaming stores as three Halide modules, each generated into LLVM code
+// on its own: the ordinary variant, the streaming variant and the entry point. Apart, LLVM
+// never inlines a variant into the entry point, where its stores would no longer be told
+// apart by function; and each variant is generated for the request's own target, so it
+// is exactly the kernel an ordinary compilation makes but for its stores' alignment.
+struct StreamingModules {
+  Module cached, streaming, entry;
+};
+
+StreamingModules streaming_modules(const KernelObjectRequest& r, const std::vector<std::string>& outputs) {
   Pipeline pipeline = r.pipeline;  // a handle: compiling needs a non-const one
-  const Module lowered = pipeline.compile_to_module(r.arguments, r.name + kCachedSuffix, r.target,
-                                                      LinkageType::Internal);
-  if (!lowered.submodules().empty())
-    throw std::runtime_error(r.name + ": streaming stores: the pipeline has submodules (extern stages)");
-  // The dispatcher's status check is an assertion, which no_asserts would drop at code
-  // generation; the variants were lowered with the request's target, asserts stripped.
-  Module m(r.name, r.target.without_feature(Target::NoAsserts));
-  for (const auto& b : lowered.buffers()) m.append(b);
+  // The variants leave the Halide runtime to the entry point's module (or the caller's).
+  const Target variant_target = r.target.with_feature(Target::NoRuntime);
+  const Module lowered =
+      pipeline.compile_to_module(r.arguments, r.name + kCachedSuffix, variant_target, LinkageType::External);
+  if (!lowered.submodules().empty() || !lowered.buffers().empty() || !lowered.external_code().empty())
+    throw std::runtime_error(r.name + ": streaming stores: the pipeline has submodules, constant buffers or "
+                                      "external code, which two variants would define twice");
+  StreamingModules m{Module(r.name + kCachedSuffix, variant_target), Module(r.name + kStreamingSuffix, variant_target),
+                     // Its status check is an assertion, which no_asserts would drop.
+                     Module(r.name, r.target.without_feature(Target::NoAsserts))};
+  // strict_float (the epilogues' Clip and HardSwish) keeps fast-math off in code
+  // generation, and in the linked module's machine-code options: all three say the same.
+  for (Module* part : {&m.cached, &m.streaming, &m.entry}) part->set_any_strict_float(lowered.any_strict_float());
   const LoweredFunc* base = nullptr;
   StreamingVariant variant(r.name + kCachedSuffix, r.name + kStreamingSuffix, outputs, vector_bytes(r.target));
-  std::vector<LoweredFunc> streaming;
   for (const LoweredFunc& f : lowered.functions()) {
-    m.append(f);
+    m.cached.append(f);
     if (f.name == r.name + kCachedSuffix) base = &f;
     LoweredFunc copy = f;
     copy.name = variant.renamed(f.name);
     if (copy.name.empty())
       throw std::runtime_error(r.name + ": streaming stores: a lowered function (" + f.name + ") not named after it");
     copy.body = variant.mutate(f.body);
-    streaming.push_back(std::move(copy));
+    m.streaming.append(copy);
   }
   if (!base) throw std::runtime_error(r.name + ": streaming stores: the lowered module has no pipeline function");
-  for (const LoweredFunc& f : streaming) m.append(f);
-  m.append(dispatcher(r.name, *base, outputs, vector_bytes(r.target)));
+  m.entry.append(dispatcher(r.name, *base, outputs, vector_bytes(r.target)));
   return m;
 }
 
@@ -188,12 +204,38 @@ int mark_streaming_stores(llvm::Module& module, const std::string& variant, cons
   return marked;
 }
 
-// LLVM code of a streaming-stores module, its output stores marked.
-std::unique_ptr<llvm::Module> streaming_code(const Module& module, const KernelObjectRequest& r,
+// The streaming variant's stores are not ordered with later stores of other threads: an
+// sfence after its call makes them visible before the entry point returns (a parallel
+// loop's workers are ordered by the locked operations that end their tasks).
+void fence_after_calls(llvm::Module& module, const std::string& callee) {
+  llvm::Function* sfence = llvm::Intrinsic::getDeclaration(&module, llvm::Intrinsic::x86_sse_sfence);
+  std::vector<llvm::CallInst*> calls;
+  for (llvm::Function& f : module)
+    for (llvm::BasicBlock& block : f)
+      for (llvm::Instruction& inst : block)
+        if (auto* call = llvm::dyn_cast<llvm::CallInst>(&inst))
+          if (call->getCalledFunction() && call->getCalledFunction()->getName() == callee) calls.push_back(call);
+  if (calls.empty()) throw std::runtime_error(callee + ": streaming stores: the entry point never calls the variant");
+  for (llvm::CallInst* call : calls) {
+    llvm::IRBuilder<> builder(call->getNextNode());
+    builder.CreateCall(sfence);
+  }
+}
+
+// LLVM code of a kernel with streaming stores: the three modules generated apart, the
+// streaming variant's output stores marked, then linked into one module.
+std::unique_ptr<llvm::Module> streaming_code(const StreamingModules& m, const KernelObjectRequest& r,
                                              const std::vector<std::string>& outputs, llvm::LLVMContext& context,
                                              KernelObjectReport* report) {
-  std::unique_ptr<llvm::Module> code = codegen_llvm(module, context);
-  report->streaming_stores = mark_streaming_stores(*code, r.name + kStreamingSuffix, outputs, vector_bytes(r.target));
+  std::unique_ptr<llvm::Module> code = codegen_llvm(m.entry, context);
+  fence_after_calls(*code, r.name + kStreamingSuffix);
+  std::unique_ptr<llvm::Module> streaming = codegen_llvm(m.streaming, context);
+  report->streaming_stores =
+      mark_streaming_stores(*streaming, r.name + kStreamingSuffix, outputs, vector_bytes(r.target));
+  // linkModules returns true on an error (it reports it through the context).
+  if (llvm::Linker::linkModules(*code, std::move(streaming)) ||
+      llvm::Linker::linkModules(*code, codegen_llvm(m.cached, context)))
+    throw std::runtime_error(r.name + ": streaming stores: linking the variants' code failed");
   return code;
 }
 
@@ -215,7 +257,7 @@ KernelObjectReport compile_kernel_object(const KernelObjectRequest& r, const std
   }
   const std::vector<std::string> outputs = output_buffer_names(r.pipeline);
   llvm::LLVMContext context;
-  write_object(*streaming_code(streaming_module(r, outputs), r, outputs, context, &report), object_path);
+  write_object(*streaming_code(streaming_modules(r, outputs), r, outputs, context, &report), object_path);
   return report;
 }
 
@@ -228,10 +270,10 @@ KernelObjectReport compile_kernel_library(const KernelObjectRequest& r, const st
     return report;
   }
   const std::vector<std::string> outputs = output_buffer_names(r.pipeline);
-  const Module module = streaming_module(r, outputs);
-  module.compile({{OutputFileType::c_header, prefix + ".h"}});
+  const StreamingModules modules = streaming_modules(r, outputs);
+  modules.entry.compile({{OutputFileType::c_header, prefix + ".h"}});
   llvm::LLVMContext context;
-  std::unique_ptr<llvm::Module> code = streaming_code(module, r, outputs, context, &report);
+  std::unique_ptr<llvm::Module> code = streaming_code(modules, r, outputs, context, &report);
   const std::string object = prefix + ".o";
   write_object(*code, object);
   if (emit_assembly) {

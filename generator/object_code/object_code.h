@@ -7,12 +7,15 @@
 // where the output is far larger than the caches and few multiply-adds make each output
 // value (a 3x3 layer over RGB: 27), so that the stores, not the FMAs, bound the kernel.
 //
-// A kernel with streaming stores is compiled twice into one module: a variant that is
+// A kernel with streaming stores is lowered once and generated as two variants: one
 // promised an output aligned to the vector width, whose whole, aligned vector stores to
-// the output are marked non-temporal in its LLVM code, and the ordinary variant. The
-// exported entry point tests the output's host pointer and calls one of them. Both
-// variants compute the same values in the same order, so the choice never changes a bit;
-// an output that is not aligned (a view at an odd offset) takes the ordinary one.
+// the output are marked non-temporal in its LLVM code, and the ordinary one, each exactly
+// what an ordinary compilation for the target makes but for those stores. The exported
+// entry point tests the outputs' host pointers, calls one of them, and after the
+// streaming one fences its stores (sfence). Both compute the same values in the same
+// order, so the choice never changes a bit; an output that is not aligned (a view at an
+// odd offset) takes the ordinary one. The variants and the entry point are generated
+// apart and linked, so LLVM never inlines a variant into the entry point.
 #pragma once
 
 #include <string>

@@ -1,23 +1,28 @@
 // Streaming output stores (generator/object_code): the streaming variant's whole, aligned
-// vector stores to the output are marked non-temporal, and nothing else is; kernels with
-// them compute exactly what the reference computes, on an output aligned to a vector (the
-// streaming variant, whose stores would fault on an unaligned one) and on one a float off
-// it (the ordinary variant). Integer-valued data, so every sum is exact.
+// vector stores to the output become non-temporal in the object code, and nothing else
+// does; kernels with them compute exactly what the reference computes, on an output
+// aligned to a vector (the streaming variant, whose stores would fault on an unaligned
+// one) and on one a float off it (the ordinary variant), on integer-valued data so every
+// sum is exact; and exactly what the ordinary kernel computes on real data.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "generator/conv/backward.h"
 #include "generator/conv/jit.h"
 #include "generator/conv/kernel_pipeline.h"
 #include "generator/conv/pipeline.h"
+#include "generator/kernel_cache/kernel_cache.h"
 #include "generator/object_code/object_code.h"
 #include "schedules/conv_descriptor.h"
 #include "schedules/kernel_plan.h"
 #include "tests/common/guarded_output.h"
 #include "tests/common/reference_conv.h"
+#include "tests/common/real_valued.h"
 #include "tests/common/reference_conv_backward.h"
 #include "tests/common/temp_dir.h"
 
@@ -29,19 +34,31 @@ namespace {
 constexpr const char* kAvx2 = "x86-64-linux-avx-avx2-f16c-fma-sse41";
 constexpr const char* kAvx512 = "x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41";
 
-// Streaming stores the forward kernel's object code marks, for (d, s) on `target`.
-int marked_stores(const ConvDescriptor& d, ConvSchedule s, const std::string& target, bool streaming) {
+// What compiling the forward kernel of (d, s) for `target` as a static library gives:
+// the stores marked streaming, and in its assembly the non-temporal vector stores
+// (vmovntps, after LLVM's optimisation and any inlining) and fences (sfence).
+struct Compiled {
+  int marked = 0, non_temporal = 0, fences = 0;
+};
+
+Compiled compile(const ConvDescriptor& d, ConvSchedule s, const std::string& target, bool streaming) {
   const TargetInfo t = target_info(target);
   s.output_stores = streaming ? OutputStores::Streaming : OutputStores::Cached;
   ForwardPipeline fp = build_forward(d, s, t);
   TempDir dir("convgen-object-code");
-  const std::string object = (dir.path / "k.o").string();
-  const KernelObjectReport report = compile_kernel_object(
-      {kernel_pipeline(fp.output), fp.arguments(), "k", halide_target(target).with_feature(Halide::Target::NoRuntime),
-       streaming},
-      object);
-  REQUIRE(std::filesystem::file_size(object) > 0);
-  return report.streaming_stores;
+  const std::string prefix = (dir.path / "k").string();
+  Compiled c;
+  c.marked = compile_kernel_library({kernel_pipeline(fp.output), fp.arguments(), "k", halide_target(target), streaming},
+                                    prefix, /*emit_assembly=*/true)
+                 .streaming_stores;
+  REQUIRE(std::filesystem::file_size(prefix + ".a") > 0);
+  REQUIRE(std::filesystem::exists(prefix + ".h"));
+  std::ifstream assembly(prefix + ".s");
+  for (std::string line; std::getline(assembly, line);) {
+    c.non_temporal += line.find("vmovntps") != std::string::npos;
+    c.fences += line.find("sfence") != std::string::npos;
+  }
+  return c;
 }
 
 std::vector<float> integers(size_t n, int range, uint32_t seed) {
@@ -60,36 +77,48 @@ size_t mismatches(const GuardedOutput& got, const std::vector<double>& want) {
 
 }  // namespace
 
-TEST_CASE("streaming stores: the output's whole, aligned vector stores are marked in every variant's loops",
+TEST_CASE("streaming stores: the output's whole, aligned vector stores are non-temporal in the object code",
           "[object_code]") {
   const ConvDescriptor d = parse_descriptor("mb2ic3ih20oc32kh3ph1");
   for (const char* target : {kAvx2, kAvx512}) {
     INFO(target);
     const ConvSchedule s = analytic_schedule(d, target_info(target));
-    CHECK(marked_stores(d, s, target, true) > 0);
-    CHECK(marked_stores(d, s, target, false) == 0);
+    const Compiled streaming = compile(d, s, target, true);
+    CHECK(streaming.marked > 0);
+    CHECK(streaming.non_temporal >= streaming.marked);
+    CHECK(streaming.fences > 0);
+    const Compiled cached = compile(d, s, target, false);
+    CHECK(cached.non_temporal == 0);
     // The parallel loop's body is a function of its own, named after the variant.
     ConvSchedule images = s;
     images.parallel = Parallel::Images;
-    CHECK(marked_stores(d, images, target, true) > 0);
+    const Compiled parallel = compile(d, images, target, true);
+    CHECK(parallel.marked > 0);
+    CHECK(parallel.non_temporal >= parallel.marked);
   }
 }
 
 TEST_CASE("streaming stores: stores a vector cannot align with are left ordinary", "[object_code]") {
   // 24 channels, one pixel per tile: a pixel's 96 bytes start every other pixel mid-way
-  // through a 64-byte vector, but always on a 32-byte one.
+  // through a 64-byte vector, but always on a 32-byte one. (A store split into scalar
+  // non-temporal ones would show as movnti.)
   const ConvDescriptor d = parse_descriptor("mb2ic8ih12oc24kh3ph1");
   ConvSchedule s = analytic_schedule(d, target_info(kAvx512));
   s.strategy = Strategy::Gemm, s.mr = 16, s.nr = 1;
-  CHECK(marked_stores(d, s, kAvx512, true) == 0);
-  ConvSchedule avx2 = analytic_schedule(d, target_info(kAvx2));
-  avx2.strategy = Strategy::Gemm, avx2.mr = 8, avx2.nr = 1;
-  CHECK(marked_stores(d, avx2, kAvx2, true) > 0);
+  const Compiled avx512 = compile(d, s, kAvx512, true);
+  CHECK(avx512.marked == 0);
+  CHECK(avx512.non_temporal == 0);
+  ConvSchedule narrow = analytic_schedule(d, target_info(kAvx2));
+  narrow.strategy = Strategy::Gemm, narrow.mr = 8, narrow.nr = 1;
+  const Compiled avx2 = compile(d, narrow, kAvx2, true);
+  CHECK(avx2.marked > 0);
+  CHECK(avx2.non_temporal >= avx2.marked);
 }
 
 TEST_CASE("streaming stores: both variants match the reference bit for bit, forward and backward-data",
           "[object_code]") {
   const TargetInfo t = target_info(host_target_string());
+  const int64_t jit_before = kernel_cache_stats().jit;
   for (const char* text : {"mb2ic3ih20oc32kh3ph1", "mb2ic16ih11oc32kh3sh2ph1+relu", "g16mb2ic16ih14oc16kh3ph1"}) {
     const ConvDescriptor d = parse_descriptor(text);
     INFO(d.to_string());
@@ -120,5 +149,31 @@ TEST_CASE("streaming stores: both variants match the reference bit for bit, forw
       backward.run(dy.data(), w.data(), d.relu ? y.data() : nullptr, dx.data());
       CHECK(mismatches(dx, want_dx) == 0);
     }
+  }
+  // Every kernel came from the kernel cache: JIT-compiled ones would store normally.
+  CHECK(kernel_cache_stats().jit == jit_before);
+}
+
+TEST_CASE("streaming stores: fused Clip and HardSwish give the ordinary kernel's bits on real data and NaN",
+          "[object_code]") {
+  // strict_float keeps fast-math out of their code (generator/conv/epilogue.cpp); a module
+  // generated without it would fuse and reorder what the ordinary kernel does not.
+  const TargetInfo t = target_info(host_target_string());
+  for (const char* text : {"mb2ic16ih12oc32kh3ph1+bias+clip(0,6)", "mb2ic16ih12oc32kh3ph1+bias+hardswish"}) {
+    const ConvDescriptor d = parse_descriptor(text);
+    INFO(d.to_string());
+    auto x = random_floats(d.mb * d.ih * d.iw * d.ic, 5);
+    x[7] = std::nanf("");
+    const auto w = random_floats(d.oc * d.icg() * d.kh * d.kw, 6), bias = random_floats(d.oc, 7);
+    ConvSchedule s = analytic_schedule(d, t);
+    std::vector<std::vector<float>> outputs;
+    for (const OutputStores stores : {OutputStores::Cached, OutputStores::Streaming}) {
+      s.output_stores = stores;
+      JitForwardKernel kernel(d, s, t);
+      GuardedOutput out(size_t(d.mb * d.oh() * d.ow() * d.oc));
+      kernel.run(x.data(), w.data(), bias.data(), out.data());
+      outputs.push_back(out.values());
+    }
+    CHECK(bitwise_equal(outputs[0], outputs[1]));
   }
 }
