@@ -5,13 +5,14 @@
 // Which fields a pass reads (generator/conv): forward and backward-data (the forward
 // convolution of each residue class) tile with mr x nr, block with mc / nc / kc, stage
 // by pack_input, order by loop_order and store by output_stores (searched where the
-// output per call is at least a third of the last-level cache); backward-weights tiles channels x taps with
-// mr x nr, takes kc as its reduction item's pixels, nc as the taps of a packed panel
-// block, and splits its reduction into `partitions` -- or, as gemm_input_lanes (unpadded
-// 1x1 layers), tiles input x output channels, takes kc as pixels across images and
-// loop_order as items or channel tiles outermost. `parallel` and `pack_weights` are never
-// searched: the consumers fix them (generator/tune/tune_plan.h: recorded_parallel, and
-// how each consumer hands its kernels their weights), and they are part of every candidate.
+// output per call is at least a third of the last-level cache); backward-weights tiles
+// channels x taps with mr x nr, takes kc as its reduction item's pixels, nc as the taps
+// of a packed panel block, and splits its reduction into `partitions` -- or, as
+// gemm_input_lanes (unpadded 1x1 layers), tiles input x output channels, takes kc as
+// pixels across images and loop_order as items or channel tiles outermost. `parallel`
+// and `pack_weights` are never searched: the consumers fix them
+// (generator/tune/tune_plan.h: recorded_parallel, and how each consumer hands its
+// kernels their weights), and they are part of every candidate.
 #pragma once
 
 #include <string>

@@ -12,18 +12,10 @@
 
 #include "generator/model/executor.h"
 #include "generator/model/fusion.h"
+#include "tests/common/integer_valued.h"
 #include "tests/common/onnx_test_models.h"
 
 namespace convgen::test {
-
-// n floats, integers uniform in [lo, hi], a fixed function of the seed.
-inline std::vector<float> integer_floats(size_t n, int lo, int hi, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> pick(lo, hi);
-  std::vector<float> v(n);
-  for (float& f : v) f = static_cast<float>(pick(rng));
-  return v;
-}
 
 // A float initializer of integers in [-2, 2] (weights whose products stay exact).
 inline void integer_initializer(OnnxModelBuilder& b, const std::string& name, const std::vector<int64_t>& shape,

@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <random>
 
 #include "generator/conv/backward.h"
 #include "generator/conv/jit.h"
@@ -21,6 +20,7 @@
 #include "schedules/conv_descriptor.h"
 #include "schedules/kernel_plan.h"
 #include "tests/common/guarded_output.h"
+#include "tests/common/integer_valued.h"
 #include "tests/common/reference_conv.h"
 #include "tests/common/real_valued.h"
 #include "tests/common/reference_conv_backward.h"
@@ -59,14 +59,6 @@ Compiled compile(const ConvDescriptor& d, ConvSchedule s, const std::string& tar
     c.fences += line.find("sfence") != std::string::npos;
   }
   return c;
-}
-
-std::vector<float> integers(size_t n, int range, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> pick(-range, range);
-  std::vector<float> v(n);
-  for (float& e : v) e = float(pick(rng));
-  return v;
 }
 
 size_t mismatches(const GuardedOutput& got, const std::vector<double>& want) {
@@ -122,8 +114,9 @@ TEST_CASE("streaming stores: both variants match the reference bit for bit, forw
   for (const char* text : {"mb2ic3ih20oc32kh3ph1", "mb2ic16ih11oc32kh3sh2ph1+relu", "g16mb2ic16ih14oc16kh3ph1"}) {
     const ConvDescriptor d = parse_descriptor(text);
     INFO(d.to_string());
-    const auto x = integers(d.mb * d.ih * d.iw * d.ic, 3, 1), w = integers(d.oc * d.icg() * d.kh * d.kw, 2, 2);
-    const auto bias = integers(d.oc, 4, 3), dy = integers(d.mb * d.oh() * d.ow() * d.oc, 3, 4);
+    const auto x = integer_floats(d.mb * d.ih * d.iw * d.ic, -3, 3, 1);
+    const auto w = integer_floats(d.oc * d.icg() * d.kh * d.kw, -2, 2, 2);
+    const auto bias = integer_floats(d.oc, -4, 4, 3), dy = integer_floats(d.mb * d.oh() * d.ow() * d.oc, -3, 3, 4);
     ConvSchedule fwd = analytic_schedule(d, t);
     fwd.output_stores = OutputStores::Streaming;
     JitForwardKernel forward(d, fwd, t);

@@ -14,7 +14,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +22,8 @@
 #include "runtime/train/train_conv.h"
 #include "schedules/conv_descriptor.h"
 #include "schedules/conv_schedule.h"
+#include "tests/common/integer_valued.h"
+#include "tests/common/real_valued.h"
 #include "tests/common/train_compare.h"
 
 using namespace convgen;
@@ -37,25 +38,11 @@ Shapes shapes(const ConvDescriptor& d) {
   return {d.mb * d.ih * d.iw * d.ic, d.oc * d.icg() * d.kh * d.kw, d.mb * d.oh() * d.ow() * d.oc};
 }
 
-std::vector<float> integers(int64_t n, int lo, int hi, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> dist(lo, hi);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& f : v) f = static_cast<float>(dist(rng));
-  return v;
-}
-
-std::vector<float> reals(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& f : v) f = dist(rng);
-  return v;
-}
-
 // NaN: any element an implementation fails to write shows up.
 std::vector<float> unwritten(int64_t n) { return std::vector<float>(static_cast<size_t>(n), std::nanf("")); }
 
+using test::integer_floats;
+using test::random_floats;
 using test::same_bits;
 
 // Elements whose bits differ other than as +0 against -0.
@@ -95,10 +82,10 @@ struct Pass {
 Pass inputs(const ConvDescriptor& d, bool integer, uint32_t seed) {
   const Shapes s = shapes(d);
   Pass p;
-  p.x = integer ? integers(s.x, -3, 3, seed) : reals(s.x, seed);
-  p.w = integer ? integers(s.w, -2, 2, seed + 1) : reals(s.w, seed + 1);
-  if (d.bias) p.bias = integer ? integers(d.oc, -4, 4, seed + 2) : reals(d.oc, seed + 2);
-  p.dy = integer ? integers(s.y, -3, 3, seed + 3) : reals(s.y, seed + 3);
+  p.x = integer ? integer_floats(size_t(s.x), -3, 3, seed) : random_floats(size_t(s.x), seed);
+  p.w = integer ? integer_floats(size_t(s.w), -2, 2, seed + 1) : random_floats(size_t(s.w), seed + 1);
+  if (d.bias) p.bias = integer ? integer_floats(size_t(d.oc), -4, 4, seed + 2) : random_floats(size_t(d.oc), seed + 2);
+  p.dy = integer ? integer_floats(size_t(s.y), -3, 3, seed + 3) : random_floats(size_t(s.y), seed + 3);
   return p;
 }
 
