@@ -100,6 +100,29 @@ TEST_CASE("analytic default: streaming output stores where the output outgrows t
   CHECK(stores("mb8ic64ih56oc256kh1", "fwd", avx2) == OutputStores::Cached);
 }
 
+TEST_CASE("analytic default: RGB stems stage bands of 2 output rows where a staged value feeds few FMAs",
+          "[schedule]") {
+  const TargetInfo avx512 = target_info(kAvx512), avx2 = target_info(kAvx2);
+  auto staging = [](const char* layer, const TargetInfo& t) {
+    const ConvSchedule s = analytic_schedule(parse_descriptor(layer), t);
+    const char* pack = s.pack_input == PackInput::Rows ? "rows" : s.pack_input == PackInput::Image ? "image" : "none";
+    return std::string(pack) + " nc=" + std::to_string(s.nc);
+  };
+  // 3x3/2 over RGB to 32 and 64 channels (72 and 144 FMAs per staged value): 2 rows of
+  // 112 pixels, whole 7-pixel tiles (on AVX2 the 64-channel stem's 24x4 tiles the rows).
+  CHECK(staging("mb8ic3ih224oc32oh112kh3sh2ph1", avx512) == "rows nc=224");
+  CHECK(staging("mb8ic3ih224oc64oh112kh3sh2ph1", avx512) == "rows nc=224");
+  CHECK(staging("mb8ic3ih224oc64oh112kh3sh2ph1", avx2) == "rows nc=224");
+  // Kept on the slab: a value feeding more FMAs (VGG conv1_1: 576; the 7x7/2 stem, a
+  // longer reduction), tiles that do not divide the rows (AVX2 16x6 over 112), a slab
+  // inside L1 (cifar10 conv1, MNIST-sized inputs).
+  CHECK(staging("mb8ic3ih224oc64oh224kh3ph1", avx512) == "image nc=0");
+  CHECK(staging("mb8ic3ih224oc64oh112kh7sh2ph3", avx512) == "image nc=0");
+  CHECK(staging("mb8ic3ih224oc32oh112kh3sh2ph1", avx2) == "image nc=0");
+  CHECK(staging("mb8ic3ih32oc32oh32kh5ph2", avx512) == "image nc=0");
+  CHECK(staging("mb8ic1ih28oc32oh28kh3ph1", avx512) == "image nc=0");
+}
+
 TEST_CASE("parallel variant: partitions skipped only where gemm_input_lanes runs", "[schedule]") {
   // The generator refuses gemm_input_lanes on a 3x3 or padded layer, or one with fewer
   // input channels per group than a vector, and runs gemm, which then takes the small
