@@ -193,14 +193,19 @@ TargetInfo target_info(const std::string& target_string) {
   throw Error(ExitCode::Internal, "target: the target table has no fallback row");
 }
 
+std::vector<int> wide_pixel_tiles(const TargetInfo& t) {
+  if (t.vector_registers < 32) return {};
+  return {10, 12, 14, ConvSchedule::kMaxNr};
+}
+
 ScheduleSpace schedule_space(const TargetInfo& t) {
   ScheduleSpace space;
   space.strategy = all_values(kStrategyNames);
   for (int vectors = 1; vectors <= 4; ++vectors) space.mr.push_back(vectors * t.vector_floats);
   space.nr = {1, 2, 3, 4, 5, 6, 8, 9};  // 9: a 3x3 window as one backward-weights tile
-  // 32 registers: the tuner's wider pixel tiles (2 vectors x 10 to 14 pixels, one vector x
-  // 16); the analytic default takes 2 x 14 (analytic_default.cpp).
-  if (t.vector_registers >= 32) space.nr.insert(space.nr.end(), {10, 12, 14, ConvSchedule::kMaxNr});
+  // The analytic default takes 2 x 14 of them (analytic_default.cpp).
+  const std::vector<int> wide = wide_pixel_tiles(t);
+  space.nr.insert(space.nr.end(), wide.begin(), wide.end());
   space.kc = {0, 8, 24, 64};
   space.mc = {0, 48, 96};
   space.nc = {0, 8, 30, 96};

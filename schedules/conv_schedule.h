@@ -182,6 +182,9 @@ struct ScheduleSpace {
   std::vector<OutputStores> output_stores;
 };
 ScheduleSpace schedule_space(const TargetInfo& t);
+// The pixel tiles past 9 a target's registers hold (32: 2 vectors x 10..14 pixels, one
+// vector x 16; none with 16): schedule_space and the tuner's space list the same ones.
+std::vector<int> wide_pixel_tiles(const TargetInfo& t);
 
 // Throws Error(BadRecord) if the schedule is not legal for the target (e.g. MR not a
 // multiple of the vector width).

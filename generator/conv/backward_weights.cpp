@@ -435,7 +435,10 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
     const bool tile_shares_position = cg % nr == 0;
     Expr tap_c = min(tt * nr + ti, taps - 1);  // padded taps compute sums that are dropped
     Expr base = tt * nr;
-    Expr tc = tile_shares_position ? base % cg + ti : tap_c % cg;
+    // (tt % (C/NR)) * NR, not (tt * NR) % C: the same channel, but bounds inference then
+    // sees C channels, not C + NR - 1, so x_band's pixels stay C floats apart and are
+    // staged with aligned vectors (5x5/3 16->24: a 23-float pixel staged by gathers).
+    Expr tc = tile_shares_position ? (tt % (cg / nr)) * nr + ti : tap_c % cg;
     Expr ts = tile_shares_position ? (base / cg) % kw : (tap_c / cg) % kw;
     Expr tr = tile_shares_position ? base / (cg * kw) : tap_c / (cg * kw);
     Expr in_x = rb.x * int(d.sw) + ts * int(d.dw) - int(d.pl);

@@ -66,8 +66,10 @@ TuningSpace::TuningSpace(const ConvDescriptor& d, const std::string& pass, const
   if (pass == "bwd_weights" && d.kh * d.kw * d.icg() >= 9) nr_.push_back(9);  // a 3x3 window as one tile
   // 32 registers: pixel tiles of 2 vectors x 10..14 pixels (up to 28 accumulators) and one
   // vector x 16; past those the tile spills (prior() charges it).
-  if (pass != "bwd_weights" && t.vector_registers >= 32)
-    nr_.insert(nr_.end(), {10, 12, 14, ConvSchedule::kMaxNr});
+  if (pass != "bwd_weights") {
+    const std::vector<int> wide = wide_pixel_tiles(t);
+    nr_.insert(nr_.end(), wide.begin(), wide.end());
+  }
   if (weights_pass_) {
     // Backward-weights: GEMM over channels x taps when a group's outputs fill a vector.
     strategies_ = {d.ocg() >= vl ? Strategy::Gemm : Strategy::Depthwise};

@@ -62,6 +62,14 @@ expect_error 2 "key" compile-layer 'mb1ic8ih8oc8kh3zz4' -o "$work/x"
 expect_error 2 "tensor" compile-layer 'mb4096ic4096ih256oc8kh1' -o "$work/x"
 expect_error 2 "missing -o" compile-layer "$layer"
 expect_error 2 "unknown command" frobnicate
+# Backward-weights tap tiles sharing a kernel position (NR = 8 divides C/g = 16) stage
+# C/g floats per input pixel; bounds inference once gave them C/g + NR - 1 = 23, staged
+# by gathers at a third of the speed. Cross-compiled for AVX-512, whatever the CPU.
+"$convgen" compile-layer 'mb8ic16ih37iw41oc24oh12kh5sh3ph1' --pass bwd_weights -o "$work/bw" --emit stmt \
+  --target x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41 >/dev/null || fail "compile-layer bwd_weights"
+grep -q 'allocate x_band\[float32 \* 16 \* 1 \* 41 ' "$work/bw/conv_bwd_weights.stmt" ||
+  fail "bwd_weights x_band not staged at 16 floats per pixel: $(grep 'allocate x_band' "$work/bw/conv_bwd_weights.stmt")"
+
 expect_error 2 "--emit" compile-layer "$layer" -o "$work/x" --emit pdf
 expect_error 4 "missing.jsonl" compile-layer "$layer" -o "$work/x" --schedules "$work/missing.jsonl"
 echo '{"format":"convgen-schedule","version":9}' >"$work/bad.jsonl"
