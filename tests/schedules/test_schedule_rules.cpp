@@ -123,6 +123,23 @@ TEST_CASE("analytic default: RGB stems stage bands of 2 output rows where a stag
   CHECK(staging("mb8ic1ih28oc32oh28kh3ph1", avx512) == "image nc=0");
 }
 
+TEST_CASE("analytic default: depthwise backward-weights takes two vectors of channels where 32 registers hold them",
+          "[schedule]") {
+  const TargetInfo avx512 = target_info(kAvx512), avx2 = target_info(kAvx2);
+  auto mr = [](const char* layer, const TargetInfo& t) {
+    return analytic_schedule_for_pass(parse_descriptor(layer), "bwd_weights", t).mr;
+  };
+  // MobileNetV2's depthwise layers whose channels are whole pairs of 16-lane vectors.
+  for (const char* layer : {"g32mb8ic32ih112oc32kh3ph1", "g96mb8ic96ih112oc96oh56kh3sh2ph1",
+                            "g192mb8ic192ih28oc192kh3ph1", "g576mb8ic576ih14oc576kh3ph1", "g960mb8ic960ih7oc960kh3ph1"}) {
+    INFO(layer);
+    CHECK(mr(layer, avx512) == 32);
+    CHECK(mr(layer, avx2) == 8);  // 16 registers: one vector
+  }
+  // A pair would leave a ragged tile (144 = 4.5 x 32): one vector.
+  CHECK(mr("g144mb8ic144ih56oc144kh3ph1", avx512) == 16);
+}
+
 TEST_CASE("parallel variant: partitions skipped only where gemm_input_lanes runs", "[schedule]") {
   // The generator refuses gemm_input_lanes on a 3x3 or padded layer, or one with fewer
   // input channels per group than a vector, and runs gemm, which then takes the small
