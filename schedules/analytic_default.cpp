@@ -14,6 +14,10 @@ namespace convgen {
 
 namespace {
 
+// Taps per tile of a short reduction: a 3x3 over RGB (3 channels x 9 taps). Its tiles are
+// set-up-bound (choose_tile) and its staged values feed few FMAs (input staging).
+constexpr int64_t kShortReductionTaps = 27;
+
 void note(std::vector<std::string>* why, const std::string& line) {
   if (why) why->push_back("default: " + line);
 }
@@ -158,7 +162,7 @@ Tile choose_tile(const ConvDescriptor& d, int64_t channels, const TargetInfo& t,
     // VGG conv1_1 3->64 at 224 1.07-1.18x (64x4), 3x3 1->32 at 28 1.04x (32x6). Where 7
     // does not divide the row, 8 gained nothing (3->32 at 32x32 32x8 0.99x 32x6; 3->64
     // 0.98x 64x4), nor did longer reductions (5x5 3->32 at 32, 7x7/2 stem 0.97-0.99x).
-    const bool short_row_reduction = d.icg() < 2 * vl && d.dw == 1 && d.kw > 1 && d.icg() * d.kh * d.kw <= 27;
+    const bool short_row_reduction = d.icg() < 2 * vl && d.dw == 1 && d.kw > 1 && d.icg() * d.kh * d.kw <= kShortReductionTaps;
     if (short_row_reduction && channels % (2 * vl) == 0 && q % 7 == 0) {
       tile = {2 * vl, 7};
       reason += fmt::format("; {} registers, {} taps per tile: {}x7 tiles aligned with the {}-pixel rows",
@@ -298,12 +302,15 @@ ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std
   // 0.59-0.75x (cifar10 conv3 / conv2 backward-data at mb 25 with +relu).
   ConvSchedule in_place = s;
   in_place.pack_input = PackInput::None;
-  // A 3x3 over RGB reduces 27 taps per tile; its staged values feed channels x taps /
-  // stride^2 FMAs each.
+  // A short reduction's staged values feed channels x taps / stride^2 FMAs each; its
+  // bands are 2 output rows.
   const int64_t fmas_per_staged_value = channels * d.kh * d.kw / (d.sh * d.sw);
-  const bool few_fmas_per_staged_value = s.strategy == Strategy::Gemm && d.icg() * d.kh * d.kw <= 27 &&
+  const bool few_fmas_per_staged_value = s.strategy == Strategy::Gemm &&
+                                         d.icg() * d.kh * d.kw <= kShortReductionTaps &&
                                          fmas_per_staged_value <= 144 && slab_bytes > t.l1_bytes;
   const bool rows_tiled = d.ow() % s.nr == 0;  // a band of whole rows is whole tiles
+  const int64_t short_band_rows = std::min<int64_t>(2, d.oh());
+  const int64_t short_band_bytes = band_bytes(std::min(short_band_rows + 1, d.oh()));
   const bool taps_skip_padding =
       padded && !context.output_staged && !context.input_computed && skips_padded_columns(d, in_place, t);
   if (dw_in_place) {
@@ -315,7 +322,7 @@ ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std
   } else if (taps_skip_padding) {
     s.pack_input = PackInput::None;
     note(why, "tiles inside the padded rows leave out every tap on padding: input read in place");
-  } else if (few_fmas_per_staged_value && rows_tiled && band_bytes(std::min<int64_t>(3, d.oh())) <= t.l1_bytes) {
+  } else if (few_fmas_per_staged_value && rows_tiled && short_band_bytes <= t.l1_bytes) {
     // Each staged value feeds few FMAs (a 3x3/2 stem over RGB: 32 x 9 / 4 = 72), so the
     // slab's second trip from L2 shows; bands of 2 output rows are staged and read from
     // L1. Intel Xeon (family 6, model 207) AVX-512, mb 8, interleaved against the slab:
@@ -324,11 +331,10 @@ ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std
     // where a value feeds more: VGG conv1_1 3->64 at 224 stride 1 (576) 0.97-1.00x, the
     // 7x7/2 stem (784) 0.95-0.98x.
     s.pack_input = PackInput::Rows;
-    const int64_t out_rows = std::min<int64_t>(2, d.oh());
-    input_bytes = band_bytes(std::min(out_rows + 1, d.oh()));
-    s.nc = static_cast<int>(out_rows * d.ow());
+    input_bytes = short_band_bytes;
+    s.nc = static_cast<int>(short_band_rows * d.ow());
     note(why, fmt::format("{} FMAs per staged value: bands of {} output rows ({} KiB) staged in L1, not the {} KiB slab",
-                          fmas_per_staged_value, out_rows, input_bytes / 1024, slab_bytes / 1024));
+                          fmas_per_staged_value, short_band_rows, input_bytes / 1024, slab_bytes / 1024));
   } else if (slab_bytes + std::min(packed_weights, budget / 2) <= budget && slab_bytes <= t.l3_bytes / 8) {
     s.pack_input = PackInput::Image;
     input_bytes = slab_bytes;
