@@ -168,6 +168,16 @@ Tile choose_tile(const ConvDescriptor& d, int64_t channels, const TargetInfo& t,
       reason += fmt::format("; {} registers, {} taps per tile: {}x7 tiles aligned with the {}-pixel rows",
                             t.vector_registers, d.icg() * d.kh * d.kw, tile.mr, q);
     }
+    // Longer fused kernel-row reductions: a tile straddling rows steps one tap pointer
+    // per pixel every iteration (32x8: 8 scalar increments beside 16 FMAs). A row of 9 to
+    // 14 pixels is one tile of two vectors from one base. 5x5/3 16->24 at 12x13 (13-pixel
+    // rows), Intel Xeon model 207 AVX-512, mb 8, interleaved: 32x13 1.03-1.05x 32x8.
+    const bool fused_row_loop = d.icg() < 2 * vl && d.dw == 1 && d.kw > 1;
+    if (fused_row_loop && tile.mr == 2 * vl && q % tile.nr != 0 && q >= 9 && q <= 14) {
+      tile.nr = static_cast<int>(q);
+      reason += fmt::format("; {} registers, fused kernel-row loop: {}x{} tiles, one per row", t.vector_registers,
+                            tile.mr, q);
+    }
   }
   note(why, fmt::format("tile {}x{}: {}", tile.mr, tile.nr, reason));
   return tile;

@@ -133,7 +133,7 @@ PassPipeline build_pass(const std::string& pass, const ConvDescriptor& d, const 
     return {kernel_pipeline(bp.outputs(), bp.prefetches), bp.arguments()};
   }
   ForwardPipeline fp = build_forward(d, s, t, why);
-  return {kernel_pipeline(fp.output), fp.arguments()};
+  return {kernel_pipeline({fp.output}, fp.prefetches), fp.arguments()};
 }
 
 SelectedSchedule select_with_overrides(const ConvDescriptor& d, const std::string& pass, const TargetInfo& t,

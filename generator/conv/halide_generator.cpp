@@ -52,14 +52,15 @@ class ConvForwardGenerator : public Halide::Generator<ConvForwardGenerator> {
     // tune` timed the schedule (as select_schedule reads records, schedules/
     // schedule_selection.cpp); this kernel packs per call.
     s.pack_weights = PackWeights::PerCall;
-    output = define_scheduled_forward(d, s, t, input, weights, bias_values, Halide::Func(), nullptr, {});
+    std::vector<ItemPrefetch> prefetches;  // they name the input argument "input", as here
+    output = define_scheduled_forward(d, s, t, input, weights, bias_values, Halide::Func(), nullptr, {}, &prefetches);
     const auto extents = forward_buffer_extents(d);
     pin_dense([&](int i) { return input.dim(i); }, extents[0]);
     pin_dense([&](int i) { return weights.dim(i); }, extents[1]);
     pin_dense([&](int i) { return bias_values.dim(i); }, extents[2]);
     pin_dense([&](int i) { return output.dim(i); }, extents[3]);
     Halide::Pipeline pipeline = get_pipeline();  // a handle: the Generator compiles this one
-    add_kernel_lowering_passes(pipeline);
+    add_kernel_lowering_passes(pipeline, prefetches);
   }
 };
 

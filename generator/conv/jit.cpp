@@ -149,7 +149,7 @@ JitForwardKernel::JitForwardKernel(const ConvDescriptor& d, const ConvSchedule& 
   impl_->target = halide_target(t.target);
   auto define = [&] {
     impl_->fp = build_forward(d, s, t, nullptr, options);
-    impl_->pipeline = kernel_pipeline(impl_->fp.output);
+    impl_->pipeline = kernel_pipeline({impl_->fp.output}, impl_->fp.prefetches);
   };
   impl_->loaded = open_cached(d, "fwd", s, t, options, source, impl_->target, [&](Pipeline* p, std::vector<Argument>* a) {
     define();

@@ -44,7 +44,10 @@ class ExactStridedLoads : public IRMutator {
 
 }  // namespace
 
-void add_kernel_lowering_passes(Pipeline& pipeline) { pipeline.add_custom_lowering_pass(new ExactStridedLoads); }
+void add_kernel_lowering_passes(Pipeline& pipeline, const std::vector<ItemPrefetch>& prefetches) {
+  pipeline.add_custom_lowering_pass(new ExactStridedLoads);
+  if (!prefetches.empty()) pipeline.add_custom_lowering_pass(item_prefetch_pass(prefetches));
+}
 
 Pipeline kernel_pipeline(const Func& output) {
   Pipeline pipeline(output);
@@ -54,8 +57,7 @@ Pipeline kernel_pipeline(const Func& output) {
 
 Pipeline kernel_pipeline(const std::vector<Func>& outputs, const std::vector<ItemPrefetch>& prefetches) {
   Pipeline pipeline(outputs);
-  add_kernel_lowering_passes(pipeline);
-  if (!prefetches.empty()) pipeline.add_custom_lowering_pass(item_prefetch_pass(prefetches));
+  add_kernel_lowering_passes(pipeline, prefetches);
   return pipeline;
 }
 

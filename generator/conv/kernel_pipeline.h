@@ -17,6 +17,6 @@ Halide::Pipeline kernel_pipeline(const std::vector<Halide::Func>& outputs,
                                  const std::vector<ItemPrefetch>& prefetches = {});
 
 // Adds the passes to a pipeline built elsewhere (the Halide Generator builds its own).
-void add_kernel_lowering_passes(Halide::Pipeline& pipeline);
+void add_kernel_lowering_passes(Halide::Pipeline& pipeline, const std::vector<ItemPrefetch>& prefetches = {});
 
 }  // namespace convgen

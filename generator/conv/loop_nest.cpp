@@ -152,6 +152,10 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
     }
   }
   nest.has_pix_block = row_bands || nc_tiles < pix_tiles;
+  nest.pix_loop_extent = pix_loop_extent;
+  nest.block_tiles = std::min(nc_tiles, pix_loop_extent);
+  nest.tiles_in_rows = a.skips_padded_columns || a.partitions_borders;
+  nest.k_tiles = k_tiles;
   if (nest.has_k_block) out.split(nest.k_tile, nest.k_block, nest.k_tile, mc_tiles, TailStrategy::GuardWithIf);
   if (nest.has_pix_block) out.split(nest.pix_tile, nest.pix_block, nest.pix_tile, nc_tiles, TailStrategy::GuardWithIf);
   explain(why, fmt::format("register tile {} channels x {} pixels; cache block {} x {} tiles ({} x {} tiles in all)",

@@ -18,6 +18,8 @@
 
 #include <Halide.h>
 
+#include "generator/conv/item_prefetch.h"
+
 #include "schedules/conv_descriptor.h"
 #include "schedules/conv_schedule.h"
 #include "schedules/kernel_plan.h"
@@ -49,6 +51,9 @@ struct ForwardPipeline {
   Halide::ImageParam bias;
   Halide::ImageParam residual;  // defined only for +residual
   Halide::Func output;
+  // The next row band's input prefetches (generator/conv/item_prefetch.h): the kernel's
+  // pipeline must carry them (kernel_pipeline.h).
+  std::vector<ItemPrefetch> prefetches;
   // Arguments in kernel-signature order: input, weights, bias, [residual]; output is the result.
   std::vector<Halide::Argument> arguments() const;
 };
@@ -56,10 +61,13 @@ struct ForwardPipeline {
 // Defines and schedules the forward kernel over caller-provided buffers (ImageParams or a
 // Generator's Inputs) and returns the output Func. The caller pins the buffers' bounds
 // with pin_dense. `residual` is defined exactly when the descriptor has +residual.
+// `prefetches`, when given, receives the kernel's prefetch plans; they name the input
+// buffer "input", so only a caller whose input argument has that name asks for them.
 Halide::Func define_scheduled_forward(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
                                       const Halide::Func& input, const Halide::Func& weights,
                                       const Halide::Func& bias, const Halide::Func& residual,
-                                      std::vector<std::string>* why, const ForwardBuildOptions& options);
+                                      std::vector<std::string>* why, const ForwardBuildOptions& options,
+                                      std::vector<ItemPrefetch>* prefetches = nullptr);
 
 // Constant extents and dense strides of the four buffers, in the order input, weights,
 // bias, output (a residual has the output's); each a list of extents, innermost first.

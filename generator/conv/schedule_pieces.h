@@ -19,6 +19,7 @@
 #include <Halide.h>
 
 #include "generator/conv/algorithm.h"
+#include "generator/conv/item_prefetch.h"
 #include "generator/conv/pipeline.h"
 #include "schedules/conv_descriptor.h"
 #include "schedules/conv_schedule.h"
@@ -36,6 +37,12 @@ struct LoopNest {
   int mr = 8, nr = 1;                // effective register tile
   int kc = 0;                        // effective reduction block (0 = none)
   bool has_k_block = false, has_pix_block = false;
+  // The pixel-tile loop: `pix_loop_extent` iterations per image, each one register tile
+  // of pixels, or one output row of tiles when `tiles_in_rows`; a pixel block (when
+  // has_pix_block) takes `block_tiles` of them.
+  int pix_loop_extent = 0, block_tiles = 0;
+  bool tiles_in_rows = false;
+  int k_tiles = 0;  // channel tiles per image (and group)
   Halide::LoopLevel image_level;     // once per image (and group for depthwise: all groups)
   Halide::LoopLevel block_level;     // innermost cache-block loop (or the image when unblocked)
   Halide::LoopLevel rows_level;      // where a row band of the input is packed
@@ -53,6 +60,11 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
                    const ConvSchedule& s, const TargetInfo& t, Why* why);
 void apply_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor& d,
                        const ConvSchedule& s, const TargetInfo& t, Why* why);
+// After the three: the next row band's input lines prefetched while a band computes
+// (item_prefetch.h), where input rows are staged per pixel block in bands L1 holds;
+// else empty.
+std::vector<ItemPrefetch> next_band_prefetch(const ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor& d,
+                                             const ConvSchedule& s, const TargetInfo& t, Why* why);
 
 // Appends a line to `why` when it is non-null.
 void explain(Why* why, const std::string& line);

@@ -66,7 +66,7 @@ std::vector<std::vector<int>> forward_buffer_extents(const ConvDescriptor& d) {
 
 Func define_scheduled_forward(const ConvDescriptor& d, const ConvSchedule& schedule, const TargetInfo& t, const Func& input,
                               const Func& weights, const Func& bias, const Func& residual, Why* why,
-                              const ForwardBuildOptions& options) {
+                              const ForwardBuildOptions& options, std::vector<ItemPrefetch>* prefetches) {
   validate(d);
   if (d.residual != residual.defined())
     throw std::logic_error("define_scheduled_forward: a residual input exactly when the descriptor says +residual");
@@ -110,6 +110,7 @@ Func define_scheduled_forward(const ConvDescriptor& d, const ConvSchedule& sched
   LoopNest nest = apply_loop_nest(a, d, s, t, why);
   apply_packing(a, nest, d, s, t, why);
   apply_microkernel(a, nest, d, s, t, why);
+  if (prefetches) *prefetches = next_band_prefetch(a, nest, d, s, t, why);
   return a.output;
 }
 
@@ -124,7 +125,7 @@ ForwardPipeline build_forward(const ConvDescriptor& d, const ConvSchedule& s, co
   fp.bias = ImageParam(Float(32), 1, "bias");
   if (d.residual) fp.residual = ImageParam(Float(32), 4, "residual");
   fp.output = define_scheduled_forward(d, s, t, fp.input, fp.weights, fp.bias,
-                                       d.residual ? Func(fp.residual) : Func(), why, built);
+                                       d.residual ? Func(fp.residual) : Func(), why, built, &fp.prefetches);
   const auto extents = forward_buffer_extents(d);
   if (d.residual) pin_dense([&](int i) { return fp.residual.dim(i); }, extents[3]);
   pin_dense([&](int i) { return fp.input.dim(i); }, extents[0]);

@@ -2,9 +2,9 @@
 // every form with several reduction items carries a plan, the compiled kernel holds
 // prefetcht0 (locality 3: lines kept in every cache level), every range it asks
 // for lies inside its buffer and points at the next item's rows, and a plan whose loops
-// Halide lowered differently leaves the kernel as it was. That the
-// prefetching kernels compute dW bit for bit is the backward sweeps' job (they build
-// every form with the plans on).
+// Halide lowered differently leaves the kernel as it was. The same for forward kernels
+// that stage row bands L1 holds (next_band_prefetch). That the prefetching kernels
+// compute bit for bit is the sweeps' job (they build every form with the plans on).
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -20,6 +20,7 @@
 
 #include "generator/conv/backward.h"
 #include "generator/conv/kernel_pipeline.h"
+#include "generator/conv/pipeline.h"
 #include "schedules/conv_descriptor.h"
 #include "schedules/schedule_records.h"
 
@@ -43,6 +44,18 @@ std::string assembly_of(const BackwardWeightsPipeline& bp) {
                             ("convgen_item_prefetch_" + std::to_string(::getpid()) + "_" + std::to_string(serial++) + ".s"))
                                .string();
   p.compile_to_assembly(path, bp.arguments(), "kernel", Halide::Target(kWide.target));
+  const std::string text = slurp(path);
+  std::remove(path.c_str());
+  return text;
+}
+
+std::string assembly_of(const ForwardPipeline& fp) {
+  Halide::Pipeline p = kernel_pipeline({fp.output}, fp.prefetches);
+  static int serial = 0;
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("convgen_band_prefetch_" + std::to_string(::getpid()) + "_" + std::to_string(serial++) + ".s"))
+                               .string();
+  p.compile_to_assembly(path, fp.arguments(), "kernel", Halide::Target(kWide.target));
   const std::string text = slurp(path);
   std::remove(path.c_str());
   return text;
@@ -204,4 +217,47 @@ TEST_CASE("a prefetch plan whose loops the lowered kernel lacks leaves the kerne
   const BackwardWeightsPipeline p = build_backward_weights(
       peeled, schedule("gemm mr=16 nr=8 kc=64 nc=8 pack_input=panel loop_order=channels_outer partitions=8"), kWide);
   CHECK_NOTHROW(assembly_of(p));
+}
+
+TEST_CASE("forward kernels staging row bands L1 holds prefetch the next band's rows", "[item_prefetch]") {
+  // RGB stem-like: 3x3/2 over 3 channels, 16x16 outputs, bands of 2 output rows (32
+  // pixels), 8 bands per image: each band reads input rows 4b-1 .. 4b+3.
+  const ConvDescriptor d = parse_descriptor("mb3ic3ih32oc32kh3sh2ph1");
+  std::vector<std::string> why;
+  const ForwardPipeline fp = build_forward(d, schedule("gemm mr=32 nr=8 nc=32 pack_input=rows"), kWide, &why);
+  REQUIRE(fp.prefetches.size() == 1);
+  const ItemPrefetch& plan = fp.prefetches[0];
+  REQUIRE(plan.ranges.size() == 1);
+  const auto& x = plan.ranges[0];
+  CHECK(x.buffer == "input");
+  const int64_t row = 32 * 3, image = 32 * row;
+  CHECK(x.elements == 5 * row);
+  const std::string image_loop = "output.s0.n";
+  for (int img = 0; img < 3; ++img) {
+    for (int b = 0; b < 8; ++b) {
+      const int64_t first = evaluate(x.first, {{plan.item_loop, b}, {image_loop, img}});
+      CHECK(first >= 0);
+      CHECK(first + x.elements <= 3 * image);
+      if (b < 7) CHECK(first == img * image + (4 * (b + 1) - 1) * row);
+    }
+  }
+  CHECK(count(assembly_of(fp), "prefetcht0") >= 1);
+  bool said = false;
+  for (const auto& w : why) said = said || w.find("next row band") != std::string::npos;
+  CHECK(said);
+}
+
+TEST_CASE("forward kernels whose next band is not a small one of the same image have no plan", "[item_prefetch]") {
+  const ConvDescriptor stem = parse_descriptor("mb3ic3ih32oc32kh3sh2ph1");
+  // One block per image: the next is a whole image (VGG conv1_2 would fetch 13 MB).
+  CHECK(build_forward(stem, schedule("gemm mr=32 nr=8 nc=256 pack_input=rows"), kWide).prefetches.empty());
+  // Slabs per image, panels per tile, the input read in place.
+  CHECK(build_forward(stem, schedule("gemm mr=32 nr=8 pack_input=image"), kWide).prefetches.empty());
+  CHECK(build_forward(stem, schedule("gemm mr=32 nr=8 pack_input=panel"), kWide).prefetches.empty());
+  // A band of 2 output rows of 56 pixels over 256 channels (5 rows x 56 KiB): more than L1.
+  const ConvDescriptor wide = parse_descriptor("mb1ic256ih56oc32kh3ph1");
+  CHECK(build_forward(wide, schedule("gemm mr=32 nr=8 nc=112 pack_input=rows"), kWide).prefetches.empty());
+  // Channel blocks outermost: a band is staged once per channel block.
+  CHECK(build_forward(stem, schedule("gemm mr=16 nr=8 nc=32 mc=16 pack_input=rows loop_order=channels_outer"), kWide)
+            .prefetches.empty());
 }
