@@ -103,14 +103,18 @@ Halide::Expr zero_padded_read(const Halide::Func& input, const Halide::Expr& c, 
                               int last_row, bool likely_interior);
 
 // Rows of a zero-padded input staged (column, channel) flat, for inputs with fewer
-// channels than a vector: rows(cx, y, n) is zeros, then the real columns' iw*cg floats
-// copied over them as one dense run per row (rd, returned: the update's domain) -- a
-// vector copy with the zero fill at the borders, where staging per pixel was a select
-// per float (or a masked gather) that cost about what the convolution did. Rows past
-// last_row (ih - 1, or ih for the deliberately broken kernel) are zeros. The padded
-// input is then rows(c + x*cg, y, n) for any x.
+// channels than a vector: the real columns' iw*cg floats copied as one dense run per
+// row (rd, returned: that update's domain) -- a vector copy with the zero fill at the
+// borders, where staging per pixel was a select per float (or a masked gather) that
+// cost about what the convolution did. Rows past last_row (ih - 1, or ih for the
+// deliberately broken kernel) are zeros. The padded input is then rows(c + x*cg, y, n).
+// Zeros go under the whole row (the copy over them), or only into the pad_left and
+// pad_right padding columns, each float then written once: enough for a reader that
+// asks for x in [-pad_left, iw + pad_right) only, as a forward tile's taps do;
+// nothing else of the row is written.
+enum class FlatRowZeros { WholeRow, PaddingColumns };
 Halide::RDom define_flat_padded_rows(Halide::Func rows, const Halide::Var& cx, const Halide::Var& y,
                                      const Halide::Var& n, const Halide::Func& input, int cg, int iw, int ih,
-                                     int last_row);
+                                     int last_row, FlatRowZeros zeros, int pad_left = 0, int pad_right = 0);
 
 }  // namespace convgen

@@ -383,7 +383,8 @@ BackwardWeightsPipeline build_backward_weights(const ConvDescriptor& d, const Co
   // faulting pages around the sweeps' inputs).
   const Expr channel_in_x = min(c, cg - 1);
   if (flat_rows) {
-    RDom rc = define_flat_padded_rows(x_rows, cx, yy, n, p.x, cg, iw, ih, last_row);
+    // Zeros under the whole row: tap tiles past C/g*R*S read past the padding columns.
+    RDom rc = define_flat_padded_rows(x_rows, cx, yy, n, p.x, cg, iw, ih, last_row, FlatRowZeros::WholeRow);
     x_rows.vectorize(cx, vl, TailStrategy::ShiftInwards);
     x_rows.update().vectorize(rc.x, vl, TailStrategy::GuardWithIf);
     x_band(c, grp, xx, yy, n) = x_rows(c + xx * cg, yy, n);

@@ -110,9 +110,11 @@ void apply_packing(ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor&
   // itself for the first (7 floats, found with faulting pages around the sweeps' inputs),
   // so there the copy stays scalar (C/g < vector: not a schedule that wins anyway).
   if (a.stages_flat_rows) {
-    a.in_rows.vectorize(a.cx, vl, TailStrategy::ShiftInwards);
     a.in_rows.update().vectorize(a.rows_rd.x, vl, TailStrategy::GuardWithIf);
-    explain(why, "padded rows staged (column, channel) flat: the real columns copied densely over zeros");
+    // The padding columns' zeros: a few floats per row, left as Halide's plain loops.
+    for (size_t u = 1; u < a.in_rows.function().updates().size(); ++u) a.in_rows.update(int(u)).unscheduled();
+    explain(why, "padded rows staged (column, channel) flat: the real columns copied densely, zeros in the padding "
+                 "columns");
   } else if (d.icg() >= vl) {
     a.in_padded.vectorize(a.c, vl, TailStrategy::ShiftInwards);
   } else if (d.ic >= vl && !gemm) {
