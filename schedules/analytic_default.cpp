@@ -162,7 +162,8 @@ Tile choose_tile(const ConvDescriptor& d, int64_t channels, const TargetInfo& t,
     // VGG conv1_1 3->64 at 224 1.07-1.18x (64x4), 3x3 1->32 at 28 1.04x (32x6). Where 7
     // does not divide the row, 8 gained nothing (3->32 at 32x32 32x8 0.99x 32x6; 3->64
     // 0.98x 64x4), nor did longer reductions (5x5 3->32 at 32, 7x7/2 stem 0.97-0.99x).
-    const bool short_row_reduction = d.icg() < 2 * vl && d.dw == 1 && d.kw > 1 && d.icg() * d.kh * d.kw <= kShortReductionTaps;
+    const bool fused_row_loop = d.icg() < 2 * vl && d.dw == 1 && d.kw > 1;  // fuses_kernel_row_taps, GEMM, kc 0
+    const bool short_row_reduction = fused_row_loop && d.icg() * d.kh * d.kw <= kShortReductionTaps;
     if (short_row_reduction && channels % (2 * vl) == 0 && q % 7 == 0) {
       tile = {2 * vl, 7};
       reason += fmt::format("; {} registers, {} taps per tile: {}x7 tiles aligned with the {}-pixel rows",
@@ -172,7 +173,6 @@ Tile choose_tile(const ConvDescriptor& d, int64_t channels, const TargetInfo& t,
     // per pixel every iteration (32x8: 8 scalar increments beside 16 FMAs). A row of 9 to
     // 14 pixels is one tile of two vectors from one base. 5x5/3 16->24 at 12x13 (13-pixel
     // rows), Intel Xeon model 207 AVX-512, mb 8, interleaved: 32x13 1.03-1.05x 32x8.
-    const bool fused_row_loop = d.icg() < 2 * vl && d.dw == 1 && d.kw > 1;
     if (fused_row_loop && tile.mr == 2 * vl && q % tile.nr != 0 && q >= 9 && q <= 14) {
       tile.nr = static_cast<int>(q);
       reason += fmt::format("; {} registers, fused kernel-row loop: {}x{} tiles, one per row", t.vector_registers,
@@ -298,7 +298,7 @@ ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std
   const int64_t row_bytes = (d.iw + d.pl + d.pr) * d.ic * 4;
   const int64_t slab_bytes = (d.ih + d.pt + d.pb) * row_bytes;
   const int64_t halo_rows = (d.kh - 1) * d.dh;
-  auto band_bytes = [&](int64_t out_rows) { return ((out_rows - 1) * d.sh + halo_rows + 1) * row_bytes; };
+  auto band_bytes = [&](int64_t out_rows) { return d.band_input_rows(out_rows) * row_bytes; };
   int64_t input_bytes = 0;
   const bool tall_1x1 = d.kh * d.kw == 1 && s.mr == 2 * t.vector_floats;
   // Tiles inside padded rows leave out every tap on padding (the rows per tile, the

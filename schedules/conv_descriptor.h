@@ -42,6 +42,8 @@ struct ConvDescriptor {
 
   int64_t oh() const { return (ih + pt + pb - dh * (kh - 1) - 1) / sh + 1; }
   int64_t ow() const { return (iw + pl + pr - dw * (kw - 1) - 1) / sw + 1; }
+  // Rows of the padded input that a band of `out_rows` consecutive output rows reads.
+  int64_t band_input_rows(int64_t out_rows) const { return (out_rows - 1) * sh + (kh - 1) * dh + 1; }
   int64_t icg() const { return ic / g; }  // input channels per group
   int64_t out_pixel_stride() const { return out_stride > 0 ? out_stride : oc; }
   int64_t ocg() const { return oc / g; }  // output channels per group

@@ -143,7 +143,7 @@ std::vector<ItemPrefetch> next_item_prefetch(const ConvDescriptor& d, int band_r
   Expr next_band = select(last_band, 0, band + 1);
   Expr next_image = (blk + select(last_band, 1, 0)) * images_per_item;
   // Input rows an item of band_rows output rows reads, and the first of the next item's.
-  const int span_rows = std::min(ih, (band_rows - 1) * int(d.sh) + (int(d.kh) - 1) * int(d.dh) + 1);
+  const int span_rows = int(std::min<int64_t>(ih, d.band_input_rows(band_rows)));
   const int x_rows = bands == 1 ? ih * images_per_item : span_rows;
   Expr x_row = max(next_band * band_rows * int(d.sh) - int(d.pt), 0);
   const int dy_rows = bands == 1 ? P * images_per_item : band_rows;

@@ -138,7 +138,8 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
   // and no pixel blocks, the pixel loop forked once per channel block: a 14x14 depthwise
   // layer of 384 channels (24 blocks) ran at 14-23 GF/s instead of 111 (Zen 5 VM, a fork
   // costs 1-4 us). Many channel blocks are split instead; few get row bands outside them.
-  const int pix_loop_extent = (a.skips_padded_columns || a.partitions_borders) ? static_cast<int>(d.oh()) : pix_tiles;
+  nest.tiles_in_rows = a.skips_padded_columns || a.partitions_borders;
+  const int pix_loop_extent = nest.tiles_in_rows ? static_cast<int>(d.oh()) : pix_tiles;
   bool parallel_k_blocks = false, row_bands = false;
   if (s.parallel == Parallel::Pixels && nest.has_k_block && !channels_outer && nc_tiles >= pix_tiles) {
     const int k_blocks = ceil_div(k_tiles, mc_tiles);
@@ -154,7 +155,6 @@ LoopNest apply_loop_nest(ConvAlgorithm& a, const ConvDescriptor& d, const ConvSc
   nest.has_pix_block = row_bands || nc_tiles < pix_tiles;
   nest.pix_loop_extent = pix_loop_extent;
   nest.block_tiles = std::min(nc_tiles, pix_loop_extent);
-  nest.tiles_in_rows = a.skips_padded_columns || a.partitions_borders;
   nest.k_tiles = k_tiles;
   if (nest.has_k_block) out.split(nest.k_tile, nest.k_block, nest.k_tile, mc_tiles, TailStrategy::GuardWithIf);
   if (nest.has_pix_block) out.split(nest.pix_tile, nest.pix_block, nest.pix_tile, nc_tiles, TailStrategy::GuardWithIf);

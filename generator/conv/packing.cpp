@@ -169,8 +169,7 @@ std::string outer_reduction_loop(const Halide::Func& accum) {
 std::vector<ItemPrefetch> next_band_prefetch(const ConvAlgorithm& a, const LoopNest& nest, const ConvDescriptor& d,
                                              const ConvSchedule& s, const TargetInfo& t, Why* why) {
   if (a.strategy != Strategy::Gemm || s.pack_input != PackInput::Rows || !nest.has_pix_block || d.g != 1 ||
-      nest.k_blocks_outermost || reduction_block(d, s) != 0 || a.partitions_borders ||
-      nest.block_tiles >= nest.pix_loop_extent)
+      nest.k_blocks_outermost || reduction_block(d, s) != 0 || nest.block_tiles >= nest.pix_loop_extent)
     return {};
   const int Q = int(d.ow()), ih = int(d.ih), iw = int(d.iw), ic = int(d.ic);
   // Output rows a block covers: whole rows when the tiles are rows, else the rows its
@@ -178,7 +177,7 @@ std::vector<ItemPrefetch> next_band_prefetch(const ConvAlgorithm& a, const LoopN
   const int block_pixels = nest.block_tiles * nest.nr;
   const int block_rows = nest.tiles_in_rows ? nest.block_tiles
                                            : (block_pixels + Q - 1) / Q + (block_pixels % Q != 0 ? 1 : 0);
-  const int rows = std::min(ih, (block_rows - 1) * int(d.sh) + (int(d.kh) - 1) * int(d.dh) + 1);
+  const int rows = int(std::min<int64_t>(ih, d.band_input_rows(block_rows)));
   if (int64_t(rows) * iw * ic * 4 > t.l1_bytes) return {};
   const std::string block_loop = loop_of(a.output, 0, nest.pix_block.name());
   const std::string inner_loop = outer_reduction_loop(a.accum);

@@ -37,28 +37,23 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
-std::string assembly_of(const BackwardWeightsPipeline& bp) {
-  Halide::Pipeline p = kernel_pipeline(bp.outputs(), bp.prefetches);
+std::string assembly_of(Halide::Pipeline p, const std::vector<Halide::Argument>& arguments) {
   static int serial = 0;
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("convgen_item_prefetch_" + std::to_string(::getpid()) + "_" + std::to_string(serial++) + ".s"))
                                .string();
-  p.compile_to_assembly(path, bp.arguments(), "kernel", Halide::Target(kWide.target));
+  p.compile_to_assembly(path, arguments, "kernel", Halide::Target(kWide.target));
   const std::string text = slurp(path);
   std::remove(path.c_str());
   return text;
 }
 
+std::string assembly_of(const BackwardWeightsPipeline& bp) {
+  return assembly_of(kernel_pipeline(bp.outputs(), bp.prefetches), bp.arguments());
+}
+
 std::string assembly_of(const ForwardPipeline& fp) {
-  Halide::Pipeline p = kernel_pipeline({fp.output}, fp.prefetches);
-  static int serial = 0;
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("convgen_band_prefetch_" + std::to_string(::getpid()) + "_" + std::to_string(serial++) + ".s"))
-                               .string();
-  p.compile_to_assembly(path, fp.arguments(), "kernel", Halide::Target(kWide.target));
-  const std::string text = slurp(path);
-  std::remove(path.c_str());
-  return text;
+  return assembly_of(kernel_pipeline({fp.output}, fp.prefetches), fp.arguments());
 }
 
 int count(const std::string& text, const std::string& what) {

@@ -48,9 +48,9 @@ Compiled compile(const ConvDescriptor& d, ConvSchedule s, const std::string& tar
   TempDir dir("convgen-object-code");
   const std::string prefix = (dir.path / "k").string();
   Compiled c;
-  c.marked = compile_kernel_library({kernel_pipeline({fp.output}, fp.prefetches), fp.arguments(), "k", halide_target(target), streaming},
-                                    prefix, /*emit_assembly=*/true)
-                 .streaming_stores;
+  const KernelObjectRequest request{kernel_pipeline({fp.output}, fp.prefetches), fp.arguments(), "k",
+                                   halide_target(target), streaming};
+  c.marked = compile_kernel_library(request, prefix, /*emit_assembly=*/true).streaming_stores;
   REQUIRE(std::filesystem::file_size(prefix + ".a") > 0);
   REQUIRE(std::filesystem::exists(prefix + ".h"));
   std::ifstream assembly(prefix + ".s");
