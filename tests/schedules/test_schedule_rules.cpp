@@ -99,6 +99,30 @@ TEST_CASE("analytic default: streaming output stores where the output outgrows t
   CHECK(stores("mb8ic64ih56oc256kh1", "fwd", avx2) == OutputStores::Cached);
 }
 
+TEST_CASE("analytic default: memory-bound depthwise kernels stream from half the last-level cache", "[schedule]") {
+  const TargetInfo avx512 = target_info(kAvx512), avx2 = target_info(kAvx2);
+  auto stores = [](const char* layer, const char* pass, const TargetInfo& t) {
+    return analytic_schedule_for_pass(parse_descriptor(layer), pass, t).output_stores;
+  };
+  // 9 FMAs per output value, output from 8 MiB on AVX-512: depthwise 3x3 144 at 56x56
+  // (14 MiB), MobileNetV2's 32 channels at 112x112 (12.3 MiB) and 96 at 112 -> 56 (9.2
+  // MiB), forward and backward-data.
+  for (const char* pass : {"fwd", "bwd_data"}) {
+    CAPTURE(pass);
+    CHECK(stores("g144mb8ic144ih56oc144oh56kh3ph1", pass, avx512) == OutputStores::Streaming);
+    CHECK(stores("g32mb8ic32ih112oc32oh112kh3ph1", pass, avx512) == OutputStores::Streaming);
+  }
+  CHECK(stores("g96mb8ic96ih112oc96oh56kh3sh2ph1", "fwd", avx512) == OutputStores::Streaming);
+  // Below half the cache (the same layer at mb 4: 7 MiB; AVX2 assumes 32 MiB), with more
+  // FMAs per value (a 5x5 depthwise: 25; grouped 4 channels x 3x3: 36; the RGB stem: 27),
+  // and in backward-weights, the stores stay ordinary.
+  CHECK(stores("g144mb4ic144ih56oc144oh56kh3ph1", "fwd", avx512) == OutputStores::Cached);
+  CHECK(stores("g144mb8ic144ih56oc144oh56kh3ph1", "fwd", avx2) == OutputStores::Cached);
+  CHECK(stores("g144mb8ic144ih56oc144oh56kh5ph2", "fwd", avx512) == OutputStores::Cached);
+  CHECK(stores("g32mb8ic128ih56oc128oh56kh3ph1", "fwd", avx512) == OutputStores::Cached);
+  CHECK(stores("g144mb8ic144ih56oc144oh56kh3ph1", "bwd_weights", avx512) == OutputStores::Cached);
+}
+
 TEST_CASE("analytic default: RGB stems stage bands of 2 output rows where a staged value feeds few FMAs",
           "[schedule]") {
   const TargetInfo avx512 = target_info(kAvx512), avx2 = target_info(kAvx2);
