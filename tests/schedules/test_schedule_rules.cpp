@@ -114,8 +114,8 @@ TEST_CASE("analytic default: memory-bound depthwise kernels stream from half the
   }
   CHECK(stores("g96mb8ic96ih112oc96oh56kh3sh2ph1", "fwd", avx512) == OutputStores::Streaming);
   // Below half the cache (the same layer at mb 4: 7 MiB; AVX2 assumes 32 MiB), with more
-  // FMAs per value (a 5x5 depthwise: 25; grouped 4 channels x 3x3: 36; the RGB stem: 27),
-  // and in backward-weights, the stores stay ordinary.
+  // FMAs per value (a 5x5 depthwise: 25; grouped 4 channels x 3x3: 36; the RGB stem's 27
+  // in the test case above), and in backward-weights, the stores stay ordinary.
   CHECK(stores("g144mb4ic144ih56oc144oh56kh3ph1", "fwd", avx512) == OutputStores::Cached);
   CHECK(stores("g144mb8ic144ih56oc144oh56kh3ph1", "fwd", avx2) == OutputStores::Cached);
   CHECK(stores("g144mb8ic144ih56oc144oh56kh5ph2", "fwd", avx512) == OutputStores::Cached);
