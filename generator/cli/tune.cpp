@@ -122,6 +122,15 @@ std::string duration_text(double seconds) {
   return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
 }
 
+// The --verbose tail naming the search's transfer seeds.
+std::string seeds_said(const TuneKeyRequest& rq) {
+  const size_t similar = rq.search.transfer.size() - (rq.previous_winner ? 1 : 0);
+  std::string text;
+  if (rq.previous_winner) text += ", seeded with its winner under an earlier generator";
+  if (similar > 0) text += fmt::format(", {} seed(s) from similar tuned layers", similar);
+  return text;
+}
+
 // What tuning and comparing a layer's pass share: the parallel field its consumer
 // records and the consumer's weights mode (candidates are timed with both), the space,
 // and the analytic default in its normal form (with both).
@@ -325,7 +334,12 @@ int tune(const Args& args) {
     rq.provenance.micro_batch = o.train ? d.mb : 0;
     rq.search.method = o.search;
     rq.search.seed = seed;
-    if (o.search == "guided") rq.search.transfer = similar_tuned_schedules(journal.records(), rq.key);
+    if (o.search == "guided") {
+      // This layer's earlier winner first (re-checked: the generator changed), then similar layers'.
+      rq.previous_winner = previous_tuned_schedule(journal.records(), rq.key);
+      if (rq.previous_winner) rq.search.transfer.push_back(*rq.previous_winner);
+      for (const ConvSchedule& s : similar_tuned_schedules(journal.records(), rq.key)) rq.search.transfer.push_back(s);
+    }
     rq.max_trials = trials;
     rq.jobs = jobs;
     const double left = budget - (monotonic_seconds() - start);
@@ -335,7 +349,7 @@ int tune(const Args& args) {
     if (o.verbose)
       fmt::print(stderr, "convgen: [{}/{}] {} ({}): space of {} schedules, default {}{}\n", i + 1, items.size(), what,
                  item.layers.front(), space.all().size(), describe(def),
-                 rq.search.transfer.empty() ? "" : fmt::format(", {} seed(s) from similar tuned layers", rq.search.transfer.size()));
+                 seeds_said(rq));
     const EvaluatorOptions eo = key.evaluator_options(threads, jobs);
     std::unique_ptr<KernelEvaluator> evaluator;
     auto progress = [&](const TuneProgress& p) {
@@ -412,7 +426,7 @@ int tune(const Args& args) {
                out.skipped ? "done" : duration_text(out.seconds));
   }
   if (seeded)
-    fmt::print("transfer: {} kernel(s) seeded from similar tuned layers; in {} of them a transferred schedule won\n",
+    fmt::print("transfer: {} kernel(s) seeded from earlier winners or similar tuned layers; in {} of them a seed won\n",
                seeded, seed_found_best);
   if (o.verbose) fmt::print(stderr, "convgen: {}\n", kernel_cache_summary());
   fmt::print("geomean gain {:.3f}x over {} kernels in {}; records: {}\n",

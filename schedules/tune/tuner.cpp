@@ -188,6 +188,14 @@ TuneKeyOutcome tune_key(const TuneKeyRequest& rq, const TuningSpace& space, Cand
                ranked.end());
   std::vector<ConvSchedule> finalists;
   for (const Done* d : ranked) finalists.push_back(d->schedule);
+  if (rq.previous_winner) {
+    const ConvSchedule previous = space.normalise(*rq.previous_winner);
+    const bool checked = std::any_of(done.begin(), done.end(), [&](const Done& d) {
+      return d.schedule == previous && d.result.status == "ok";
+    });
+    if (checked && previous != def && std::find(finalists.begin(), finalists.end(), previous) == finalists.end())
+      finalists.push_back(previous);
+  }
   const Contest timed = retime_against_default(def, finalists, evaluator, rq.retime_rounds);
   const ConvSchedule* winner = &def;
   const TimingStats* winner_stats = &timed.reference;
@@ -234,6 +242,21 @@ TuneKeyOutcome tune_key(const TuneKeyRequest& rq, const TuningSpace& space, Cand
   out.tuned_gflops = line.gflops;
   out.seconds = monotonic_seconds() - start;
   return out;
+}
+
+std::optional<ConvSchedule> previous_tuned_schedule(const std::vector<ScheduleRecord>& records,
+                                                    const ScheduleKey& key) {
+  for (auto it = records.rbegin(); it != records.rend(); ++it) {
+    const ScheduleRecord& r = *it;
+    if (r.kind != RecordKind::Schedule || !r.tuning.present || r.key.descriptor != key.descriptor ||
+        r.key.pass != key.pass || r.key.target != key.target || r.key.generator_hash == key.generator_hash)
+      continue;
+    // An accepted winner beat its default's median in the same re-timing; a kept
+    // default's line carries the default's own figure.
+    if (r.gflops > r.tuning.default_gflops) return r.schedule;
+    return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 std::vector<ConvSchedule> similar_tuned_schedules(const std::vector<ScheduleRecord>& records, const ScheduleKey& key,

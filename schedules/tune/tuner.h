@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,10 @@ struct TuneKeyRequest {
   int jobs = 1;                   // candidates proposed (and built) per batch
   int finalists = 3;
   int retime_rounds = 5;
+  // This key's winner under an earlier generator (previous_tuned_schedule): re-timed
+  // beside the default whatever its search timing, so a slow phase of the machine during
+  // the search cannot drop a schedule that won before.
+  std::optional<ConvSchedule> previous_winner;
 };
 
 struct TuneProgress {
@@ -105,6 +110,12 @@ Comparison compare_with_default(const TuningSpace& space, const ConvSchedule& de
 
 TuneKeyOutcome tune_key(const TuneKeyRequest& request, const TuningSpace& space, CandidateEvaluator& evaluator,
                         TuneJournal& journal, const std::function<void(const TuneProgress&)>& progress = {});
+
+// The latest tuned schedule of `key`'s descriptor, pass and target under another
+// generator hash (a re-tune after the generator changed), if it won against its default;
+// a tuned line that kept the default gives none.
+std::optional<ConvSchedule> previous_tuned_schedule(const std::vector<ScheduleRecord>& records,
+                                                    const ScheduleKey& key);
 
 // Schedules of tuned keys similar to `key` (same pass, target and generator, same kernel
 // size, stride and grouping, channels within 2x and image within 4x), most similar

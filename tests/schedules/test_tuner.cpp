@@ -55,6 +55,7 @@ class StubEvaluator : public CandidateEvaluator {
   std::string wrong;        // describe() of a candidate the check finds wrong
   int kill_at = -1;         // SIGKILL this process at that evaluation (after the ones before it were journaled)
   bool retime_equal = false;  // every finalist re-times as the default
+  std::string slow_in_search;  // describe() of a candidate whose search timing met a slow phase (2x)
 
   std::vector<std::string> checked_only;  // check() calls: never timed
   CandidateResult check(const ConvSchedule& s) override {
@@ -65,7 +66,8 @@ class StubEvaluator : public CandidateEvaluator {
     if (static_cast<int>(evaluated.size()) == kill_at) ::kill(::getpid(), SIGKILL);
     evaluated.push_back(describe(s));
     CandidateResult r = verdict(s);
-    if (r.status == "ok") r.stats = summarise({seconds(s), seconds(s) * 1.001, seconds(s) * 1.002});
+    const double t = seconds(s) * (describe(s) == slow_in_search ? 2.0 : 1.0);
+    if (r.status == "ok") r.stats = summarise({t, t * 1.001, t * 1.002});
     return r;
   }
   // The bit-exact check's outcome: wrong for `wrong`, ok otherwise.
@@ -651,4 +653,56 @@ TEST_CASE("similar tuned layers seed the search, most similar first", "[tune][se
   const auto seeds = similar_tuned_schedules(records, key);
   REQUIRE(seeds.size() == 1);  // itself and the 1x1 layer are not seeds
   CHECK(seeds[0].mr == 16);
+}
+
+TEST_CASE("a layer's winner under an earlier generator seeds its re-tune and is re-timed whatever its search timing",
+          "[tune][search]") {
+  Setup s;
+  StubEvaluator probe(s.space, s.def);
+  const ConvSchedule* best = &s.def;
+  for (const ConvSchedule& c : s.space.all())
+    if (probe.seconds(c) < probe.seconds(*best)) best = &c;
+  const ConvSchedule winner = *best;
+  REQUIRE(probe.seconds(winner) < 0.95 * probe.seconds(s.def));
+
+  const ScheduleKey key = s.request(1).key;
+  auto tuned_line = [&](const std::string& hash, const ConvSchedule& schedule, double gflops) {
+    ScheduleRecord r;
+    r.key = key;
+    r.key.generator_hash = hash;
+    r.schedule = schedule;
+    r.source = "tuned";
+    r.gflops = gflops;
+    r.tuning.present = true;
+    r.tuning.default_gflops = 100;
+    return r;
+  };
+  // The latest line of another generator counts; this generator's own lines and a kept
+  // default (its figure is the default's) give no seed.
+  CHECK(previous_tuned_schedule({tuned_line("older", winner, 120)}, key) == winner);
+  CHECK_FALSE(previous_tuned_schedule({tuned_line(key.generator_hash, winner, 120)}, key));
+  CHECK_FALSE(previous_tuned_schedule({tuned_line("older", winner, 120), tuned_line("old", s.def, 100)}, key));
+  ScheduleKey other_pass = key;
+  other_pass.pass = "bwd_data";
+  CHECK_FALSE(previous_tuned_schedule({tuned_line("older", winner, 120)}, other_pass));
+
+  // Its search timing met a slow phase (2x, beyond the finalists' 10% window): as a plain
+  // transfer seed it is dropped; as the earlier winner it is re-timed beside the default and wins.
+  TempDir dir;
+  auto run = [&](bool as_previous_winner, const char* file) {
+    StubEvaluator stub(s.space, s.def);
+    stub.slow_in_search = describe(winner);
+    TuneJournal journal((dir.path / file).string());
+    TuneKeyRequest rq = s.request(4);
+    rq.search.transfer = {winner};
+    if (as_previous_winner) rq.previous_winner = winner;
+    const TuneKeyOutcome out = tune_key(rq, s.space, stub, journal);
+    CHECK(stub.evaluated.at(1) == describe(winner));  // trial 1: the seed
+    return out;
+  };
+  CHECK(run(false, "seed.jsonl").chosen.schedule != winner);
+  const TuneKeyOutcome kept = run(true, "previous.jsonl");
+  CHECK(kept.accepted);
+  CHECK(kept.chosen.schedule == winner);
+  CHECK(kept.transfer_won);
 }
