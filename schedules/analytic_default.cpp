@@ -158,6 +158,21 @@ Tile choose_tile(const ConvDescriptor& d, int64_t channels, const TargetInfo& t,
       tile = {2 * vl, 14};
       reason += fmt::format("; {} registers: {}x14, 28 accumulators", t.vector_registers, tile.mr);
     }
+    // 1x1 kernels with long reductions: the 14 pixels' inputs (14 x C/g floats, read by
+    // broadcasts all through the reduction) fill over half of L1 while the weight panel
+    // streams through it from L2, and get evicted. 4 vectors x 7 pixels halve them and
+    // tile every ResNet image (7x7, 14x14, 28x28) without a ragged last tile. Intel Xeon
+    // model 207 AVX-512, mb 8, interleaved against 32x14 read in place (the next rule):
+    // forward 512->2048 at 7x7 1.10x, 2048->512 1.12x, 1024->2048 stride 2 1.15x, 512->1024
+    // stride 2 level; backward-data reducing over 2048 1.14x (and stride 2: 1.14x), over
+    // 512 at 7x7 1.11x, at 14x14 level. Not over 256 channels (256->512 stride 2 0.96x).
+    if (tile.mr == 2 * vl && tile.nr == 14 && d.kh * d.kw == 1 && channels % (4 * vl) == 0 &&
+        14 * d.icg() * 4 > t.l1_bytes / 2) {
+      tile = {4 * vl, 7};
+      reason += fmt::format("; {} registers, 1x1 reducing over {} channels: 14 pixels' inputs would fill over half "
+                            "of L1, {}x7",
+                            t.vector_registers, d.icg(), tile.mr);
+    }
     // A short fused kernel-row reduction (3x3 over RGB: 27 taps per tile) pays for each
     // tile's set-up about as much as for its FMAs, and a tile straddling rows finds
     // every pixel's row and column apart. Tiles of 7 pixels dividing the row start from
@@ -304,7 +319,12 @@ ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std
   const int64_t halo_rows = (d.kh - 1) * d.dh;
   auto band_bytes = [&](int64_t out_rows) { return d.band_input_rows(out_rows) * row_bytes; };
   int64_t input_bytes = 0;
-  const bool tall_1x1 = d.kh * d.kw == 1 && s.mr == 2 * t.vector_floats;
+  // 1x1 tiles of two 8-lane vectors read a packed copy (Zen 3 AVX2, see choose_tile).
+  // With 32 registers the copy is pure cost: Intel Xeon model 207 AVX-512, mb 8, ResNet-50
+  // 1x1 32x14 read in place against packed, interleaved: forward 1.01-1.38x (512->1024
+  // stride 2 1.22x, 1024->2048 stride 2 1.38x, 2048->512 at 7x7 1.21x), backward-data
+  // 0.99-1.23x.
+  const bool tall_1x1 = d.kh * d.kw == 1 && s.mr == 2 * t.vector_floats && t.vector_registers < 32;
   // Tiles inside padded rows leave out every tap on padding (the rows per tile, the
   // columns per pixel), so no tap reads the packer's zeros and the copy is pure cost.
   // Measured side by side against oneDNN on Zen 5, forward / backward-data: AVX2 5x5

@@ -74,6 +74,37 @@ TEST_CASE("analytic default: 2 x 14 pixel tiles on 32 registers, only where they
     CHECK(analytic_schedule(parse_descriptor(layer), narrow).nr <= 8);
 }
 
+TEST_CASE("analytic default: 1x1 kernels read their input in place on 32 registers; long reductions take 4 x 7",
+          "[schedule]") {
+  const TargetInfo wide = target_info(kAvx512), narrow = target_info(kAvx2);
+  auto schedule = [](const char* layer, const char* pass, const TargetInfo& t) {
+    return analytic_schedule_for_pass(parse_descriptor(layer), pass, t);
+  };
+  auto tile = [](const ConvSchedule& s) { return std::to_string(s.mr) + "x" + std::to_string(s.nr); };
+  // ResNet-50's 1x1 layers, forward and backward-data (C and K swap): never packed.
+  const char* layers[] = {"mb8ic64ih56oc256oh56kh1",  "mb8ic256ih56oc64oh56kh1",     "mb8ic128ih28oc512oh28kh1",
+                          "mb8ic256ih56oc512kh1sh2",  "mb8ic512ih28oc1024kh1sh2",    "mb8ic256ih14oc1024oh14kh1",
+                          "mb8ic512ih7oc2048oh7kh1",  "mb8ic1024ih14oc2048kh1sh2",   "mb8ic2048ih7oc512oh7kh1"};
+  for (const char* layer : layers)
+    for (const char* pass : {"fwd", "bwd_data"}) {
+      INFO(layer << " " << pass);
+      CHECK(schedule(layer, pass, wide).pack_input == PackInput::None);
+    }
+  // Reductions over 512 channels and more whose 2 x 14 tile's inputs (28 KiB and more)
+  // would fill over half of L1: 4 vectors x 7 pixels. Over 256 (14 KiB): 2 x 14 stays.
+  CHECK(tile(schedule("mb8ic512ih7oc2048oh7kh1", "fwd", wide)) == "64x7");
+  CHECK(tile(schedule("mb8ic2048ih7oc512oh7kh1", "fwd", wide)) == "64x7");
+  CHECK(tile(schedule("mb8ic1024ih14oc2048kh1sh2", "fwd", wide)) == "64x7");
+  CHECK(tile(schedule("mb8ic512ih7oc2048oh7kh1", "bwd_data", wide)) == "64x7");
+  CHECK(tile(schedule("mb8ic2048ih7oc512oh7kh1", "bwd_data", wide)) == "64x7");
+  CHECK(tile(schedule("mb8ic256ih14oc1024oh14kh1", "fwd", wide)) == "32x14");
+  CHECK(tile(schedule("mb8ic256ih56oc512kh1sh2", "fwd", wide)) == "32x14");
+  // Channels that 64 does not divide keep 2 x 14 (no zero-filled half tile).
+  CHECK(tile(schedule("mb8ic960ih7oc160oh7kh1", "fwd", wide)) == "32x14");
+  // 16 registers: two 8-lane vectors over a 1x1 kernel still read a packed copy.
+  CHECK(schedule("mb8ic128ih28oc512oh28kh1", "fwd", narrow).pack_input != PackInput::None);
+}
+
 TEST_CASE("analytic default: streaming output stores where the output outgrows the last-level cache", "[schedule]") {
   const TargetInfo avx512 = target_info(kAvx512), avx2 = target_info(kAvx2);
   auto stores = [](const char* layer, const char* pass, const TargetInfo& t) {
