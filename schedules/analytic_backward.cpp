@@ -185,18 +185,21 @@ ConvSchedule backward_weights_default(const ConvDescriptor& d, const TargetInfo&
   // transpose to ONNX order cost about what its FMAs do there. Intel Xeon (family 6,
   // model 167), 1 thread, mb 8, `tune --compare` interleaved, GF/s: ResNet-50's 1x1
   // 2048->512 at 7x7 139 vs 61, 512->2048 128 vs 87, 1024->2048/2 130 vs 56. With more
-  // pixels its items need a dW-sized sum and the GEMM default holds its own (1x1
-  // 256->1024 at 14x14: 105 vs 103), so tuning decides there.
-  if (t.vector_registers >= 32 && input_lane_weights_apply(d, t) && d.icg() >= 256 &&
-      d.mb * d.oh() * d.ow() <= 512) {
+  // pixels its items gather in a dW-sized sum, as the GEMM tile's partial sums do; up to
+  // 2048 pixels per call, items of 56 pixels still gain (Intel Xeon model 207, `tune
+  // --compare` interleaved against the GEMM default: ResNet-50's 1x1 layers at 14x14,
+  // 1568 pixels: 1024->256 1.18x, 1024->512 1.09x, 512->1024/2 1.10x, 512->256 1.07x,
+  // 256->1024 1.05x); at 28x28 (6272 pixels) level, at 56x56 0.75-0.98x.
+  const int64_t call_pixels = d.mb * d.oh() * d.ow();
+  if (t.vector_registers >= 32 && input_lane_weights_apply(d, t) && d.icg() >= 256 && call_pixels <= 4 * 512) {
     s.strategy = Strategy::GemmInputLanes;
-    s.mr = 4 * vl, s.nr = 6, s.kc = 0, s.nc = 0;
+    s.mr = 4 * vl, s.nr = 6, s.kc = call_pixels <= 512 ? 0 : 56, s.nc = 0;
     s.pack_input = PackInput::Image;
     s.partitions = 1;
     s.parallel = Parallel::None;
-    note(why, fmt::format("backward-weights: input-lane tile {}x{} over {} input x {} output channels; one item of "
-                          "{} pixels; dW stored in ONNX order",
-                          s.mr, s.nr, d.icg(), d.ocg(), d.mb * d.oh() * d.ow()));
+    note(why, fmt::format("backward-weights: input-lane tile {}x{} over {} input x {} output channels; {} of {} "
+                          "pixels; dW stored in ONNX order",
+                          s.mr, s.nr, d.icg(), d.ocg(), s.kc == 0 ? "one item" : "items of 56", call_pixels));
     return s;
   }
   const int64_t tiles = (channels + s.mr - 1) / s.mr * ((taps + s.nr - 1) / s.nr) * (gemm ? d.g : 1);
