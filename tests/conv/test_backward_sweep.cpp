@@ -658,8 +658,8 @@ TEST_CASE("backward sweep: input-lane backward-weights of 1x1 layers", "[bwd_swe
 }
 
 // The AVX-512 default takes the input-lane tile on 1x1 layers of >= 256 input channels
-// per group and <= 512 pixels per call, unpadded; not past either bound, nor padded, nor
-// with 16 vector registers.
+// per group and <= 2048 pixels per call (one item up to 512), unpadded; not past either
+// bound, nor padded, nor with 16 vector registers.
 TEST_CASE("backward-weights default: gemm_input_lanes where few pixels meet many input channels", "[bwd_sweep]") {
   const TargetInfo wide = target_info("x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41");
   const TargetInfo avx2 = default_target();
@@ -670,7 +670,8 @@ TEST_CASE("backward-weights default: gemm_input_lanes where few pixels meet many
   CHECK(takes("mb8ic1024ih14oc2048kh1sh2", wide));
   CHECK(takes("g2mb2ic512ih4oc64kh1", wide));
   CHECK_FALSE(takes("mb8ic2048ih7oc512kh1", avx2));
-  CHECK_FALSE(takes("mb8ic1024ih14oc256kh1", wide));     // 1568 pixels
+  CHECK(takes("mb8ic1024ih14oc256kh1", wide));           // 1568 pixels: items of 56
+  CHECK_FALSE(takes("mb8ic512ih28oc128kh1", wide));      // 6272 pixels
   CHECK_FALSE(takes("mb8ic128ih7oc512kh1", wide));       // 128 input channels
   CHECK_FALSE(takes("g4mb8ic512ih7oc512kh1", wide));     // 128 per group
   CHECK_FALSE(takes("mb8ic2048ih7oc512kh1ph1", wide));   // padded
