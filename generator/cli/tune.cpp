@@ -124,10 +124,10 @@ std::string duration_text(double seconds) {
 
 // The --verbose tail naming the search's transfer seeds.
 std::string seeds_said(const TuneKeyRequest& rq) {
-  const size_t similar = rq.search.transfer.size() - (rq.previous_winner ? 1 : 0);
   std::string text;
   if (rq.previous_winner) text += ", seeded with its winner under an earlier generator";
-  if (similar > 0) text += fmt::format(", {} seed(s) from similar tuned layers", similar);
+  if (!rq.search.transfer.empty())
+    text += fmt::format(", {} seed(s) from similar tuned layers", rq.search.transfer.size());
   return text;
 }
 
@@ -335,10 +335,9 @@ int tune(const Args& args) {
     rq.search.method = o.search;
     rq.search.seed = seed;
     if (o.search == "guided") {
-      // This layer's earlier winner first (re-checked: the generator changed), then similar layers'.
+      // tune_key seeds this layer's earlier winner (re-checked: the generator changed) first.
       rq.previous_winner = previous_tuned_schedule(journal.records(), rq.key);
-      if (rq.previous_winner) rq.search.transfer.push_back(*rq.previous_winner);
-      for (const ConvSchedule& s : similar_tuned_schedules(journal.records(), rq.key)) rq.search.transfer.push_back(s);
+      rq.search.transfer = similar_tuned_schedules(journal.records(), rq.key);
     }
     rq.max_trials = trials;
     rq.jobs = jobs;

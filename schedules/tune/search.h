@@ -4,9 +4,10 @@
 // "The search").
 //
 // guided: trial 0 is the analytic default, then schedules of similar layers already
-//   tuned (transfer: first this layer's winner under an earlier generator, if any), then best-first neighbourhood moves: the best measured schedule's
-//   unmeasured neighbours in order of the analytic prior (TuningSpace::prior) with a
-//   seeded jitter, falling back to the next-best schedule when a neighbourhood is spent;
+//   tuned (transfer: first this layer's winner under an earlier generator, if any),
+//   then best-first neighbourhood moves: the best measured schedule's unmeasured
+//   neighbours in order of the analytic prior (TuningSpace::prior) with a seeded
+//   jitter, falling back to the next-best schedule when a neighbourhood is spent;
 //   every fourth proposal explores instead, a seeded pick among the unmeasured schedules
 //   the prior ranks in its best eighth.
 // random: trial 0 is the default, then uniform picks among the unmeasured schedules

@@ -97,8 +97,11 @@ TuneKeyOutcome tune_key(const TuneKeyRequest& rq, const TuningSpace& space, Cand
     return out;
   }
 
-  Search search(space, def, rq.search);
-  out.transferred = rq.search.method == "guided" ? static_cast<int>(rq.search.transfer.size()) : 0;
+  // The layer's earlier winner is the first transfer seed, then similar layers'.
+  SearchOptions seeded = rq.search;
+  if (rq.previous_winner) seeded.transfer.insert(seeded.transfer.begin(), *rq.previous_winner);
+  Search search(space, def, seeded);
+  out.transferred = seeded.method == "guided" ? static_cast<int>(seeded.transfer.size()) : 0;
   struct Done {
     ConvSchedule schedule;
     CandidateResult result;
@@ -236,7 +239,7 @@ TuneKeyOutcome tune_key(const TuneKeyRequest& rq, const TuningSpace& space, Cand
   journal.append(line);
   out.chosen = line;
   out.accepted = accepted;
-  for (const ConvSchedule& seed : rq.search.transfer)
+  for (const ConvSchedule& seed : seeded.transfer)
     out.transfer_won |= accepted && space.normalise(seed) == *winner;
   out.default_gflops = line.tuning.default_gflops;
   out.tuned_gflops = line.gflops;
@@ -244,12 +247,19 @@ TuneKeyOutcome tune_key(const TuneKeyRequest& rq, const TuningSpace& space, Cand
   return out;
 }
 
+namespace {
+// A tuned line (not a trial) of the key's pass and target: what both kinds of seed read.
+bool tuned_for_pass_and_target(const ScheduleRecord& r, const ScheduleKey& key) {
+  return r.kind == RecordKind::Schedule && r.tuning.present && r.key.pass == key.pass && r.key.target == key.target;
+}
+}  // namespace
+
 std::optional<ConvSchedule> previous_tuned_schedule(const std::vector<ScheduleRecord>& records,
                                                     const ScheduleKey& key) {
   for (auto it = records.rbegin(); it != records.rend(); ++it) {
     const ScheduleRecord& r = *it;
-    if (r.kind != RecordKind::Schedule || !r.tuning.present || r.key.descriptor != key.descriptor ||
-        r.key.pass != key.pass || r.key.target != key.target || r.key.generator_hash == key.generator_hash)
+    if (!tuned_for_pass_and_target(r, key) || r.key.descriptor != key.descriptor ||
+        r.key.generator_hash == key.generator_hash)
       continue;
     // An accepted winner beat its default's median in the same re-timing; a kept
     // default's line carries the default's own figure.
@@ -271,8 +281,8 @@ std::vector<ConvSchedule> similar_tuned_schedules(const std::vector<ScheduleReco
   std::vector<std::string> seen;
   for (auto it = records.rbegin(); it != records.rend(); ++it) {
     const ScheduleRecord& r = *it;
-    if (r.kind != RecordKind::Schedule || !r.tuning.present || r.key.pass != key.pass || r.key.target != key.target ||
-        r.key.generator_hash != key.generator_hash || r.key.descriptor == key.descriptor)
+    if (!tuned_for_pass_and_target(r, key) || r.key.generator_hash != key.generator_hash ||
+        r.key.descriptor == key.descriptor)
       continue;
     if (std::find(seen.begin(), seen.end(), r.key.descriptor) != seen.end()) continue;  // the latest line per key
     seen.push_back(r.key.descriptor);

@@ -55,9 +55,10 @@ struct TuneKeyRequest {
   int jobs = 1;                   // candidates proposed (and built) per batch
   int finalists = 3;
   int retime_rounds = 5;
-  // This key's winner under an earlier generator (previous_tuned_schedule): re-timed
-  // beside the default whatever its search timing, so a slow phase of the machine during
-  // the search cannot drop a schedule that won before.
+  // This key's winner under an earlier generator (previous_tuned_schedule): the search's
+  // first transfer seed (guided search), and re-timed beside the default whatever its
+  // search timing, so a slow phase of the machine during the search cannot drop a
+  // schedule that won before.
   std::optional<ConvSchedule> previous_winner;
 };
 

@@ -694,8 +694,8 @@ TEST_CASE("a layer's winner under an earlier generator seeds its re-tune and is 
     stub.slow_in_search = describe(winner);
     TuneJournal journal((dir.path / file).string());
     TuneKeyRequest rq = s.request(4);
-    rq.search.transfer = {winner};
     if (as_previous_winner) rq.previous_winner = winner;
+    else rq.search.transfer = {winner};
     const TuneKeyOutcome out = tune_key(rq, s.space, stub, journal);
     CHECK(stub.evaluated.at(1) == describe(winner));  // trial 1: the seed
     return out;
