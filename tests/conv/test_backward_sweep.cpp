@@ -676,6 +676,24 @@ TEST_CASE("backward-weights default: gemm_input_lanes where few pixels meet many
   CHECK_FALSE(takes("g4mb8ic512ih7oc512kh1", wide));     // 128 per group
   CHECK_FALSE(takes("mb8ic2048ih7oc512kh1ph1", wide));   // padded
   CHECK_FALSE(takes("mb8ic2048ih7oc512kh3ph1", wide));   // 3x3
+  CHECK_FALSE(takes("mb8ic256ih56oc64oh56kh1", wide));   // 25088 pixels
+  CHECK_FALSE(takes("mb8ic128ih14oc512oh14kh1", wide));  // 128 input channels, items
+  CHECK_FALSE(takes("mb8ic512ih14oc256oh16kh1ph1", wide));  // padded, items
+  CHECK_FALSE(takes("mb8ic1024ih14oc256kh1", avx2));
+  auto item = [&](const char* layer) {
+    return analytic_schedule_for_pass(parse_descriptor(layer), "bwd_weights", wide).kc;
+  };
+  // Up to 512 pixels per call one item (ResNet-50 at 7x7), up to 2048 items of 56 (14x14).
+  for (const char* layer : {"mb8ic2048ih7oc512oh7kh1", "mb8ic512ih7oc2048oh7kh1", "mb8ic1024ih14oc2048kh1sh2"}) {
+    INFO(layer);
+    CHECK(takes(layer, wide));
+    CHECK(item(layer) == 0);
+  }
+  for (const char* layer : {"mb8ic1024ih14oc256oh14kh1", "mb8ic512ih14oc256oh14kh1", "mb8ic512ih28oc1024kh1sh2"}) {
+    INFO(layer);
+    CHECK(takes(layer, wide));
+    CHECK(item(layer) == 56);
+  }
   const ConvSchedule s = analytic_schedule_for_pass(parse_descriptor("mb8ic2048ih7oc512kh1"), "bwd_weights", wide);
   CHECK(s.mr == 64);
   CHECK(s.nr == 6);

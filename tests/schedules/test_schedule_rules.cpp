@@ -214,32 +214,6 @@ TEST_CASE("analytic default: depthwise backward-weights takes two vectors of cha
   CHECK(mr("g144mb8ic144ih56oc144kh3ph1", avx512) == 16);
 }
 
-TEST_CASE("analytic default: backward-weights of unpadded 1x1 layers with few pixels runs along input channels",
-          "[schedule]") {
-  const TargetInfo avx512 = target_info(kAvx512), avx2 = target_info(kAvx2);
-  auto bww = [](const char* layer, const TargetInfo& t) {
-    return analytic_schedule_for_pass(parse_descriptor(layer), "bwd_weights", t);
-  };
-  // Up to 512 pixels per call: one item, written straight into dW (ResNet-50 at 7x7).
-  for (const char* layer : {"mb8ic2048ih7oc512oh7kh1", "mb8ic512ih7oc2048oh7kh1", "mb8ic1024ih14oc2048kh1sh2"}) {
-    INFO(layer);
-    CHECK(bww(layer, avx512).strategy == Strategy::GemmInputLanes);
-    CHECK(bww(layer, avx512).kc == 0);
-  }
-  // Up to 2048: items of 56 pixels (ResNet-50 at 14x14, 1568 pixels).
-  for (const char* layer : {"mb8ic1024ih14oc256oh14kh1", "mb8ic512ih14oc256oh14kh1", "mb8ic512ih28oc1024kh1sh2"}) {
-    INFO(layer);
-    CHECK(bww(layer, avx512).strategy == Strategy::GemmInputLanes);
-    CHECK(bww(layer, avx512).kc == 56);
-  }
-  // More pixels (28x28: level; 56x56: it lost), fewer input channels, padding, 16 registers: gemm.
-  CHECK(bww("mb8ic512ih28oc128oh28kh1", avx512).strategy == Strategy::Gemm);
-  CHECK(bww("mb8ic256ih56oc64oh56kh1", avx512).strategy == Strategy::Gemm);
-  CHECK(bww("mb8ic128ih14oc512oh14kh1", avx512).strategy == Strategy::Gemm);
-  CHECK(bww("mb8ic512ih14oc256oh16kh1ph1", avx512).strategy == Strategy::Gemm);
-  CHECK(bww("mb8ic1024ih14oc256oh14kh1", avx2).strategy == Strategy::Gemm);
-}
-
 TEST_CASE("parallel variant: partitions skipped only where gemm_input_lanes runs", "[schedule]") {
   // The generator refuses gemm_input_lanes on a 3x3 or padded layer, or one with fewer
   // input channels per group than a vector, and runs gemm, which then takes the small
