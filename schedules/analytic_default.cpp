@@ -211,7 +211,7 @@ Tile choose_depthwise_tile(const ConvDescriptor& d, int64_t channels, const Targ
                            std::vector<std::string>* why) {
   const int vl = t.vector_floats;
   if (in_place) {
-    // Input read in place (partitions_depthwise_borders): one vector of channels and a
+    // Input read in place (partitions_padding_borders): one vector of channels and a
     // row segment of NR pixels. Measured against oneDNN on Zen 5 AVX-512, mb 8, with
     // 16x7: MobileNetV2 3x3 at 112x112 1.09x (packed 0.86x), stride 2 1.10x (0.62x),
     // 56x56x144 0.84x (0.58x; 32x4 0.89x), 14x14x576 0.85x (0.59x), 7x7x960 1.00x (0.61x).
@@ -256,6 +256,21 @@ Tile choose_grouped_tile(const ConvDescriptor& d, const TargetInfo& t, std::vect
   return {tile.mr, tile.nr};
 }
 
+// NR for tiles inside output rows: the tile's own when it divides the row, else the
+// nearest within 3 that does and keeps the accumulators within 28 registers (3->16 3x3/2
+// at 224, read in place on Intel Xeon model 207 AVX-512: 16x6 0.86x, 16x7 1.14x of the
+// staged default).
+int row_dividing_tile(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t) {
+  const int64_t q = d.ow();
+  if (q <= s.nr) return static_cast<int>(q);
+  if (q % s.nr == 0) return s.nr;
+  const int vectors = (s.mr + t.vector_floats - 1) / t.vector_floats;
+  for (int delta = 1; delta <= 3; ++delta)
+    for (int n : {s.nr + delta, s.nr - delta})
+      if (n >= 2 && q % n == 0 && vectors * n <= t.vector_registers - 4) return n;
+  return s.nr;
+}
+
 }  // namespace
 
 bool row_tiles_pay(int64_t row_pixels, int nr) {
@@ -296,8 +311,8 @@ ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std
   // the convolution itself, so a kernel that is not staged reads its input in place.
   ConvSchedule depthwise_in_place = s;
   depthwise_in_place.pack_input = PackInput::None;
-  const bool dw_in_place = !context.input_computed &&
-                           partitions_depthwise_borders(d, depthwise_in_place, context.output_staged);
+  const bool dw_in_place = s.strategy == Strategy::Depthwise && !context.input_computed &&
+                           partitions_padding_borders(d, depthwise_in_place, t, context.output_staged);
   const Tile tile = s.strategy == Strategy::Gemm        ? choose_tile(d, channels, t, why)
                     : s.strategy == Strategy::Grouped ? choose_grouped_tile(d, t, why)
                                                       : choose_depthwise_tile(d, channels, t, dw_in_place, why);
@@ -347,9 +362,31 @@ ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std
   const int64_t short_band_bytes = band_bytes(std::min(short_band_rows + 1, d.oh()));
   const bool taps_skip_padding =
       padded && !context.output_staged && !context.input_computed && skips_padded_columns(d, in_place, t);
+  // Few input channels, windows at most twice the stride (the 3x3/2 RGB stem, a 5x5/3),
+  // 32 registers: the taps unrolled read the input in place, borders split off. Intel
+  // Xeon model 207 AVX-512, mb 8, interleaved against the staged defaults: 3->32 3x3/2 at
+  // 224 1.14x (32x7; 160 GF/s, 94% of the FMA probe, oneDNN 147), 3->16 1.14x (16x7),
+  // 3->32 at 112 1.06x, 8->32 and 16->32 3x3/2 at 56 1.20x and 1.10x (32x14), 16->24
+  // 5x5/3 on 37x41 1.16x (32x13; oneDNN 121 GF/s). Wider windows lose: 5x5/2 0.76-0.90x,
+  // the 7x7/2 stem 0.92x, stride 1 0.48-0.90x (3x3 and 5x5 over 3 channels); so does AVX2
+  // (16 registers: the 3x3/2 stem 0.82x, 5x5/3 0.79x), and so do two channel tiles or
+  // more (3->64 3x3/2 at 224: 32x7 0.49x, 64x4 0.88x of the staged row bands). Rows
+  // narrower than the staged tile would shrink it (a 3-pixel row: 6 accumulators).
+  ConvSchedule borders_in_place = in_place;
+  borders_in_place.nc = 0;
+  const bool few_channels_in_place = t.vector_registers >= 32 && d.kh <= 2 * d.sh && d.kw <= 2 * d.sw &&
+                                     channels <= s.mr && d.ow() >= s.nr && !context.input_computed &&
+                                     partitions_padding_borders(d, borders_in_place, t, context.output_staged);
   if (dw_in_place) {
     s.pack_input = PackInput::None;
     note(why, "depthwise: input read in place, border tiles and rows split off");
+  } else if (few_channels_in_place) {
+    s.pack_input = PackInput::None;
+    s.nc = 0;
+    s.nr = row_dividing_tile(d, s, t);
+    note(why, fmt::format("{} input channels, {}x{} window over stride {}x{}: input read in place, taps unrolled, "
+                          "border tiles and rows split off ({}x{} tiles inside rows)",
+                          d.icg(), d.kh, d.kw, d.sh, d.sw, s.mr, s.nr));
   } else if (!padded && !tall_1x1) {
     s.pack_input = PackInput::None;
     note(why, "no padding: input read in place");
@@ -363,7 +400,7 @@ ConvSchedule analytic_schedule(const ConvDescriptor& d, const TargetInfo& t, std
     // 3->32 at 224 1.10-1.11x (1 row: 1.10x, 4 rows 1.07x and 8 rows 1.00x on model
     // 167), 3->64 1.03-1.05x (144 FMAs per value; AVX2 24x4: 1.03x). Level or below
     // where a value feeds more: VGG conv1_1 3->64 at 224 stride 1 (576) 0.97-1.00x, the
-    // 7x7/2 stem (784) 0.95-0.98x.
+    // 7x7/2 stem (784) 0.95-0.98x. (3->32 reads in place on 32 registers: above.)
     s.pack_input = PackInput::Rows;
     input_bytes = short_band_bytes;
     s.nc = static_cast<int>(short_band_rows * d.ow());

@@ -48,11 +48,14 @@ bool stages_flat_input_rows(const ConvDescriptor& d, const ConvSchedule& s, cons
   return staged && padded && d.g == 1 && d.icg() < t.vector_floats;
 }
 
-bool partitions_depthwise_borders(const ConvDescriptor& d, const ConvSchedule& s, bool output_staged) {
-  // Its taps must be unrolled (as the micro-kernel does up to 49) for the padding tests
-  // to depend on the tile loops alone.
-  return !output_staged && s.strategy == Strategy::Depthwise && s.pack_input == PackInput::None &&
-         d.icg() * d.kh * d.kw <= 49;
+bool partitions_padding_borders(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
+                                bool output_staged) {
+  // The taps must be unrolled (as the micro-kernels do up to 49) for the padding tests to
+  // depend on the tile loops alone.
+  if (output_staged || s.pack_input != PackInput::None) return false;
+  if (s.strategy == Strategy::Depthwise) return d.icg() * d.kh * d.kw <= 49;
+  const bool padded = d.pt || d.pb || d.pl || d.pr;
+  return padded && fuses_kernel_row_taps(d, s, t) && d.kh * d.kw <= 49;
 }
 
 bool computes_depthwise_dx_in_place(const ConvDescriptor& d, const ConvSchedule& s) {

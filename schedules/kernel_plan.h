@@ -45,12 +45,15 @@ bool skips_padded_columns(const ConvDescriptor& d, const ConvSchedule& s, const 
 // (column, channel) flat, copied densely (define_flat_padded_rows, generator/conv).
 bool stages_flat_input_rows(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t);
 
-// Depthwise with unpacked input reads the image in place: register tiles lie in output
-// rows and the padding test is a `likely` interior, so the border tiles and rows are
-// split off and the interior's loads carry no select (generator/conv/algorithm.cpp).
-// Pixel blocks (nc) do not apply: there is no packed band to keep in cache. A staged
-// output (a strided backward-data residue class) never does: its tiles are the class's.
-bool partitions_depthwise_borders(const ConvDescriptor& d, const ConvSchedule& s, bool output_staged);
+// Unpacked input read in place with the padding test a `likely` interior: register tiles
+// lie in output rows, so the border tiles and rows are split off and the interior's loads
+// carry no select (generator/conv/algorithm.cpp). Depthwise (at most 49 taps, unrolled),
+// and GEMM over few channels on padded input (the kernel-row loop of
+// fuses_kernel_row_taps, whose taps, at most 49, are unrolled instead). Pixel blocks (nc)
+// do not apply: there is no packed band to keep in cache. A staged output (a strided
+// backward-data residue class) never does: its tiles are the class's.
+bool partitions_padding_borders(const ConvDescriptor& d, const ConvSchedule& s, const TargetInfo& t,
+                                bool output_staged);
 
 // Strided backward-data of a depthwise layer (one input and one output channel per
 // group) with unpacked input computes dX pixel by pixel in place instead of per residue

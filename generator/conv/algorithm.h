@@ -29,9 +29,9 @@ struct ConvAlgorithm {
   // left/right padding are left out per pixel (see define_forward). The loop nest then
   // tiles rows by NR and unrolls a row's tiles, so those taps are known per tile.
   bool skips_padded_columns = false;
-  // Depthwise without packing: register tiles lie in output rows and the padding test
+  // Read in place (depthwise, few-channel GEMM): register tiles lie in output rows and the padding test
   // is marked `likely` true, so Halide partitions the row and tile loops into borders
-  // and an interior whose loads carry no select (see partitions_depthwise_borders).
+  // and an interior whose loads carry no select (see partitions_padding_borders).
   bool partitions_borders = false;
   // First layers (C/g below a vector, one group) staged per image or row band: the
   // padded rows are in_rows, (column, channel) flat, and in_padded a view of it

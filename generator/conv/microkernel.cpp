@@ -84,6 +84,12 @@ void apply_microkernel(ConvAlgorithm& a, const LoopNest& nest, const ConvDescrip
       // each tap's weight vector serves all NR pixels with no loop overhead.
       update.unroll(rc).unroll(rs).unroll(rr);
       explain(why, fmt::format("all {} taps unrolled", cg * d.kh * d.kw));
+    } else if (gemm && a.partitions_borders) {
+      // Read in place with the borders partitioned: the taps unrolled, so each padding test
+      // depends on the tile loops alone; the channels stay a loop when there are many.
+      update.unroll(rs).unroll(rr);
+      if (cg * d.kh * d.kw <= 49) update.unroll(rc);
+      explain(why, fmt::format("kernel taps unrolled ({}) for the partitioned borders", d.kh * d.kw));
     } else if (a.skips_padded_columns) {
       // Constant kernel columns (with the row's unrolled tiles) make each pixel's
       // padding test a constant: the FMAs of taps on padding disappear.

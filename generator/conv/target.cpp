@@ -97,9 +97,10 @@ Func define_scheduled_forward(const ConvDescriptor& d, const ConvSchedule& sched
   const bool skip_rows = skips_padded_rows(d, s, t);
   if (skip_rows) explain(why, "kernel rows that fall on top/bottom padding left out of each tile's reduction");
   const bool skip_columns = skips_padded_columns(d, s, t) && !options.output_is_staged;
-  const bool partition_borders = partitions_depthwise_borders(d, s, options.output_is_staged);
-  // Tiles inside rows of their own (skip_columns) are split per row by the loop nest.
-  const int aligned_tile = skip_columns ? 0 : row_aligned_tile(d, s);
+  const bool partition_borders = partitions_padding_borders(d, s, t, options.output_is_staged);
+  // Tiles inside rows of their own (skip_columns, partition_borders) are split per row by
+  // the loop nest.
+  const int aligned_tile = (skip_columns || partition_borders) ? 0 : row_aligned_tile(d, s);
   if (aligned_tile) explain(why, fmt::format("tiles of {} pixels never straddle the {}-pixel rows: one tap base per tile",
                                              aligned_tile, d.ow()));
   ConvAlgorithm a = define_forward(d, s.strategy, mr, skip_rows ? register_tile_pixels(d, s) : 0, aligned_tile,

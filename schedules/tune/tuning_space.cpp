@@ -239,7 +239,7 @@ ConvSchedule TuningSpace::normalise(ConvSchedule s) const {
   }
   s.nr = static_cast<int>(std::min<int64_t>(s.nr, pixels_));
   if (s.strategy != Strategy::Gemm && s.pack_input == PackInput::Panel) s.pack_input = PackInput::Image;
-  if (partitions_depthwise_borders(e, s, output_staged_)) {
+  if (partitions_padding_borders(e, s, t_, output_staged_)) {
     // Tiles within rows, no pixel blocks (generator/conv/loop_nest.cpp).
     s.nr = static_cast<int>(std::min<int64_t>(s.nr, e.ow()));
     s.nc = 0;

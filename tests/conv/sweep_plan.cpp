@@ -27,6 +27,7 @@ constexpr int kCasesPerClass = 16;  // >= the largest number of values of any sc
 constexpr int kForcedBorderCases = 11;
 constexpr int kForcedInPlaceDepthwiseCases = 8;
 constexpr int kForcedStridedDepthwiseCases = 8;
+constexpr int kForcedInPlaceFewChannelCases = 8;
 
 // Random small layer; `shape` then imposes the class's edge.
 ConvDescriptor base_shape(std::mt19937& rng) {
@@ -217,9 +218,12 @@ std::vector<SweepCase> sweep_cases(const std::string& edge_class) {
   // strategy, unpacked), NR cycling so that some tiles divide the row, some shift inwards
   // and some are wider than it; then strided ones whose rows and columns hold whole
   // periods of the strides (2, 3 and 2x1), so that backward-data computes dX pixel by
-  // pixel in place (computes_depthwise_dx_in_place).
+  // pixel in place (computes_depthwise_dx_in_place). stride adds GEMM cases over few
+  // channels read in place, taps unrolled and borders partitioned (first layers:
+  // partitions_padding_borders), over windows, strides and paddings.
   const int forced = edge_class == "border_columns" ? kForcedBorderCases
                      : edge_class == "depthwise"    ? kForcedInPlaceDepthwiseCases + kForcedStridedDepthwiseCases
+                     : edge_class == "stride"       ? kForcedInPlaceFewChannelCases
                                                     : 0;
   for (int i = 0; i < kCasesPerClass + forced; ++i) {
     ConvDescriptor d = base_shape(rng);
@@ -235,6 +239,20 @@ std::vector<SweepCase> sweep_cases(const std::string& edge_class) {
       d.ih += (d.sh - d.ih % d.sh) % d.sh;
       d.iw += (d.sw - d.iw % d.sw) % d.sw;
     }
+    const bool few_channels_in_place = edge_class == "stride" && i >= kCasesPerClass;
+    if (few_channels_in_place) {
+      // kh, kw, sh, sw, pt, pb, pl, pr, ic: windows up to 49 taps, asymmetric padding.
+      const int shapes[][9] = {{3, 3, 2, 2, 1, 1, 1, 1, 3}, {5, 5, 3, 3, 1, 1, 1, 1, 13}, {3, 3, 1, 1, 1, 1, 1, 1, 5},
+                               {5, 5, 2, 2, 2, 2, 2, 2, 2}, {3, 5, 2, 1, 1, 1, 2, 2, 7}, {7, 7, 2, 2, 3, 3, 3, 3, 3},
+                               {3, 3, 2, 2, 0, 1, 1, 0, 1}, {2, 2, 2, 2, 0, 1, 0, 1, 4}};
+      const int* v = shapes[i - kCasesPerClass];
+      d.kh = v[0], d.kw = v[1], d.sh = v[2], d.sw = v[3], d.pt = v[4], d.pb = v[5], d.pl = v[6], d.pr = v[7];
+      d.ic = v[8];
+      d.dh = d.dw = 1;
+      d.g = 1;
+      d.ih = std::uniform_int_distribution<int>(9, 23)(rng);
+      d.iw = std::uniform_int_distribution<int>(9, 23)(rng);
+    }
     while (d.oh() < 1) d.ih += d.sh;  // keep every case a valid layer
     while (d.ow() < 1) d.iw += d.sw;
     d.name = edge_class + "_" + std::to_string(i);
@@ -245,6 +263,13 @@ std::vector<SweepCase> sweep_cases(const std::string& edge_class) {
       const std::vector<int> nrs = schedule_space(t).nr;
       s.nr = nrs[static_cast<size_t>(i) % nrs.size()];
       if (strided_depthwise) s.mr = schedule_space(t).mr[static_cast<size_t>(i) % 3];
+    } else if (few_channels_in_place) {
+      s.strategy = Strategy::Gemm;
+      s.kc = 0;
+      s.nc = 0;
+      s.pack_input = PackInput::None;
+      const std::vector<int> nrs = schedule_space(t).nr;
+      s.nr = nrs[static_cast<size_t>(i) % nrs.size()];
     } else if (i >= kCasesPerClass) {
       s.strategy = Strategy::Gemm;
       s.kc = 0;

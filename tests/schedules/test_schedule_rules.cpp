@@ -1,12 +1,14 @@
 // Rules of the analytic default and of the parallel variants, checked on the schedules
 // they return (no Halide: the kernels these name run bit-exact in tests/conv/'s sweeps).
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <cstdint>
 #include <string>
 
 #include "schedules/conv_descriptor.h"
 #include "schedules/conv_schedule.h"
+#include "schedules/kernel_plan.h"
 
 using namespace convgen;
 
@@ -162,9 +164,9 @@ TEST_CASE("analytic default: RGB stems stage bands of 2 output rows where a stag
     const char* pack = s.pack_input == PackInput::Rows ? "rows" : s.pack_input == PackInput::Image ? "image" : "none";
     return std::string(pack) + " nc=" + std::to_string(s.nc);
   };
-  // 3x3/2 over RGB to 32 and 64 channels (72 and 144 FMAs per staged value): 2 rows of
-  // 112 pixels, whole 7-pixel tiles (on AVX2 the 64-channel stem's 24x4 tiles the rows).
-  CHECK(staging("mb8ic3ih224oc32oh112kh3sh2ph1", avx512) == "rows nc=224");
+  // 3x3/2 over RGB to 64 channels (144 FMAs per staged value): 2 rows of 112 pixels,
+  // whole 7-pixel tiles (on AVX2 the 24x4 tiles the rows). To 32 channels it reads the
+  // input in place on 32 registers (the next case).
   CHECK(staging("mb8ic3ih224oc64oh112kh3sh2ph1", avx512) == "rows nc=224");
   CHECK(staging("mb8ic3ih224oc64oh112kh3sh2ph1", avx2) == "rows nc=224");
   // Kept on the slab: a value feeding more FMAs (VGG conv1_1: 576; the 7x7/2 stem, a
@@ -175,6 +177,39 @@ TEST_CASE("analytic default: RGB stems stage bands of 2 output rows where a stag
   CHECK(staging("mb8ic3ih224oc32oh112kh3sh2ph1", avx2) == "image nc=0");
   CHECK(staging("mb8ic3ih32oc32oh32kh5ph2", avx512) == "image nc=0");
   CHECK(staging("mb8ic1ih28oc32oh28kh3ph1", avx512) == "image nc=0");
+}
+
+TEST_CASE("analytic default: few-channel layers whose windows span at most two strides read their input in place "
+          "on 32 registers",
+          "[schedule]") {
+  const TargetInfo avx512 = target_info(kAvx512), avx2 = target_info(kAvx2);
+  auto plan = [](const char* layer, const TargetInfo& t) {
+    const ConvSchedule s = analytic_schedule(parse_descriptor(layer), t);
+    const char* pack = s.pack_input == PackInput::Rows ? "rows" : s.pack_input == PackInput::Image ? "image" : "none";
+    return fmt::format("{} nc={} {}x{}", pack, s.nc, s.mr, s.nr);
+  };
+  auto partitioned = [](const char* layer, const TargetInfo& t) {
+    const ConvDescriptor d = parse_descriptor(layer);
+    return partitions_padding_borders(d, analytic_schedule(d, t), t, /*output_staged=*/false);
+  };
+  // The taps unrolled, borders partitioned (partitions_padding_borders): the 3x3/2 RGB
+  // stem, 16 output channels (NR 6 -> 7, dividing the 112-pixel rows), 3x3/2 over 8
+  // channels, odd_shapes' 5x5/3 16->24 (one 13-pixel row per tile).
+  CHECK(plan("mb8ic3ih224oc32oh112kh3sh2ph1", avx512) == "none nc=0 32x7");
+  CHECK(plan("mb8ic3ih224oc16oh112kh3sh2ph1", avx512) == "none nc=0 16x7");
+  CHECK(plan("mb8ic8ih56oc32oh28kh3sh2ph1", avx512) == "none nc=0 32x14");
+  CHECK(plan("mb8ic16ih37iw41oc24kh5sh3ph1", avx512) == "none nc=0 32x13");
+  CHECK(partitioned("mb8ic16ih37iw41oc24kh5sh3ph1", avx512));
+  CHECK(partitioned("mb8ic3ih224oc32oh112kh3sh2ph1", avx512));
+  // Not: wider windows (5x5/2, the 7x7/2 stem), stride 1, two channel tiles, 32 input
+  // channels (no fused kernel-row loop; its taps skip the padding instead), 16 registers.
+  CHECK(!partitioned("mb8ic3ih64oc32oh32kh5sh2ph2", avx512));
+  CHECK(!partitioned("mb8ic3ih224oc64oh112kh7sh2ph3", avx512));
+  CHECK(!partitioned("mb8ic3ih32oc32oh32kh3ph1", avx512));
+  CHECK(!partitioned("mb8ic3ih224oc64oh112kh3sh2ph1", avx512));
+  CHECK(!partitioned("mb8ic32ih56oc32oh28kh3sh2ph1", avx512));
+  CHECK(!partitioned("mb8ic3ih224oc32oh112kh3sh2ph1", avx2));
+  CHECK(!partitioned("mb8ic16ih37iw41oc24kh5sh3ph1", avx2));
 }
 
 TEST_CASE("analytic default: a fused kernel-row loop over rows of 9 to 14 pixels takes one tile per row",
