@@ -161,8 +161,7 @@ TEST_CASE("analytic default: RGB stems stage bands of 2 output rows where a stag
   const TargetInfo avx512 = target_info(kAvx512), avx2 = target_info(kAvx2);
   auto staging = [](const char* layer, const TargetInfo& t) {
     const ConvSchedule s = analytic_schedule(parse_descriptor(layer), t);
-    const char* pack = s.pack_input == PackInput::Rows ? "rows" : s.pack_input == PackInput::Image ? "image" : "none";
-    return std::string(pack) + " nc=" + std::to_string(s.nc);
+    return to_string(s.pack_input) + " nc=" + std::to_string(s.nc);
   };
   // 3x3/2 over RGB to 64 channels (144 FMAs per staged value): 2 rows of 112 pixels,
   // whole 7-pixel tiles (on AVX2 the 24x4 tiles the rows). To 32 channels it reads the
@@ -185,8 +184,7 @@ TEST_CASE("analytic default: few-channel layers whose windows span at most two s
   const TargetInfo avx512 = target_info(kAvx512), avx2 = target_info(kAvx2);
   auto plan = [](const char* layer, const TargetInfo& t) {
     const ConvSchedule s = analytic_schedule(parse_descriptor(layer), t);
-    const char* pack = s.pack_input == PackInput::Rows ? "rows" : s.pack_input == PackInput::Image ? "image" : "none";
-    return fmt::format("{} nc={} {}x{}", pack, s.nc, s.mr, s.nr);
+    return fmt::format("{} nc={} {}x{}", to_string(s.pack_input), s.nc, s.mr, s.nr);
   };
   auto partitioned = [](const char* layer, const TargetInfo& t) {
     const ConvDescriptor d = parse_descriptor(layer);

@@ -182,7 +182,10 @@ def main():
     torch.use_deterministic_algorithms(True)
     graph = ref.Graph(args.model)
     after, after_header = read_checkpoint(args.after)
-    before, step = ({}, 0) if args.before is None else (lambda t, h: (t, h["step"]))(*read_checkpoint(args.before))
+    before, step = {}, 0
+    if args.before is not None:
+        before, before_header = read_checkpoint(args.before)
+        step = before_header["step"]
     if after_header["step"] != step + 1:
         die(f"{args.after} is at step {after_header['step']}, not one step after {step}")
 
@@ -201,10 +204,13 @@ def main():
     x, y = ref.decode(data, idx, ref.parse_normalization("0,1", graph.chw[0]))
     x, y = torch.from_numpy(x).to(torch.float64), torch.from_numpy(y)
 
-    def take_step(flips, record=False):
+    def load_start(into):
         with torch.no_grad():
             for name, value in start.items():
-                module.tensors[name].copy_(torch.from_numpy(value))
+                into.tensors[name].copy_(torch.from_numpy(value))
+
+    def take_step(flips, record=False):
+        load_start(module)
         forced.calls, forced.flips, forced.record, forced.inputs = 0, set(flips), record, []
         module.net.zero_grad(set_to_none=True)
         F.cross_entropy(module(x), y).backward()
@@ -243,10 +249,9 @@ def main():
     # The same forward in float32 measures how far float32's rounding moves each call's inputs.
     module32 = ref.TorchvisionModule(args.torchvision, graph).to(torch.float32).train()
     forced32 = ForcedActivations(module32.net)
+    load_start(module32)
+    forced32.record = True
     with torch.no_grad():
-        for name, value in start.items():
-            module32.tensors[name].copy_(torch.from_numpy(value))
-        forced32.record = True
         module32(x.to(torch.float32))
     candidates = forced.candidates(forced32, args.near)
     # Greedy: each round flips, among the closest --candidates decisions, the one that most
@@ -279,8 +284,9 @@ def main():
         dist = next(d for d, cc, uu in candidates if (cc, uu) == (c, u))
         print(f"{PROG}:   flipped: call {c} of module '{forced.names[c]}', decision {u}, {dist:.2f} times "
               f"float32's error from going the other way")
+    worst_tensor = f"{where[1]} '{where[0]}'" if where else "no tensor changed"
     print(f"{PROG}: convgen's step against float64's{' with those flipped' if flips else ''}: largest error "
-          f"{e:.2e} of a tensor's change ({where[1]} '{where[0]}'); tolerance {args.tolerance:g}")
+          f"{e:.2e} of a tensor's change ({worst_tensor}); tolerance {args.tolerance:g}")
     return 0 if e <= args.tolerance else 1
 
 
